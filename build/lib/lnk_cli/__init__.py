@@ -1,0 +1,1 @@
+"""lnk_cli: the `lnk` command, a thin unprivileged client."""

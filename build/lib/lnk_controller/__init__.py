@@ -1,0 +1,1 @@
+"""lnk_controller: the only privileged service (sandbox lifecycle, remembered specs)."""

@@ -1,0 +1,150 @@
+"""The errors of lnk box: one small hierarchy, each with a message a person can act on.
+
+    LnkError                      exit 1: anything else
+    ├── UsageError                exit 2: the command line is wrong
+    ├── SpecError                 exit 2: a spec file or flag cannot be read as a spec
+    ├── ConfigError               exit 2: a service's config file is invalid
+    ├── RefusedError              exit 3: a rule refuses what a spec asks for
+    │   ├── SettingsGrantRefused      opens the box's settings or agents' folders
+    │   ├── OutsideCodeRefused        a write that lets code run outside the sandbox
+    │   ├── SelfWideningRefused       a write that widens the spec's own next run
+    │   ├── SocketGrantRefused        another program's sockets
+    │   ├── PortRefused               a localhost port no sandbox may have
+    │   ├── CommandRefused            a [commands] entry that could run written code
+    │   ├── LinkRefused               a link not owned by root on the way to a grant
+    │   └── LaunchRefused             a capability the wall needs is missing
+    ├── NotConfirmedError         exit 1: what a spec opens was not accepted
+    └── StateError                exit 1: the box's state (database, run dir) is unusable
+
+Services and the CLI raise these; third-party exceptions are translated at the adapter that
+calls the library, and the CLI catches `LnkError` in exactly one place.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "CommandRefused",
+    "ConfigError",
+    "LaunchRefused",
+    "LinkRefused",
+    "LnkError",
+    "NotConfirmedError",
+    "OutsideCodeRefused",
+    "PortRefused",
+    "RefusedError",
+    "SelfWideningRefused",
+    "SettingsGrantRefused",
+    "SocketGrantRefused",
+    "SpecError",
+    "StateError",
+    "UsageError",
+]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+
+
+class LnkError(Exception):
+    """Base of every error lnk box raises on purpose."""
+
+    exit_code = EXIT_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(LnkError):
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(LnkError):
+    exit_code = EXIT_USAGE
+
+
+class SpecError(LnkError):
+    """A spec that cannot be read: names where (file, line), which key, and what was expected."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.source = source
+        self.line = line
+        self.key = key
+        where = ""
+        if source is not None:
+            where = source if line is None else f"{source}:{line}"
+        if key is not None:
+            where = f"{where}: {key}" if where else key
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+
+class RefusedError(LnkError):
+    """A rule refuses an entry. `rule` is a stable id; the message names the entry and why."""
+
+    exit_code = EXIT_REFUSED
+    rule = "refused"
+
+    def __init__(self, entry: str, why: str) -> None:
+        self.entry = entry
+        self.why = why
+        super().__init__(f"refused [{self.rule}]: {entry}: {why}")
+
+
+class SettingsGrantRefused(RefusedError):
+    rule = "box-settings"
+
+
+class OutsideCodeRefused(RefusedError):
+    rule = "code-runs-outside"
+
+
+class SelfWideningRefused(RefusedError):
+    rule = "widens-own-spec"
+
+
+class SocketGrantRefused(RefusedError):
+    rule = "other-programs-sockets"
+
+
+class PortRefused(RefusedError):
+    rule = "localhost-port"
+
+
+class CommandRefused(RefusedError):
+    rule = "command"
+
+
+class LinkRefused(RefusedError):
+    rule = "link-owner"
+
+
+class LaunchRefused(RefusedError):
+    """The wall cannot be built as promised; names the missing capability. Never run unconfined."""
+
+    rule = "launch"
+
+
+class NotConfirmedError(LnkError):
+    pass
+
+
+class StateError(LnkError):
+    pass

@@ -1,0 +1,1 @@
+"""lnk_proxy: the filtering proxy, every sandbox's one way out."""
