@@ -1,0 +1,178 @@
+"""Remembered specs: the grants each owner approved, so an unchanged spec runs without asking.
+
+A spec is remembered per owner (a uid) and spec key (the spec file's absolute path, or a pseudo
+key such as "<flags>"). The caller decides whether a spec changed by comparing `grants_hash`;
+`grants_json` keeps the approved document so a changed spec can show what changed. Every query
+is filtered by `owner_uid`: one owner can never read, replace or forget another's entry.
+
+Security limitations: this stores what the caller says was approved. It does NOT check that
+`grants_hash` is the hash of `grants_json`, nor that `owner_uid` is the caller's real uid: the
+controller must establish both (peer credentials, its own canonical hashing) before calling.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from lnk_controller.db import begin_write, database_errors, database_path
+from lnk_controller.models import RememberedSpec
+
+__all__ = [
+    "MAX_GRANTS_JSON_CHARS",
+    "MAX_SPEC_KEY_CHARS",
+    "MAX_UID",
+    "Remembered",
+    "RememberedSpecs",
+]
+
+# PATH_MAX on Linux: a longer key cannot be a real spec path.
+MAX_SPEC_KEY_CHARS = 4096
+# Far more than any real spec's grants; bounds the row a caller can make the controller store.
+MAX_GRANTS_JSON_CHARS = 1_048_576
+# uid_t is 32 bits and (uid_t)-1 means "no user".
+MAX_UID = 2**32 - 2
+
+_GRANTS_HASH = re.compile(r"[0-9a-f]{64}")
+
+_COLUMNS = (
+    RememberedSpec.owner_uid,
+    RememberedSpec.spec_key,
+    RememberedSpec.grants_hash,
+    RememberedSpec.grants_json,
+    RememberedSpec.approved_at,
+)
+
+
+@dataclass(frozen=True)
+class Remembered:
+    owner_uid: int
+    spec_key: str
+    grants_hash: str
+    grants_json: str
+    approved_at: datetime
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RememberedSpecs:
+    """The remembered-specs store over an engine from `lnk_controller.db.open_database`.
+
+    Every method validates its arguments (`ValueError`) and raises `StateError` when the
+    database cannot be used. `clock` gives the approval time (aware, UTC); tests replace it.
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._engine = engine
+        self._path = database_path(engine)
+        self._clock = clock
+
+    def lookup(self, owner_uid: int, spec_key: str) -> Remembered | None:
+        _check_owner_uid(owner_uid)
+        _check_spec_key(spec_key)
+        query = select(*_COLUMNS).where(
+            RememberedSpec.owner_uid == owner_uid, RememberedSpec.spec_key == spec_key
+        )
+        with database_errors(self._path, "read"), self._engine.begin() as conn:
+            row = conn.execute(query).one_or_none()
+        return None if row is None else Remembered(*row)
+
+    def remember(
+        self, owner_uid: int, spec_key: str, grants_hash: str, grants_json: str
+    ) -> Remembered:
+        """Record (or replace) the approved grants of this owner's spec, approved now."""
+        _check_owner_uid(owner_uid)
+        _check_spec_key(spec_key)
+        _check_grants_hash(grants_hash)
+        _check_grants_json(grants_json)
+        approved_at = self._clock()
+        if approved_at.tzinfo is None or approved_at.utcoffset() is None:
+            raise ValueError("the clock gave a naive datetime: it must give an aware UTC one")
+        insert = sqlite_insert(RememberedSpec).values(
+            owner_uid=owner_uid,
+            spec_key=spec_key,
+            grants_hash=grants_hash,
+            grants_json=grants_json,
+            approved_at=approved_at,
+        )
+        upsert = insert.on_conflict_do_update(
+            index_elements=[RememberedSpec.owner_uid, RememberedSpec.spec_key],
+            set_={
+                "grants_hash": insert.excluded.grants_hash,
+                "grants_json": insert.excluded.grants_json,
+                "approved_at": insert.excluded.approved_at,
+            },
+        ).returning(*_COLUMNS)
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            row = conn.execute(upsert).one()
+        return Remembered(*row)
+
+    def forget(self, owner_uid: int, spec_key: str) -> bool:
+        """Forget this owner's spec; True if it was remembered."""
+        _check_owner_uid(owner_uid)
+        _check_spec_key(spec_key)
+        statement = delete(RememberedSpec).where(
+            RememberedSpec.owner_uid == owner_uid, RememberedSpec.spec_key == spec_key
+        )
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            deleted = conn.execute(statement).rowcount
+        return deleted > 0
+
+    def list_for(self, owner_uid: int) -> list[Remembered]:
+        """This owner's remembered specs, ordered by spec key."""
+        _check_owner_uid(owner_uid)
+        query = (
+            select(*_COLUMNS)
+            .where(RememberedSpec.owner_uid == owner_uid)
+            .order_by(RememberedSpec.spec_key)
+        )
+        with database_errors(self._path, "read"), self._engine.begin() as conn:
+            rows = conn.execute(query).all()
+        return [Remembered(*row) for row in rows]
+
+
+def _check_owner_uid(owner_uid: int) -> None:
+    if isinstance(owner_uid, bool) or not isinstance(owner_uid, int):
+        raise ValueError(f"owner_uid must be an int, not {type(owner_uid).__name__}")
+    if not 0 <= owner_uid <= MAX_UID:
+        raise ValueError(f"owner_uid must be a uid from 0 to {MAX_UID}, not {owner_uid}")
+
+
+def _check_spec_key(spec_key: str) -> None:
+    if not isinstance(spec_key, str):
+        raise ValueError(f"spec_key must be a str, not {type(spec_key).__name__}")
+    if not spec_key:
+        raise ValueError("spec_key must not be empty")
+    if "\x00" in spec_key:
+        raise ValueError("spec_key must not contain a NUL character")
+    if len(spec_key) > MAX_SPEC_KEY_CHARS:
+        raise ValueError(
+            f"spec_key is {len(spec_key)} characters long; the most is {MAX_SPEC_KEY_CHARS}"
+        )
+
+
+def _check_grants_hash(grants_hash: str) -> None:
+    if not isinstance(grants_hash, str) or not _GRANTS_HASH.fullmatch(grants_hash):
+        raise ValueError("grants_hash must be 64 lowercase hex digits (a SHA-256 digest)")
+
+
+def _check_grants_json(grants_json: str) -> None:
+    if not isinstance(grants_json, str):
+        raise ValueError(f"grants_json must be a str, not {type(grants_json).__name__}")
+    if len(grants_json) > MAX_GRANTS_JSON_CHARS:
+        raise ValueError(
+            f"grants_json is {len(grants_json)} characters long; the most is "
+            f"{MAX_GRANTS_JSON_CHARS}"
+        )
+    try:
+        json.loads(grants_json)
+    except ValueError as exc:
+        raise ValueError(f"grants_json is not a JSON document: {exc}") from exc
