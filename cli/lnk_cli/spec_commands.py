@@ -1,0 +1,111 @@
+"""`lnk spec show|approve|list`: what a spec opens, and approving it ahead of a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
+from lnk_shared.errors import EXIT_OK
+from lnk_shared.grants import Grants, ResolvedSpec
+from lnk_shared.opens import describe, grants_document
+from lnk_shared.paths import BoxPaths
+from lnk_shared.refusals import find_refusals, judge
+from lnk_shared.spec_flags import add_spec_arguments, spec_from_arguments
+
+__all__ = ["grants_from_arguments", "register"]
+
+
+def register(groups: Any) -> None:
+    spec = groups.add_parser("spec", help="what a spec opens; approve or list remembered specs")
+    commands = spec.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(spec))
+    spec.set_defaults(handler=lambda _args: _usage(spec))
+
+    show = commands.add_parser("show", help="print what a spec opens, and its hash")
+    add_spec_arguments(show)
+    show.add_argument("--json", action="store_true", help="a JSON document instead of a table")
+    show.set_defaults(handler=cmd_show)
+
+    approve = commands.add_parser("approve", help="print what a new or changed spec opens, ask")
+    add_spec_arguments(approve)
+    approve.add_argument("--yes", action="store_true", help="approve without asking")
+    approve.set_defaults(handler=cmd_approve)
+
+    listing = commands.add_parser("list", help="the specs you approved, with their hashes")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_list)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _resolve(args: argparse.Namespace) -> tuple[ResolvedSpec, JudgeContext]:
+    spec = spec_from_arguments(args)
+    ctx = context_for(os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source)
+    return resolve_spec(spec, ctx, path_env=os.environ.get("PATH", "")), ctx
+
+
+def grants_from_arguments(args: argparse.Namespace) -> Grants:
+    """Read, resolve and judge the spec the arguments give, as the calling user."""
+    return judge(*_resolve(args))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    resolved, ctx = _resolve(args)
+    refusals = find_refusals(resolved, ctx)
+    if refusals:
+        for refusal in refusals[1:]:
+            print(f"lnk: also {refusal}", file=sys.stderr)
+        raise refusals[0]
+    grants = judge(resolved, ctx)
+    if args.json:
+        json.dump(grants_document(grants), sys.stdout, indent=2, sort_keys=True)
+        print()
+        return EXIT_OK
+    print(f"spec: {resolved.source or '(flags only)'}")
+    print("opens:")
+    for line in describe(grants):
+        print(line)
+    print(f"hash: {grants.digest()}")
+    return EXIT_OK
+
+
+def _store() -> Any:
+    # Until the controller's API holds remembered specs (the wall's issue), the CLI opens the
+    # controller's database directly, so only a user who may write the state dir can approve.
+    from lnk_controller.db import open_database
+    from lnk_controller.remembered import RememberedSpecs
+
+    return RememberedSpecs(open_database(BoxPaths.from_env().controller_db))
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from lnk_cli.approval import confirm_grants
+
+    grants = grants_from_arguments(args)
+    already = confirm_grants(_store(), os.getuid(), grants, yes=args.yes)
+    state = "already approved" if already else "approved"
+    print(f"{state}: {grants.spec.source or 'the spec given by flags'} ({grants.digest()[:16]})")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = _store().list_for(os.getuid())
+    if args.json:
+        doc = [
+            {"spec": r.spec_key, "hash": r.grants_hash, "approved_at": r.approved_at.isoformat()}
+            for r in rows
+        ]
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+        return EXIT_OK
+    for r in rows:
+        print(f"{r.grants_hash[:16]}  {r.approved_at:%Y-%m-%d %H:%M}  {r.spec_key}")
+    if not rows:
+        print("no approved specs")
+    return EXIT_OK

@@ -1,0 +1,119 @@
+"""What a spec opens, told to a person: a table of grants (links shown with where they really
+are) and, for a spec that changed since it was approved, what changed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lnk_shared.grants import Grants, ResolvedPath
+
+__all__ = ["describe", "describe_changes", "grants_document"]
+
+_SECTION_TITLES = {
+    "read": "read",
+    "write": "write",
+    "commands": "run",
+    "internet": "internet",
+    "network": "network",
+    "lan": "lan",
+    "browser": "browser",
+    "localhost_ports": "localhost port",
+    "with_fds": "passed folder",
+    "hidden": "hidden inside",
+    "read_only_inside": "read-only inside",
+}
+
+
+def _path_line(kind: str, p: ResolvedPath) -> str:
+    line = f"  {kind:<15} {p.written}"
+    if p.written != p.real:
+        line += f"  ->  {p.real}"
+    for hop in p.links:
+        line += f"\n  {'':<15}   (link {hop.link} -> {hop.target}, owner uid {hop.owner_uid})"
+    return line
+
+
+def describe(grants: Grants) -> list[str]:
+    """Lines telling what the sandbox opens; an empty spec says it opens nothing."""
+    s = grants.spec
+    lines: list[str] = []
+    lines += [_path_line("read", p) for p in s.read]
+    lines += [_path_line("write", p) for p in s.write]
+    lines += [_path_line(f"fd {f.fd} {'write' if f.write else 'read'}", f.path) for f in s.with_fds]
+    if s.commands_any:
+        lines.append(f"  {'run':<15} any program (only the exec limit is lifted)")
+    else:
+        lines += [_path_line("run", p) for p in s.commands]
+    if s.network_host:
+        lines.append(f"  {'network':<15} host: every host and port, this machine's included")
+    if s.internet_any:
+        lines.append(f"  {'internet':<15} * (any public host, through the proxy)")
+    lines += [f"  {'internet':<15} {h}" for h in s.internet]
+    if s.lan_any:
+        lines.append(f"  {'lan':<15} * (every private network, through the proxy)")
+    lines += [f"  {'lan':<15} {e}" for e in s.lan]
+    lines += [f"  {'browser':<15} {h}" for h in s.browser]
+    lines += [
+        f"  {'localhost port':<15} {p} (whatever serves it, with its whole API)" for p in s.ports
+    ]
+    lines += [f"  {'hidden inside':<15} {h}" for h in grants.hidden]
+    if not lines:
+        lines.append("  nothing: no folders, no network, no programs but the one it runs")
+    elif not s.commands and not s.commands_any:
+        lines.append(f"  {'run':<15} only the program named to run (and its #! interpreter)")
+    return lines
+
+
+def grants_document(grants: Grants) -> dict[str, Any]:
+    """The JSON form of `lnk spec show --json`: canonical grants, hash, and how paths resolved."""
+    s = grants.spec
+
+    def path(p: ResolvedPath) -> dict[str, Any]:
+        return {
+            "written": p.written,
+            "real": p.real,
+            "links": [
+                {"link": h.link, "target": h.target, "owner_uid": h.owner_uid} for h in p.links
+            ],
+        }
+
+    return {
+        "spec": s.source,
+        "hash": grants.digest(),
+        "grants": grants.canonical(),
+        "paths": {
+            "read": [path(p) for p in s.read],
+            "write": [path(p) for p in s.write],
+            "commands": [path(p) for p in s.commands],
+        },
+    }
+
+
+def describe_changes(previous_json: str, grants: Grants) -> list[str]:
+    """Lines telling what opens or closes compared with the approved canonical document."""
+    try:
+        before: dict[str, Any] = json.loads(previous_json)
+    except ValueError:
+        before = {}
+    after = grants.canonical()
+    lines: list[str] = []
+    for key, title in _SECTION_TITLES.items():
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        old_set = set(_items(old))
+        new_set = set(_items(new))
+        lines += [f"  + {title:<15} {item}" for item in sorted(new_set - old_set)]
+        lines += [f"  - {title:<15} {item}" for item in sorted(old_set - new_set)]
+    if before.get("version") != after.get("version"):
+        lines.append("  (the box's way of recording grants changed, so it asks again)")
+    return lines or ["  (nothing visible changed)"]
+
+
+def _items(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [" ".join(map(str, v)) if isinstance(v, list) else str(v) for v in value]
+    return [str(value)]

@@ -1,0 +1,181 @@
+"""The rules a spec's grants must pass before anything runs: pure functions, no I/O.
+
+Every comparison is between real paths (resolved through links on both sides), so another
+spelling of the same place (`~/x`, `/home/u/x`, a link to it, `a/../x`) meets the same rule.
+`judge` raises the first refusal; `find_refusals` lists them all (for `lnk spec show`).
+
+What these rules do NOT do: look inside granted folders (a socket or a link deep inside one is
+the wall's to contain), or check that the owner may read what is named (discovery runs with the
+owner's credentials for that). Project dot entries that do not exist yet are listed in
+`read_only_inside` all the same; keeping them from being created is the wall's job.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lnk_shared.discovery import JudgeContext
+from lnk_shared.errors import (
+    CommandRefused,
+    LinkRefused,
+    OutsideCodeRefused,
+    RefusedError,
+    SelfWideningRefused,
+    SettingsGrantRefused,
+    SocketGrantRefused,
+)
+from lnk_shared.grants import Grants, ResolvedPath, ResolvedSpec
+from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SYSTEM_DIRS, TEMP_DIRS
+
+__all__ = ["find_refusals", "inside", "judge"]
+
+ROOT_UID = 0
+
+
+def inside(path: str, folder: str) -> bool:
+    """True when `path` is `folder` or below it (both absolute and normalized)."""
+    if folder == "/":
+        return True
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _label(p: ResolvedPath, key: str) -> str:
+    if p.written == p.real:
+        return f"{key} {p.written}"
+    return f"{key} {p.written} (really {p.real})"
+
+
+def _settings(ctx: JudgeContext) -> list[tuple[str, str]]:
+    named = [(ctx.user_settings, "the box's settings (~/.lnk)")]
+    named += [(d, "the box's own folder") for d in ctx.box_dirs]
+    named += [(d, "agents' folders") for d in ctx.agent_folders]
+    return named
+
+
+def _check_settings(
+    p: ResolvedPath, key: str, write: bool, ctx: JudgeContext
+) -> RefusedError | None:
+    for protected, what in _settings(ctx):
+        if inside(p.real, protected):
+            return SettingsGrantRefused(_label(p, key), f"it opens {what}, closed to every sandbox")
+        if write and inside(protected, p.real):
+            return SettingsGrantRefused(
+                _label(p, key), f"it holds {protected} ({what}), which no sandbox may write"
+            )
+    return None
+
+
+def _check_sockets(p: ResolvedPath, key: str, ctx: JudgeContext) -> RefusedError | None:
+    if p.is_socket:
+        return SocketGrantRefused(_label(p, key), "it is a socket: another program's way in")
+    for folder in ctx.socket_dirs:
+        if inside(p.real, folder) or inside(folder, p.real):
+            return SocketGrantRefused(
+                _label(p, key), f"it opens {folder}, where other programs keep their sockets"
+            )
+    return None
+
+
+def _check_outside_code(p: ResolvedPath, key: str, ctx: JudgeContext) -> RefusedError | None:
+    label = _label(p, key)
+    real = p.real
+    if inside(ctx.home, real):
+        return OutsideCodeRefused(label, "it holds your home's dot files, which run outside")
+    if inside(real, ctx.home) and real != ctx.home:
+        first = real[len(ctx.home) :].lstrip("/").split("/")[0]
+        if first.startswith("."):
+            return OutsideCodeRefused(label, f"~/{first} is a home dot folder; it runs outside")
+    for folder in ctx.path_dirs:
+        if inside(real, folder) or inside(folder, real):
+            return OutsideCodeRefused(label, f"{folder} is on PATH; programs there run outside")
+    for folder in SYSTEM_DIRS:
+        if inside(real, folder) or inside(folder, real):
+            return OutsideCodeRefused(label, f"{folder} is a system folder")
+    parts = real.split("/")
+    for entry in PROJECT_RUN_DOT_ENTRIES:
+        head = entry.split("/")
+        for i in range(len(parts) - len(head) + 1):
+            if parts[i : i + len(head)] == head:
+                return OutsideCodeRefused(label, f"{entry} is a project file that tools run")
+        if parts[-1] == head[0] and len(head) > 1:
+            return OutsideCodeRefused(label, f"it holds {entry}, a project file that tools run")
+    return None
+
+
+def _check_self_widening(p: ResolvedPath, key: str, ctx: JudgeContext) -> RefusedError | None:
+    if ctx.spec_file is None:
+        return None
+    # Holding the file means being the file, its folder or a parent of it.
+    if inside(ctx.spec_file, p.real):
+        return SelfWideningRefused(
+            _label(p, key), f"it could rewrite this spec ({ctx.spec_file}) and widen its next run"
+        )
+    return None
+
+
+def _check_links(p: ResolvedPath, key: str) -> RefusedError | None:
+    for hop in p.links:
+        if hop.owner_uid != ROOT_UID:
+            return LinkRefused(
+                _label(p, key),
+                f"the link {hop.link} -> {hop.target} is owned by uid {hop.owner_uid}, not root; "
+                "name the real path instead",
+            )
+    return None
+
+
+def _check_command(p: ResolvedPath, spec: ResolvedSpec, ctx: JudgeContext) -> RefusedError | None:
+    label = _label(p, "commands.allow")
+    writable = [w.real for w in spec.write] + [f.path.real for f in spec.with_fds if f.write]
+    for folder in writable:
+        if inside(p.real, folder) or inside(folder, p.real):
+            return CommandRefused(label, f"the sandbox may write {folder}, so it could replace it")
+    for folder in TEMP_DIRS:
+        if inside(p.real, folder) or inside(folder, p.real):
+            return CommandRefused(label, f"{folder} is a shared scratch folder anyone writes")
+    return None
+
+
+def find_refusals(spec: ResolvedSpec, ctx: JudgeContext) -> list[RefusedError]:
+    """Every rule the spec breaks, in a stable order (settings first)."""
+    found: list[RefusedError | None] = []
+    reads = [(p, "folders.read", False) for p in spec.read]
+    writes = [(p, "folders.write", True) for p in spec.write]
+    fds = [(f.path, f"--with-fd {f.fd}", f.write) for f in spec.with_fds]
+    for p, key, write in (*reads, *writes, *fds):
+        found.append(_check_links(p, key))
+        found.append(_check_settings(p, key, write, ctx))
+        found.append(_check_sockets(p, key, ctx))
+        if write:
+            found.append(_check_outside_code(p, key, ctx))
+            found.append(_check_self_widening(p, key, ctx))
+    for p in spec.commands:
+        found.append(_check_links(p, "commands.allow"))
+        found.append(_check_settings(p, "commands.allow", False, ctx))
+        found.append(_check_command(p, spec, ctx))
+    return [r for r in found if r is not None]
+
+
+def _hidden(spec: ResolvedSpec, ctx: JudgeContext) -> tuple[str, ...]:
+    granted = [p.real for p in (*spec.read, *spec.write)] + [f.path.real for f in spec.with_fds]
+    hidden = {
+        protected
+        for protected, _ in _settings(ctx)
+        for folder in granted
+        if inside(protected, folder) and protected != folder
+    }
+    return tuple(sorted(hidden))
+
+
+def _read_only_inside(spec: ResolvedSpec) -> tuple[str, ...]:
+    folders = [p.real for p in spec.write if p.is_dir]
+    folders += [f.path.real for f in spec.with_fds if f.write]
+    return tuple(sorted({os.path.join(f, e) for f in folders for e in PROJECT_RUN_DOT_ENTRIES}))
+
+
+def judge(spec: ResolvedSpec, ctx: JudgeContext) -> Grants:
+    """Return the grants if every rule passes; raise the first refusal otherwise."""
+    refusals = find_refusals(spec, ctx)
+    if refusals:
+        raise refusals[0]
+    return Grants(spec=spec, hidden=_hidden(spec, ctx), read_only_inside=_read_only_inside(spec))

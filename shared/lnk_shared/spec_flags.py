@@ -1,0 +1,112 @@
+"""The spec's command-line flags, shared by every command that makes a sandbox.
+
+Each flag is the equivalent of a spec section; flags and `--spec FILE` merge into one spec
+through the same checks (`SpecBuilder`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from lnk_shared.spec import Origin, Spec, SpecBuilder
+from lnk_shared.spec_file import load_spec_file
+
+__all__ = ["add_spec_arguments", "spec_from_arguments"]
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("what the sandbox opens (each flag = a spec section)")
+    group.add_argument("--spec", metavar="FILE", help="a TOML spec file")
+    group.add_argument(
+        "--read",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="[folders] read: a folder or file, read-only",
+    )
+    group.add_argument(
+        "--write",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="[folders] write: a folder, read-write",
+    )
+    group.add_argument(
+        "--internet-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help='[internet] hosts: name, "*.name", name:port, or "*"',
+    )
+    group.add_argument(
+        "--network-mode",
+        choices=["host"],
+        help="[network] mode: host shares this machine's network (no proxy)",
+    )
+    group.add_argument(
+        "--lan-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help='[lan] hosts: private name, address, range, or "*"',
+    )
+    group.add_argument(
+        "--browser-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="[browser] hosts: a host whose pages may be asked to open",
+    )
+    group.add_argument(
+        "--port",
+        action="append",
+        default=[],
+        metavar="PORT",
+        help="[localhost] ports: a port of this machine served inside",
+    )
+    group.add_argument(
+        "--command",
+        action="append",
+        default=[],
+        metavar="PROGRAM",
+        help='[commands] allow: a program name or path, or "*"',
+    )
+    group.add_argument(
+        "--with-fd",
+        action="append",
+        default=[],
+        metavar="FD:read|write",
+        help="a folder passed open on descriptor FD, judged as a spec's folders",
+    )
+
+
+def spec_from_arguments(args: argparse.Namespace, *, cwd: str | None = None) -> Spec:
+    """Merge `--spec FILE` (if any) with the flags into one validated spec."""
+    cwd = cwd if cwd is not None else os.getcwd()
+    builder = SpecBuilder()
+    if args.spec:
+        load_spec_file(args.spec, builder)
+
+    def origin(flag: str) -> Origin:
+        return Origin("command line", flag)
+
+    for text in args.read:
+        builder.add_read(text, cwd, origin("--read"))
+    for text in args.write:
+        builder.add_write(text, cwd, origin("--write"))
+    for text in args.internet_host:
+        builder.add_internet(text, origin("--internet-host"))
+    if args.network_mode:
+        builder.set_network_mode(args.network_mode, origin("--network-mode"))
+    for text in args.lan_host:
+        builder.add_lan(text, origin("--lan-host"))
+    for text in args.browser_host:
+        builder.add_browser(text, origin("--browser-host"))
+    for text in args.port:
+        builder.add_port(text, origin("--port"))
+    for text in args.command:
+        builder.add_command(text, cwd, origin("--command"))
+    for text in args.with_fd:
+        builder.add_fd(text, origin("--with-fd"))
+    return builder.build()

@@ -1,0 +1,159 @@
+"""The installed `lnk spec` commands, end to end: show, refuse, approve on a real terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+Box = Any  # the `box` fixture of tests/e2e/conftest.py
+
+PROMPT = b"[y/N]"
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    (project / "out").mkdir(parents=True)
+    spec = tmp_path / "specs" / "project.toml"
+    spec.parent.mkdir()
+    spec.write_text(
+        "# a project\n"
+        f'[folders]\nread = ["{project}"]\nwrite = ["{project}/out"]\n'
+        '[internet]\nhosts = ["PyPI.org.", "*.pythonhosted.org"]\n'
+        '[commands]\nallow = ["python3"]\n'
+    )
+    return spec
+
+
+def _approve_on_terminal(box: Box, spec: Path, answer: str) -> tuple[int, str]:
+    """Run `lnk spec approve` with a real pty as its terminal and answer its question."""
+    main, secondary = os.openpty()
+    proc = subprocess.Popen(
+        [str(box.lnk_path), "spec", "approve", "--spec", str(spec)],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=box.env,
+        start_new_session=True,
+    )
+    os.close(secondary)
+    seen = b""
+    deadline = time.monotonic() + 30
+    answered = False
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            if PROMPT in seen and not answered:
+                os.write(main, answer.encode() + b"\n")
+                answered = True
+            if proc.poll() is not None and not ready:
+                break
+        return proc.wait(timeout=30), seen.decode(errors="replace")
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_help_documents_exit_statuses(box: Box) -> None:
+    result = box.lnk("--help")
+    assert result.returncode == 0
+    for line in ("0  ok", "2  usage error", "3  refused by a rule"):
+        assert line in result.stdout
+
+
+def test_show_prints_resolved_grants_and_hash(box: Box, tmp_path: Path) -> None:
+    spec = _project(tmp_path)
+    result = box.lnk("spec", "show", "--spec", str(spec), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["grants"]["internet"] == ["*.pythonhosted.org", "pypi.org"]
+    assert len(doc["hash"]) == 64
+    assert doc["grants"]["commands"] == [os.path.realpath("/usr/bin/python3")]
+
+
+def test_refused_spec_exits_3_naming_rule_and_entry(box: Box, tmp_path: Path) -> None:
+    dot_folder = Path(tempfile.mkdtemp(prefix=".lnk-e2e-", dir=Path.home()))
+    try:
+        result = box.lnk("spec", "show", "--write", str(dot_folder))
+    finally:
+        dot_folder.rmdir()
+    assert result.returncode == 3
+    assert "code-runs-outside" in result.stderr
+    assert dot_folder.name in result.stderr
+
+
+def test_bad_spec_exits_2_naming_file_line_and_key(box: Box, tmp_path: Path) -> None:
+    spec = tmp_path / "bad.toml"
+    spec.write_text('[folders]\nread = ["/srv"]\n\n[internet]\nhostz = ["a.example"]\n')
+    result = box.lnk("spec", "show", "--spec", str(spec))
+    assert result.returncode == 2
+    assert f"{spec}:5: internet.hostz: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_approve_without_terminal_or_yes_is_refused(box: Box, tmp_path: Path) -> None:
+    spec = _project(tmp_path)
+    result = box.lnk("spec", "approve", "--spec", str(spec), input="y\n")
+    assert result.returncode == 1
+    assert "no terminal" in result.stderr
+    assert box.lnk("spec", "list").stdout.strip() == "no approved specs"
+
+
+def test_approve_asks_once_and_again_only_when_grants_change(box: Box, tmp_path: Path) -> None:
+    spec = _project(tmp_path)
+
+    status, screen = _approve_on_terminal(box, spec, "n")
+    assert status == 1, screen
+    assert "has not run here before" in screen
+
+    status, screen = _approve_on_terminal(box, spec, "y")
+    assert status == 0, screen
+    assert "pypi.org" in screen
+
+    # A comment and a reordering change nothing it opens: no question.
+    text = spec.read_text().replace("# a project", "# renamed, with a comment")
+    spec.write_text(
+        text.replace('"PyPI.org.", "*.pythonhosted.org"', '"*.pythonhosted.org", "pypi.org"')
+    )
+    quiet = box.lnk("spec", "approve", "--spec", str(spec))
+    assert quiet.returncode == 0, quiet.stderr
+    assert "already approved" in quiet.stdout
+
+    # A new grant asks again, showing what changed.
+    spec.write_text(spec.read_text().replace('"pypi.org"]', '"pypi.org", "files.example.org"]'))
+    status, screen = _approve_on_terminal(box, spec, "y")
+    assert status == 0, screen
+    assert "opens something else" in screen
+    assert "+ internet" in screen and "files.example.org" in screen
+
+
+def test_link_retargeted_under_granted_folder_asks_again(box: Box, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "a").mkdir(parents=True)
+    (data / "b").mkdir()
+    (data / "current").symlink_to(data / "a")
+    spec = tmp_path / "specs" / "data.toml"
+    spec.parent.mkdir()
+    spec.write_text(f'[folders]\nread = ["{data}/current"]\n')
+    assert box.lnk("spec", "approve", "--yes", "--spec", str(spec)).returncode == 0
+    assert "already approved" in box.lnk("spec", "approve", "--spec", str(spec)).stdout
+
+    (data / "current").unlink()
+    (data / "current").symlink_to(data / "b")
+    result = box.lnk("spec", "approve", "--spec", str(spec))
+    assert result.returncode == 1
+    assert "+ read" in result.stderr and str(data / "b") in result.stderr
