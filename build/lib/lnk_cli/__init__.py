@@ -1,1 +1,0 @@
-"""lnk_cli: the `lnk` command, a thin unprivileged client."""

@@ -1,1 +1,0 @@
-"""lnk_controller: the only privileged service (sandbox lifecycle, remembered specs)."""

@@ -1,1 +1,0 @@
-"""lnk_proxy: the filtering proxy, every sandbox's one way out."""
