@@ -1,0 +1,266 @@
+"""The confiner's seccomp filter: a deny-list over syscalls the sandbox has no use for.
+
+Trusts: the kernel, and `libseccomp.so.2` (loaded through ctypes) to compile the rules below
+into BPF faithfully for the native architecture.
+
+What it does: `apply_filter` loads a filter whose default is ALLOW and which makes each call in
+`DENIED_SYSCALLS` fail (EPERM unless noted) before the kernel acts on it: kernel keyrings, BPF,
+perf, userfaultfd, ptrace and cross-process memory access, new namespaces (`unshare`, `setns`,
+`clone` with any `CLONE_NEW*` flag), every mount call, io_uring (its ring runs syscalls the
+filter never sees), personality changes, module and kexec loading, swap, reboot, accounting,
+quotas, file handles, chroot, the kernel log, `TIOCSTI`/`TIOCLINUX` (typing into a terminal),
+vsock sockets (a way to the hypervisor) and MPTCP sockets (which Landlock's TCP rules do not
+cover). `clone3` fails with ENOSYS so libc falls back to `clone`, whose flags a filter can see
+(clone3 keeps them in memory). Syscalls of any other ABI (i386 via `int 0x80`, x32 on x86_64,
+32-bit arm on aarch64) kill the process: no rule here was written for their numbers.
+
+Security limitations: it does NOT stop
+- anything not listed: it is a deny-list; the wall is Landlock plus the namespaces bwrap made;
+- what a syscall does with memory it points at (a filter cannot read pointers): only the
+  register arguments named above are checked;
+- `personality(PER_LINUX)` and the `0xffffffff` query, which stay allowed for libc;
+- `memfd_create` + `execve("/proc/self/fd/N")`, `mmap(PROT_EXEC)`, UDP, raw sockets (they need
+  CAP_NET_RAW, which bwrap drops) and netlink (iproute needs it).
+
+The caller must know: the filter covers every thread (`SCMP_FLTATR_CTL_TSYNC`; the load fails
+rather than leave one out), sets no_new_privs, and stays in force across execve and fork.
+`libseccomp.so.2` is loaded at `apply_filter` time, so it must be readable then (under /usr).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+
+from lnk_shared.errors import LaunchRefused
+
+__all__ = ["DENIED_SYSCALLS", "SUPPORTED_MACHINES", "apply_filter"]
+
+LIBSECCOMP = "libseccomp.so.2"  # the soname Debian's libseccomp2 ships
+
+# Machines we wrote and tested the rules for, with the AUDIT_ARCH that libseccomp reports.
+SUPPORTED_MACHINES = {
+    "x86_64": 0xC000003E,  # AUDIT_ARCH_X86_64
+    "aarch64": 0xC00000B7,  # AUDIT_ARCH_AARCH64
+}
+
+# libseccomp actions and attributes (seccomp.h).
+_ACT_ALLOW = 0x7FFF0000  # SCMP_ACT_ALLOW: the default, this is a deny-list
+_ACT_KILL_PROCESS = 0x80000000  # SCMP_ACT_KILL_PROCESS: for syscalls of a foreign ABI
+_ACT_ERRNO = 0x00050000  # SCMP_ACT_ERRNO(e) = this | e: fail the call with errno e
+_FLTATR_ACT_BADARCH = 2  # attribute: action for a syscall from an architecture not in the filter
+_FLTATR_CTL_NNP = 3  # attribute: set no_new_privs before loading
+_FLTATR_CTL_TSYNC = 4  # attribute: apply the filter to every thread of the process
+_CMP_MASKED_EQ = 7  # SCMP_CMP_MASKED_EQ: (argument & datum_a) == datum_b
+
+_NR_SCMP_ERROR = -1  # seccomp_syscall_resolve_name: no syscall of that name at all
+_LOW32 = 0xFFFFFFFF  # the kernel reads int/unsigned-int arguments from the low 32 bits only
+
+# clone() flags that make a namespace: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
+# NEWNET (together 0x7E020000) and CLONE_NEWTIME (0x80). One rule per bit: rules are OR-ed.
+_CLONE_NEW_FLAGS = (
+    0x00020000,  # CLONE_NEWNS
+    0x02000000,  # CLONE_NEWCGROUP
+    0x04000000,  # CLONE_NEWUTS
+    0x08000000,  # CLONE_NEWIPC
+    0x10000000,  # CLONE_NEWUSER
+    0x20000000,  # CLONE_NEWPID
+    0x40000000,  # CLONE_NEWNET
+    0x00000080,  # CLONE_NEWTIME
+)
+_TIOCSTI = 0x5412  # ioctl: push a byte into the terminal's input, as if typed
+_TIOCLINUX = 0x541C  # ioctl: console tricks, including pasting the selection as input
+_AF_VSOCK = 40  # socket family: virtio/VMCI sockets to the hypervisor and host
+_IPPROTO_MPTCP = 262  # socket protocol: multipath TCP, not covered by Landlock's TCP rules
+
+# (syscall, why) for every call the filter refuses outright.
+_BLANKET: tuple[tuple[str, str], ...] = (
+    ("keyctl", "kernel keyrings outlive the sandbox and are shared by uid"),
+    ("add_key", "kernel keyrings outlive the sandbox and are shared by uid"),
+    ("request_key", "kernel keyrings; can call out to a helper on the host"),
+    ("bpf", "loads programs into the kernel; a large attack surface"),
+    ("perf_event_open", "reads kernel and other processes' activity; a large attack surface"),
+    ("userfaultfd", "lets a process stall the kernel mid-copy, a classic exploit aid"),
+    ("ptrace", "inspects and drives other processes"),
+    ("process_vm_readv", "reads another process's memory"),
+    ("process_vm_writev", "writes another process's memory"),
+    ("unshare", "new namespaces: the sandbox must not make its own user or mount namespace"),
+    ("setns", "joins another namespace"),
+    ("mount", "changes the filesystem view"),
+    ("umount2", "uncovers what a mount hides"),
+    ("pivot_root", "changes the root"),
+    ("fsopen", "new mount API"),
+    ("fsconfig", "new mount API"),
+    ("fsmount", "new mount API"),
+    ("fspick", "new mount API"),
+    ("move_mount", "new mount API"),
+    ("open_tree", "new mount API; clones mounts"),
+    ("mount_setattr", "new mount API; changes mount flags"),
+    ("io_uring_setup", "io_uring runs operations the filter never sees"),
+    ("io_uring_enter", "io_uring runs operations the filter never sees"),
+    ("io_uring_register", "io_uring runs operations the filter never sees"),
+    ("kexec_load", "replaces the running kernel"),
+    ("kexec_file_load", "replaces the running kernel"),
+    ("init_module", "loads kernel code"),
+    ("finit_module", "loads kernel code"),
+    ("delete_module", "unloads kernel code"),
+    ("swapon", "host memory configuration"),
+    ("swapoff", "host memory configuration"),
+    ("reboot", "host power state"),
+    ("acct", "host process accounting"),
+    ("quotactl", "host disk quotas"),
+    ("lookup_dcookie", "kernel profiling interface"),
+    ("open_by_handle_at", "opens files by handle, bypassing path checks"),
+    ("name_to_handle_at", "makes the handles open_by_handle_at uses"),
+    ("chroot", "changes the root; with a writable folder, an escape aid"),
+    ("syslog", "reads the kernel log"),
+    ("vhangup", "hangs up the terminal of other sessions"),
+)
+
+# A comparison (arg index, op, datum_a, datum_b); a rule fires when all of its comparisons hold
+# (libseccomp allows one comparison per argument); an entry fires when any of its rules does.
+_Cmp = tuple[int, int, int, int]
+_Rules = tuple[tuple[_Cmp, ...], ...]
+_ALWAYS: _Rules = ((),)
+
+
+def _low32_is(arg: int, value: int) -> _Rules:
+    return (((arg, _CMP_MASKED_EQ, _LOW32, value),),)
+
+
+def _personality_changes() -> _Rules:
+    # The kernel reads the low 32 bits. They are neither 0 (PER_LINUX) nor all ones (the query)
+    # exactly when some bit is 1 and the next bit up (cyclically) is 0: one rule per bit.
+    return tuple(
+        ((0, _CMP_MASKED_EQ, (1 << bit) | (1 << ((bit + 1) % 32)), 1 << bit),) for bit in range(32)
+    )
+
+
+# (syscall, why, errno, rules) for the calls refused only with some arguments, and clone3.
+_ARG_RULES: tuple[tuple[str, str, int, _Rules], ...] = (
+    (
+        "clone",
+        "with any CLONE_NEW* flag: new namespaces",
+        errno.EPERM,
+        tuple(((0, _CMP_MASKED_EQ, bit, bit),) for bit in _CLONE_NEW_FLAGS),
+    ),
+    (
+        "clone3",
+        "always ENOSYS: its flags hide in memory; libc falls back to clone",
+        errno.ENOSYS,
+        _ALWAYS,
+    ),
+    ("ioctl", "TIOCSTI: types into the terminal", errno.EPERM, _low32_is(1, _TIOCSTI)),
+    ("ioctl", "TIOCLINUX: console selection paste", errno.EPERM, _low32_is(1, _TIOCLINUX)),
+    (
+        "socket",
+        "AF_VSOCK (EAFNOSUPPORT): a way to the hypervisor",
+        errno.EAFNOSUPPORT,
+        _low32_is(0, _AF_VSOCK),
+    ),
+    (
+        "socket",
+        "IPPROTO_MPTCP (EPROTONOSUPPORT): not covered by Landlock's TCP rules",
+        errno.EPROTONOSUPPORT,
+        _low32_is(2, _IPPROTO_MPTCP),
+    ),
+    (
+        "personality",
+        "anything but PER_LINUX or the 0xffffffff query: no ASLR, readable-implies-executable",
+        errno.EPERM,
+        _personality_changes(),
+    ),
+)
+
+DENIED_SYSCALLS: tuple[tuple[str, str], ...] = _BLANKET + tuple(
+    (name, why) for name, why, _errno, _rules in _ARG_RULES
+)
+
+
+class _ArgCmp(ctypes.Structure):
+    """struct scmp_arg_cmp."""
+
+    _fields_ = (
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    )
+
+
+def _load_library() -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL(LIBSECCOMP, use_errno=True)
+    except OSError as exc:
+        raise LaunchRefused(
+            "seccomp", f"libseccomp is missing or unreadable ({exc}); install libseccomp2"
+        ) from exc
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.restype = None
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    lib.seccomp_attr_set.restype = ctypes.c_int
+    lib.seccomp_arch_native.argtypes = []
+    lib.seccomp_arch_native.restype = ctypes.c_uint32
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_syscall_resolve_name.restype = ctypes.c_int
+    # The array form, not the variadic seccomp_rule_add: no structs by value through varargs.
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
+    lib.seccomp_rule_add_array.restype = ctypes.c_int
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_load.restype = ctypes.c_int
+    return lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        name = errno.errorcode.get(-rc, f"error {rc}")
+        raise LaunchRefused("seccomp", f"seccomp filter: {what} failed: {name}")
+
+
+def apply_filter(*, pretend_machine: str | None = None) -> None:
+    """Load the deny-list filter into this process (all threads); raise rather than go on.
+
+    `pretend_machine` (tests only) stands in for `os.uname().machine` to see the refusal.
+    """
+    machine = os.uname().machine if pretend_machine is None else pretend_machine
+    if machine not in SUPPORTED_MACHINES:
+        raise LaunchRefused("seccomp", f"seccomp filter: unsupported architecture {machine}")
+    lib = _load_library()
+    native = lib.seccomp_arch_native()
+    if native != SUPPORTED_MACHINES[machine]:
+        raise LaunchRefused(
+            "seccomp", f"seccomp filter: libseccomp's native arch {native:#x} is not {machine}"
+        )
+    ctx = lib.seccomp_init(_ACT_ALLOW)
+    if not ctx:
+        raise LaunchRefused("seccomp", "seccomp filter: seccomp_init failed")
+    try:
+        _check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS), "bad-arch action")
+        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 1), "no_new_privs")
+        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_TSYNC, 1), "thread sync")
+        entries = [(name, errno.EPERM, _ALWAYS) for name, _why in _BLANKET]
+        entries += [(name, number, rules) for name, _why, number, rules in _ARG_RULES]
+        for name, number, rules in entries:
+            nr = lib.seccomp_syscall_resolve_name(name.encode())
+            if nr == _NR_SCMP_ERROR:
+                raise LaunchRefused(
+                    "seccomp", f"seccomp filter: libseccomp does not know syscall {name}"
+                )
+            if nr < 0:
+                continue  # a pseudo-number: the syscall does not exist on this architecture
+            for cmps in rules:
+                array = (_ArgCmp * max(len(cmps), 1))(*(_ArgCmp(*cmp) for cmp in cmps))
+                rc = lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | number, nr, len(cmps), array)
+                _check(rc, f"rule for {name}")
+        _check(lib.seccomp_load(ctx), "load")
+    finally:
+        lib.seccomp_release(ctx)

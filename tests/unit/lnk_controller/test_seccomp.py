@@ -1,0 +1,314 @@
+"""seccomp attacks: a fresh Python child loads the filter, then tries what it refuses.
+
+Each attack runs twice, unconfined and confined, so a denial is the filter's and not the
+kernel's (root may do all of these unconfined). The unconfined run is chosen to be harmless:
+mount targets a missing path, bpf and io_uring get null arguments, clone3 a null struct.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lnk_controller
+import lnk_shared
+from lnk_controller import seccomp
+
+pytestmark = pytest.mark.needs_root
+
+PRELUDE = """
+import ctypes, errno, json, mmap, os, signal, socket, subprocess, sys, threading
+from lnk_controller import landlock, seccomp
+from lnk_shared.errors import LaunchRefused
+ARGS = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+results = {}
+
+def attempt(label, fn):
+    try:
+        value = fn()
+    except OSError as exc:
+        results[label] = errno.errorcode[exc.errno]
+    except LaunchRefused as exc:
+        results[label] = "LaunchRefused: " + str(exc)
+    else:
+        results[label] = "OK" if value is None else value
+
+def sys_call(*args):
+    rc = libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    if rc < 0:
+        raise OSError(ctypes.get_errno(), "syscall")
+    return rc
+
+def call(*args):
+    sys_call(*args)
+
+def in_fork(fn):
+    # a forked child, so a namespace it makes does not change the later attacks
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+        except OSError as exc:
+            os._exit(exc.errno)
+        os._exit(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code:
+        raise OSError(code, "in child")
+"""
+
+ATTACKS = """
+CLONE_NEWUSER, SIGCHLD, HIGH_BIT = 0x10000000, 17, 1 << 32
+
+def clone_raw(flags):
+    pid = sys_call(56, flags, 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+def ptrace_attach():
+    # a forked target, reaped by hand: Popen would read the attach-stop as an exit
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            signal.pause()
+    try:
+        sys_call(101, 16, pid, 0, 0)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        while not os.WIFSIGNALED(os.waitpid(pid, 0)[1]):
+            pass
+
+def tiocsti(request):
+    _main, tty = os.openpty()
+    byte = ctypes.c_char(b"x")
+    sys_call(16, tty, request, ctypes.byref(byte))
+
+def make_socket(*args):
+    socket.socket(*args).close()
+
+def thread():
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+
+def fork():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    return os.waitpid(pid, 0)[1] >> 8
+
+if ARGS["confined"]:
+    seccomp.apply_filter()
+attempt("unshare CLONE_NEWUSER", lambda: in_fork(lambda: call(272, CLONE_NEWUSER)))
+attempt("clone CLONE_NEWUSER", lambda: clone_raw(CLONE_NEWUSER | SIGCHLD))
+attempt("clone CLONE_NEWUSER, high bit", lambda: clone_raw(HIGH_BIT | CLONE_NEWUSER | SIGCHLD))
+attempt("clone3", lambda: sys_call(435, 0, 0))
+NONE, MISSING, TMPFS = (ctypes.c_char_p(b) for b in (b"none", b"/nonexistent-lnk", b"tmpfs"))
+attempt("mount", lambda: sys_call(165, NONE, MISSING, TMPFS, 0, 0))
+attempt("keyctl", lambda: call(250, 0, -3, 0))
+attempt("bpf", lambda: sys_call(321, 0, 0, 0))
+attempt("io_uring_setup", lambda: sys_call(425, 1, 0))
+attempt("ptrace attach", ptrace_attach)
+attempt("ioctl TIOCSTI", lambda: tiocsti(0x5412))
+attempt("ioctl TIOCSTI with a high bit", lambda: tiocsti(HIGH_BIT | 0x5412))
+attempt("socket AF_VSOCK", lambda: make_socket(40, socket.SOCK_STREAM))
+attempt("socket IPPROTO_MPTCP", lambda: make_socket(socket.AF_INET, socket.SOCK_STREAM, 262))
+attempt("personality ADDR_NO_RANDOMIZE", lambda: call(135, 0x0040000))
+attempt("personality PER_LINUX32", lambda: call(135, 0x0008))
+attempt("personality query", lambda: call(135, 0xFFFFFFFF))
+attempt("personality PER_LINUX", lambda: call(135, 0))
+attempt("fork", fork)
+attempt("thread", thread)
+attempt("subprocess", lambda: subprocess.run(["true"]).returncode)
+attempt("socket AF_INET", lambda: make_socket(socket.AF_INET, socket.SOCK_STREAM))
+attempt("socket AF_NETLINK", lambda: make_socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+"""
+
+# attack -> (unconfined result, confined result)
+EXPECTED = {
+    "unshare CLONE_NEWUSER": ("OK", "EPERM"),
+    "clone CLONE_NEWUSER": ("OK", "EPERM"),
+    "clone CLONE_NEWUSER, high bit": ("OK", "EPERM"),
+    "clone3": ("EINVAL", "ENOSYS"),
+    "mount": ("ENOENT", "EPERM"),
+    "keyctl": ("OK", "EPERM"),
+    "bpf": ("EINVAL", "EPERM"),
+    "io_uring_setup": ("EFAULT", "EPERM"),
+    "ptrace attach": ("OK", "EPERM"),
+    "ioctl TIOCSTI": ("OK", "EPERM"),
+    "ioctl TIOCSTI with a high bit": ("OK", "EPERM"),
+    "socket AF_VSOCK": ("OK", "EAFNOSUPPORT"),
+    "socket IPPROTO_MPTCP": ("OK", "EPROTONOSUPPORT"),
+    "personality ADDR_NO_RANDOMIZE": ("OK", "EPERM"),
+    "personality PER_LINUX32": ("OK", "EPERM"),
+    "personality query": ("OK", "OK"),
+    "personality PER_LINUX": ("OK", "OK"),
+    "fork": (7, 7),
+    "thread": ("OK", "OK"),
+    "subprocess": (0, 0),
+    "socket AF_INET": ("OK", "OK"),
+    "socket AF_NETLINK": ("OK", "OK"),
+}
+
+
+def run_child(body: str, **args: Any) -> subprocess.CompletedProcess[str]:
+    paths = [str(Path(pkg.__file__ or "").parent.parent) for pkg in (lnk_controller, lnk_shared)]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths)}
+    script = PRELUDE + body + "\nprint(json.dumps(results), flush=True)\n"
+    return subprocess.run(
+        [sys.executable, "-c", script, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def results_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[bool, dict[str, Any]]:
+    """Every attack's result, keyed by confined (True) or not (False)."""
+    return {
+        confined: results_of(run_child(ATTACKS, confined=confined)) for confined in (False, True)
+    }
+
+
+@pytest.mark.parametrize("attack", sorted(EXPECTED))
+def test_attack_is_refused_by_the_filter_and_normal_calls_still_work(
+    outcomes: dict[bool, dict[str, Any]], attack: str
+) -> None:
+    unconfined, confined = EXPECTED[attack]
+    assert (outcomes[False][attack], outcomes[True][attack]) == (unconfined, confined)
+
+
+X32_GETPID = """
+if ARGS["confined"]:
+    seccomp.apply_filter()
+attempt("x32 getpid", lambda: sys_call(0x40000000 + 39))
+"""
+
+# mov eax, 20 (getpid in the i386 table); int 0x80; ret
+I386_GETPID = """
+if ARGS["confined"]:
+    seccomp.apply_filter()
+code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
+page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+attempt("i386 getpid", lambda: "pid" if call() == os.getpid() else "other")
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 and i386 exist on x86_64 only")
+@pytest.mark.parametrize("attack", [X32_GETPID, I386_GETPID], ids=["x32", "i386"])
+def test_syscall_through_a_foreign_abi_kills_the_process(attack: str) -> None:
+    # Unconfined, this kernel answers x32 with ENOSYS and runs i386 getpid; either way the
+    # process lives. Confined, the filter's bad-arch action kills it with SIGSYS.
+    assert run_child(attack, confined=False).returncode == 0
+    assert run_child(attack, confined=True).returncode == -signal.SIGSYS
+
+
+def test_landlock_then_seccomp_both_hold() -> None:
+    results = results_of(
+        run_child(
+            """
+landlock.apply(landlock.LandlockPolicy(read=("/usr",), write=(), execute=(), tcp_connect=None,
+    tcp_bind=None, scope_abstract_unix=False, scope_signal=False, min_abi=1))
+seccomp.apply_filter()
+attempt("read /etc", lambda: os.listdir("/etc"))
+attempt("unshare", lambda: sys_call(272, 0x10000000))
+"""
+        )
+    )
+    assert results == {"read /etc": "EACCES", "unshare": "EPERM"}
+
+
+def test_unsupported_architecture_is_refused() -> None:
+    results = results_of(
+        run_child('attempt("apply", lambda: seccomp.apply_filter(pretend_machine="riscv64"))')
+    )
+    assert results["apply"].endswith("seccomp filter: unsupported architecture riscv64")
+
+
+def test_missing_libseccomp_is_refused() -> None:
+    results = results_of(
+        run_child(
+            """
+seccomp.LIBSECCOMP = "libseccomp-lnk-missing.so.0"
+attempt("apply", seccomp.apply_filter)
+attempt("unshare after", lambda: call(272, 0x10000000))
+"""
+        )
+    )
+    assert "libseccomp is missing" in results["apply"]
+    assert results["unshare after"] == "OK"
+
+
+REQUIRED = [
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "personality",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "quotactl",
+    "lookup_dcookie",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "chroot",
+    "syslog",
+    "vhangup",
+    "clone",
+    "clone3",
+    "ioctl",
+    "socket",
+]
+
+
+def test_every_required_syscall_is_listed_with_a_reason() -> None:
+    listed = {name for name, _why in seccomp.DENIED_SYSCALLS}
+    assert set(REQUIRED) <= listed
+    assert all(why for _name, why in seccomp.DENIED_SYSCALLS)
