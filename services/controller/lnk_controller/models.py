@@ -9,11 +9,23 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, Dialect, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["NAMING_CONVENTION", "Base", "RememberedSpec", "UTCDateTime"]
+__all__ = ["NAMING_CONVENTION", "Base", "RememberedSpec", "SandboxRow", "UTCDateTime"]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -71,3 +83,42 @@ class RememberedSpec(Base):
     grants_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     grants_json: Mapped[str] = mapped_column(Text, nullable=False)
     approved_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class SandboxRow(Base):
+    """One sandbox, written before anything of it runs, so a crash leaves a record to clean.
+
+    `state`: starting -> running -> ended (`stopping` while being cleaned). `pid` and
+    `pid_start` (the process's start time in clock ticks) together name the sandbox's bwrap
+    process even after a pid is reused. `mounts_json` lists every staged mount and placeholder
+    made for it, so cleanup can undo them after a crash.
+    """
+
+    __tablename__ = "sandboxes"
+    __table_args__ = (
+        Index(
+            "ix_sandboxes_live_host_uid",
+            "host_uid",
+            unique=True,
+            sqlite_where=text("state != 'ended'"),
+        ),
+        Index("ix_sandboxes_owner_uid", "owner_uid"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner_uid: Mapped[int] = mapped_column(Integer, nullable=False)
+    host_uid: Mapped[int] = mapped_column(Integer, nullable=False)
+    host_name: Mapped[str] = mapped_column(String(32), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    paused: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid_start: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    staging_dir: Mapped[str] = mapped_column(String(4096), nullable=False)
+    mounts_json: Mapped[str] = mapped_column(Text, nullable=False)
+    command_json: Mapped[str] = mapped_column(Text, nullable=False)
+    spec_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    lease_expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    exit_status: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -16,12 +16,17 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect, text
+
 from lnk_controller import db
 from lnk_controller.models import Base
 from lnk_shared.errors import StateError
-from sqlalchemy import Engine, inspect, text
 
 NOBODY = 65534
+
+# The newest revision, read from the migrations themselves so a new migration needs no edit here.
+HEAD = ScriptDirectory(str(db.MIGRATIONS_DIR)).get_current_head()
 
 
 @pytest.fixture
@@ -92,8 +97,8 @@ def test_existing_directory_mode_is_kept(tmp_path: Path) -> None:
 
 
 def test_open_applies_migrations_to_head(engine: Engine) -> None:
-    assert _alembic_versions(engine) == ["0001"]
-    assert db.current_revision(engine) == "0001"
+    assert _alembic_versions(engine) == [HEAD]
+    assert db.current_revision(engine) == HEAD
     assert "remembered_specs" in _table_names(engine)
     columns = {c["name"] for c in inspect(engine).get_columns("remembered_specs")}
     assert columns == {
@@ -129,7 +134,7 @@ def test_downgrade_base_then_upgrade_head_round_trips(engine: Engine) -> None:
 
     db.upgrade(engine, "head")
     assert "remembered_specs" in _table_names(engine)
-    assert _alembic_versions(engine) == ["0001"]
+    assert _alembic_versions(engine) == [HEAD]
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
@@ -168,7 +173,7 @@ def test_reopen_keeps_data_and_does_not_migrate_again(db_path: Path) -> None:
         with engine.connect() as conn:
             count = conn.execute(text("SELECT count(*) FROM remembered_specs")).scalar()
         assert count == 1
-        assert _alembic_versions(engine) == ["0001"]
+        assert _alembic_versions(engine) == [HEAD]
     finally:
         engine.dispose()
 
@@ -222,7 +227,7 @@ def test_two_processes_opening_a_fresh_database_at_once_both_succeed(
 
     engine = db.open_database(path)
     try:
-        assert _alembic_versions(engine) == ["0001"]
+        assert _alembic_versions(engine) == [HEAD]
         with engine.connect() as conn:
             owners = conn.execute(text("SELECT owner_uid FROM remembered_specs")).scalars()
             assert sorted(owners) == [1000, 1001]

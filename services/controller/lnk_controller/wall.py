@@ -1,0 +1,162 @@
+"""The wall: the bubblewrap command line that makes a sandbox, as a pure function of its layout.
+
+The sandbox starts from an empty root (bwrap's own tmpfs, remounted read-only at the end) and
+gets only: read-only system folders (`/usr` and the merged-usr links, a short list of `/etc`
+files, the box's own prefix), a generated `/etc/passwd` and `/etc/group` naming only root,
+nobody and the sandbox's user, a fresh `/proc` and minimal `/dev`, private noexec `/tmp` and
+`/dev/shm`, its private home, and the granted folders (staged by the controller as idmapped
+mounts, read-only or noexec as granted). Protected folders inside a granted folder are covered
+by an empty read-only tmpfs; dot entries that tools run outside are bound read-only over
+themselves. Every namespace is new (the network shared only for `[network] mode = "host"`),
+further user namespaces are disabled, the environment is exactly the one given, and without a
+terminal the sandbox gets a new session so it cannot push input into one (TIOCSTI).
+
+What this does NOT do: apply Landlock or seccomp (the confiner does, inside, before the target
+runs), create users or mounts (the controller does), or decide what is granted (`refusals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ETC_FILES",
+    "MERGED_USR_LINKS",
+    "SANDBOX_HOSTNAME",
+    "Bind",
+    "SandboxLayout",
+    "bwrap_argv",
+    "sandbox_passwd",
+]
+
+SANDBOX_HOSTNAME = "lnk-sandbox"
+POLICY_PATH = "/run/lnk-confiner/policy.json"  # where the confiner finds its policy inside
+# Top-level folders that merged-usr systems make links into /usr; bound as links when they are.
+MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The /etc files programs need to start, resolve users, find libraries and check TLS; nothing
+# with a secret (shadow, ssh keys) and nothing of the box's (/etc/lnk).
+ETC_FILES = (
+    "/etc/alternatives",
+    "/etc/bash.bashrc",
+    "/etc/ca-certificates",
+    "/etc/debian_version",
+    "/etc/host.conf",
+    "/etc/hosts",
+    "/etc/inputrc",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/locale.alias",
+    "/etc/localtime",
+    "/etc/mime.types",
+    "/etc/nsswitch.conf",
+    "/etc/os-release",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/protocols",
+    "/etc/python3",
+    "/etc/python3.11",
+    "/etc/services",
+    "/etc/shells",
+    "/etc/ssl",
+    "/etc/terminfo",
+    "/etc/timezone",
+)
+TMPFS_SIZE = (
+    256 * 1024 * 1024
+)  # a private /tmp large enough for builds, small enough to not exhaust RAM
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path (usually a staged mount) shown at `dest` inside the sandbox."""
+
+    source: str
+    dest: str
+    write: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """Everything the wall needs, decided and staged before bwrap runs."""
+
+    uid: int
+    gid: int
+    user_name: str
+    home: Bind
+    prefix: str
+    command: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str]
+    terminal: bool
+    network_host: bool = False
+    tmp: Bind | None = None
+    shm: Bind | None = None
+    binds: tuple[Bind, ...] = ()
+    hidden: tuple[str, ...] = ()
+    read_only_inside: tuple[Bind, ...] = ()
+    system_links: Mapping[str, str] = field(default_factory=dict)
+    system_dirs: tuple[str, ...] = ()
+    etc_files: tuple[str, ...] = ()
+    passwd_fd: int = -1
+    group_fd: int = -1
+    policy_fd: int = -1
+    status_fd: int = -1
+
+
+def sandbox_passwd(user_name: str, uid: int, gid: int, home: str) -> tuple[str, str]:
+    """The sandbox's own /etc/passwd and /etc/group: it sees no host user but itself."""
+    passwd = (
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        f"{user_name}:x:{uid}:{gid}:lnk sandbox:{home}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    group = f"root:x:0:\n{user_name}:x:{gid}:\nnogroup:x:65534:\n"
+    return passwd, group
+
+
+def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[str]:
+    """The whole bwrap command line for `layout` (file descriptors must be passed to bwrap)."""
+    a: list[str] = [bwrap, "--unshare-all"]
+    if layout.network_host:
+        a.append("--share-net")
+    a += ["--die-with-parent", "--disable-userns", "--hostname", SANDBOX_HOSTNAME]
+    if not layout.terminal:
+        a.append("--new-session")
+    a.append("--clearenv")
+    for key, value in sorted(layout.env.items()):
+        a += ["--setenv", key, value]
+    a += ["--uid", str(layout.uid), "--gid", str(layout.gid)]
+
+    for dest, target in sorted(layout.system_links.items()):
+        a += ["--symlink", target, dest]
+    for path in layout.system_dirs:
+        a += ["--ro-bind", path, path]
+    for path in layout.etc_files:
+        a += ["--ro-bind", path, path]
+    a += ["--perms", "0644", "--ro-bind-data", str(layout.passwd_fd), "/etc/passwd"]
+    a += ["--perms", "0644", "--ro-bind-data", str(layout.group_fd), "/etc/group"]
+    a += ["--ro-bind", layout.prefix, layout.prefix]
+    a += ["--proc", "/proc", "--dev", "/dev"]
+    for bind, dest in ((layout.tmp, "/tmp"), (layout.shm, "/dev/shm")):
+        if bind is not None:
+            a += ["--bind", bind.source, dest]
+        else:
+            a += ["--perms", "1777", "--size", str(TMPFS_SIZE), "--tmpfs", dest]
+    a += ["--bind", layout.home.source, layout.home.dest]
+
+    # Outer folders first, so a grant inside another grant is mounted on top of it.
+    for bind in sorted(layout.binds, key=lambda b: (b.dest.count("/"), b.dest)):
+        a += ["--bind" if bind.write else "--ro-bind", bind.source, bind.dest]
+    for bind in layout.read_only_inside:
+        a += ["--ro-bind", bind.source, bind.dest]
+    for path in layout.hidden:
+        a += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
+
+    a += ["--perms", "0444", "--ro-bind-data", str(layout.policy_fd), POLICY_PATH]
+    if layout.status_fd >= 0:
+        a += ["--json-status-fd", str(layout.status_fd)]
+    a += ["--remount-ro", "/", "--chdir", layout.cwd]
+    a += ["--", *layout.command]
+    return a

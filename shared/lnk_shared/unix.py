@@ -1,0 +1,180 @@
+"""Local unix sockets: who is calling (SO_PEERCRED), passing descriptors (SCM_RIGHTS), bounded
+JSON frames, and a small HTTP client for a service's API socket.
+
+Every frame read here comes from another process, maybe a sandbox's: it is size-bounded, must be
+a JSON object with no duplicate keys, and is returned as `untrusted_…` data for a validator.
+What this does NOT do: authenticate beyond the kernel's peer credentials, or encrypt anything.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import stat
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import StateError
+
+__all__ = [
+    "MAX_FDS",
+    "MAX_FRAME",
+    "PeerCred",
+    "UnixHTTPConnection",
+    "api_request",
+    "bind_socket",
+    "peer_cred",
+    "recv_frame",
+    "send_frame",
+]
+
+MAX_FRAME = 1 << 20  # a launch request or reply is a few KiB; a larger frame is an attack
+MAX_FDS = 64  # stdio, a terminal, a spec file and the granted folders: far below this
+_HEADER = struct.Struct(">I")
+_CRED = struct.Struct("3i")
+
+
+@dataclass(frozen=True)
+class PeerCred:
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_cred(sock: socket.socket) -> PeerCred:
+    """The kernel's word on who is at the other end (as of connect), never the peer's claim."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+    pid, uid, gid = _CRED.unpack(raw)
+    return PeerCred(pid=pid, uid=uid, gid=gid)
+
+
+def bind_socket(
+    path: Path, *, mode: int, dir_mode: int = 0o755, backlog: int = 64
+) -> socket.socket:
+    """Bind a listening stream socket at `path`, its directory and file modes set explicitly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = path.parent.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise StateError(f"{path.parent} is not a directory; remove it and start again")
+    os.chmod(path.parent, dir_mode)
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+        else:
+            raise StateError(f"{path} exists and is not a socket; remove it and start again")
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    sock.listen(backlog)
+    return sock
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    if len(data) > MAX_FRAME:
+        raise ValueError(f"frame of {len(data)} bytes is over the limit of {MAX_FRAME}")
+    payload = _HEADER.pack(len(data)) + data
+    if fds:
+        if len(fds) > MAX_FDS:
+            raise ValueError(f"{len(fds)} descriptors is over the limit of {MAX_FDS}")
+        socket.send_fds(sock, [payload[:1]], fds)
+        payload = payload[1:]
+    sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int, fds: list[int], want_fds: bool) -> bytes:
+    chunks = b""
+    while len(chunks) < n:
+        if want_fds and not chunks:
+            data, got, flags, _ = socket.recv_fds(sock, n, MAX_FDS)
+            fds.extend(got)
+            if flags & socket.MSG_CTRUNC:
+                raise ValueError("too many descriptors in one frame")
+        else:
+            data = sock.recv(n - len(chunks))
+        if not data:
+            raise EOFError("the peer closed the connection")
+        chunks += data
+    return chunks
+
+
+def recv_frame(sock: socket.socket, *, want_fds: bool = False) -> tuple[dict[str, Any], list[int]]:
+    """Read one frame: (untrusted message, descriptors received). Closes fds on a bad frame."""
+    fds: list[int] = []
+    try:
+        header = _recv_exact(sock, _HEADER.size, fds, want_fds)
+        (length,) = _HEADER.unpack(header)
+        if length > MAX_FRAME:
+            raise ValueError(f"frame of {length} bytes is over the limit of {MAX_FRAME}")
+        body = _recv_exact(sock, length, fds, False)
+        message = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        if not isinstance(message, dict):
+            raise ValueError("a frame must be a JSON object")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return message, fds
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a unix socket path (the host name is only for the Host header)."""
+
+    def __init__(self, path: Path, timeout: float = 30.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def api_request(
+    path: Path, method: str, url: str, body: dict[str, Any] | None = None, *, timeout: float = 30.0
+) -> tuple[int, Any]:
+    """One JSON request to a service's API socket: (status, decoded JSON body or None)."""
+    conn = UnixHTTPConnection(path, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        data = json.dumps(body).encode() if body is not None else None
+        try:
+            conn.request(method, url, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read(MAX_FRAME + 1)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise StateError(
+                f"the box is not running (no service at {path}); start it with `lnk box up`"
+            ) from None
+        except PermissionError:
+            raise StateError(f"not allowed to use {path}") from None
+        if len(raw) > MAX_FRAME:
+            raise StateError(f"the answer from {path} was larger than {MAX_FRAME} bytes")
+        decoded = json.loads(raw) if raw else None
+        return response.status, decoded
+    finally:
+        conn.close()
