@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lnk_cli import spec_commands
+    from lnk_cli import box_commands, sandbox_commands, spec_commands
 
     parser = _Parser(
         prog="lnk",
@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lnk {VERSION}")
     groups = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
+    sandbox_commands.register(groups)
     spec_commands.register(groups)
+    box_commands.register(groups)
     return parser
 
 

@@ -12,7 +12,13 @@ import os
 from lnk_shared.spec import Origin, Spec, SpecBuilder
 from lnk_shared.spec_file import load_spec_file
 
-__all__ = ["add_spec_arguments", "spec_from_arguments"]
+__all__ = [
+    "FLAG_NAMES",
+    "add_spec_arguments",
+    "flags_document",
+    "namespace_from_document",
+    "spec_from_arguments",
+]
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,10 +87,16 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def spec_from_arguments(args: argparse.Namespace, *, cwd: str | None = None) -> Spec:
-    """Merge `--spec FILE` (if any) with the flags into one validated spec."""
+def spec_from_arguments(
+    args: argparse.Namespace, *, cwd: str | None = None, builder: SpecBuilder | None = None
+) -> Spec:
+    """Merge `--spec FILE` (if any) with the flags into one validated spec.
+
+    A caller that already read the spec file (the controller reads it from a descriptor the
+    owner opened) passes the `builder` holding it and `args.spec` as None.
+    """
     cwd = cwd if cwd is not None else os.getcwd()
-    builder = SpecBuilder()
+    builder = builder if builder is not None else SpecBuilder()
     if args.spec:
         load_spec_file(args.spec, builder)
 
@@ -110,3 +122,40 @@ def spec_from_arguments(args: argparse.Namespace, *, cwd: str | None = None) -> 
     for text in args.with_fd:
         builder.add_fd(text, origin("--with-fd"))
     return builder.build()
+
+
+FLAG_NAMES = (
+    "read",
+    "write",
+    "internet_host",
+    "network_mode",
+    "lan_host",
+    "browser_host",
+    "port",
+    "command",
+    "with_fd",
+)
+
+
+def flags_document(args: argparse.Namespace) -> dict[str, object]:
+    """The spec flags as a JSON-able document (what a client sends the controller)."""
+    return {name: getattr(args, name) for name in FLAG_NAMES}
+
+
+def namespace_from_document(doc: dict[str, object]) -> argparse.Namespace:
+    """The inverse of `flags_document`, checking every value's type (the document is untrusted)."""
+    values: dict[str, object] = {"spec": None}
+    for name in FLAG_NAMES:
+        value = doc.get(name)
+        if name == "network_mode":
+            if value not in (None, "host"):
+                raise ValueError('network_mode must be null or "host"')
+        elif value is None:
+            value = []
+        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{name} must be a list of strings")
+        values[name] = value
+    unknown = set(doc) - set(FLAG_NAMES)
+    if unknown:
+        raise ValueError(f"unknown spec flags: {sorted(unknown)}")
+    return argparse.Namespace(**values)

@@ -68,6 +68,7 @@ __all__ = [
     "create_user",
     "ids_in_use",
     "kill_uid_processes",
+    "signal_uid_processes",
     "list_lnk_users",
     "range_conflicts",
     "remove_user",
@@ -362,6 +363,29 @@ def kill_uid_processes(uid: int, *, timeout: float = 5.0) -> int:
         finally:
             for fd in found.values():
                 os.close(fd)
+
+
+def signal_uid_processes(uid: int, number: int) -> int:
+    """Send `number` once to every live process of `uid` (SIGSTOP/SIGCONT for pause and resume),
+    through pidfds; return how many got it."""
+    check_uid(uid)
+    uid_b, sent = str(uid).encode(), 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or not _alive_with_uid(pid := int(entry.name), uid_b):
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if _alive_with_uid(pid, uid_b):
+                signal.pidfd_send_signal(pidfd, number)
+                sent += 1
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
+    return sent
 
 
 def list_lnk_users() -> list[HostUser]:

@@ -264,3 +264,33 @@ def apply_filter(*, pretend_machine: str | None = None) -> None:
         _check(lib.seccomp_load(ctx), "load")
     finally:
         lib.seccomp_release(ctx)
+
+
+_AF_UNIX = 1  # socket family: named and abstract unix sockets
+
+
+def block_unix_sockets() -> None:
+    """Stack a second filter: `socket(AF_UNIX, …)` fails with EPERM; `socketpair` still works.
+
+    Landlock (ABI < 9) cannot stop connecting to a named unix socket the sandbox can see, and a
+    granted folder (or a home read with `--read ~`) may hold another program's socket: an agent's,
+    gpg's, a database's. Denying the creation of unix sockets closes every such connect at once;
+    pairs made with `socketpair` (what most programs use between their own processes) still work.
+    Apply it last, after anything that needs its own unix socket (the proxy relay) has started.
+    """
+    lib = _load_library()
+    ctx = lib.seccomp_init(_ACT_ALLOW)
+    if not ctx:
+        raise LaunchRefused("seccomp", "seccomp filter: seccomp_init failed")
+    try:
+        _check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS), "bad-arch action")
+        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 1), "no_new_privs")
+        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_TSYNC, 1), "thread sync")
+        nr = lib.seccomp_syscall_resolve_name(b"socket")
+        for cmps in _low32_is(0, _AF_UNIX):
+            array = (_ArgCmp * max(len(cmps), 1))(*(_ArgCmp(*cmp) for cmp in cmps))
+            rc = lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | errno.EPERM, nr, len(cmps), array)
+            _check(rc, "rule for socket(AF_UNIX)")
+        _check(lib.seccomp_load(ctx), "load")
+    finally:
+        lib.seccomp_release(ctx)

@@ -118,7 +118,7 @@ def sandbox_passwd(user_name: str, uid: int, gid: int, home: str) -> tuple[str, 
 
 def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[str]:
     """The whole bwrap command line for `layout` (file descriptors must be passed to bwrap)."""
-    a: list[str] = [bwrap, "--unshare-all"]
+    a: list[str] = [bwrap, "--unshare-all", "--unshare-user"]
     if layout.network_host:
         a.append("--share-net")
     a += ["--die-with-parent", "--disable-userns", "--hostname", SANDBOX_HOSTNAME]

@@ -1,0 +1,154 @@
+"""`lnk box up|down|status`: the box's services on this machine as background processes (the
+embedded default, no systemd needed), each under its own identity.
+
+Today the box has one service, the controller (root). The proxy (its own system user) and the
+bridges join this list when they exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.paths import BoxPaths
+from lnk_shared.unix import api_request
+
+__all__ = ["register"]
+
+START_TIMEOUT_S = 15.0  # the controller migrates its database and reconciles before answering
+STOP_TIMEOUT_S = 15.0  # it cleans every running sandbox before it exits
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    module: str
+    socket: str
+    user: str
+
+
+SERVICES = (Service("controller", "lnk_controller", "controller.sock", "root"),)
+
+
+def register(groups: Any) -> None:
+    box = groups.add_parser("box", help="start, stop or show the box's services (root)")
+    commands = box.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(box))
+    box.set_defaults(handler=lambda _a: (box.print_help(sys.stderr), 2)[1])
+    commands.add_parser("up", help="start the services").set_defaults(handler=cmd_up)
+    commands.add_parser("down", help="stop the services").set_defaults(handler=cmd_down)
+    commands.add_parser("status", help="each service, its socket, its pid").set_defaults(
+        handler=cmd_status
+    )
+
+
+def _pidfile(box: BoxPaths, service: Service) -> Path:
+    return box.run_dir / f"{service.name}.pid"
+
+
+def _running_pid(box: BoxPaths, service: Service) -> int | None:
+    try:
+        pid = int(_pidfile(box, service).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+    except OSError:
+        return None
+    return pid if service.module.encode() in cmdline else None
+
+
+def _answers(box: BoxPaths, service: Service) -> bool:
+    try:
+        status, _ = api_request(box.run_dir / service.socket, "GET", "/v1/sandboxes", timeout=2)
+    except (StateError, OSError):
+        return False
+    return status == 200
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise UsageError(
+            "lnk box up/down starts services as root and as their own users: run it as root"
+        )
+
+
+def cmd_up(_args: argparse.Namespace) -> int:
+    _require_root()
+    box = BoxPaths.from_env()
+    box.run_dir.mkdir(parents=True, exist_ok=True)
+    logs = box.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    os.chmod(logs, 0o700)
+    for service in SERVICES:
+        if _running_pid(box, service) is not None:
+            print(f"{service.name}: already running")
+            continue
+        log_path = logs / f"{service.name}.log"
+        with open(log_path, "ab") as log:
+            os.fchmod(log.fileno(), 0o600)
+            process = subprocess.Popen(
+                [sys.executable, "-m", service.module],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+                cwd="/",
+            )
+        _pidfile(box, service).write_text(f"{process.pid}\n")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(box, service):
+            if process.poll() is not None:
+                raise StateError(
+                    f"{service.name} exited with status {process.returncode}; see {log_path}"
+                )
+            if time.monotonic() > deadline:
+                raise StateError(
+                    f"{service.name} did not answer in {START_TIMEOUT_S:.0f} s; see {log_path}"
+                )
+            time.sleep(0.05)
+        print(f"{service.name}: up (pid {process.pid}, {box.run_dir / service.socket})")
+    return EXIT_OK
+
+
+def cmd_down(_args: argparse.Namespace) -> int:
+    _require_root()
+    box = BoxPaths.from_env()
+    for service in reversed(SERVICES):
+        pid = _running_pid(box, service)
+        if pid is None:
+            print(f"{service.name}: not running")
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while _running_pid(box, service) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _running_pid(box, service) is not None:
+            os.kill(pid, signal.SIGKILL)
+        _pidfile(box, service).unlink(missing_ok=True)
+        print(f"{service.name}: down")
+    return EXIT_OK
+
+
+def cmd_status(_args: argparse.Namespace) -> int:
+    box = BoxPaths.from_env()
+    up = True
+    for service in SERVICES:
+        pid = _running_pid(box, service)
+        answers = _answers(box, service)
+        state = "up" if pid and answers else ("starting or stuck" if pid else "down")
+        up = up and state == "up"
+        print(
+            f"{service.name:<12} {state:<18} pid {pid or '-':<8} "
+            f"user {service.user:<8} {box.run_dir / service.socket}"
+        )
+    return EXIT_OK if up else 1

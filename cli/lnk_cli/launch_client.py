@@ -1,0 +1,225 @@
+"""The client half of the launch socket: open what the owner may reach, pass it with stdio,
+answer the approval question, relay a terminal, forward signals, return the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import termios
+import tty
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.discovery import context_for, resolve_spec
+from lnk_shared.errors import LnkError, NotConfirmedError, StateError
+from lnk_shared.paths import BoxPaths
+from lnk_shared.spec_flags import flags_document, spec_from_arguments
+from lnk_shared.unix import recv_frame, send_frame
+
+__all__ = ["run_in_sandbox"]
+
+LAUNCH_SOCKET = "launch.sock"
+PROGRAM_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")  # the sandbox's PATH, to find the program
+RELAY_CHUNK = 65536  # bytes moved per read between the terminal and the sandbox's pty
+
+
+class _RemoteError(LnkError):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
+def _grant_paths(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """Resolve the spec as this user sees it: the real paths to pass open, and the spec file."""
+    spec = spec_from_arguments(args)
+    ctx = context_for(os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source)
+    resolved = resolve_spec(spec, ctx, path_env=os.environ.get("PATH", ""))
+    paths = [p.real for p in (*resolved.read, *resolved.write, *resolved.commands)]
+    return paths, spec.source
+
+
+def _program_path(name: str) -> str | None:
+    if "/" in name:
+        return os.path.realpath(name)
+    for folder in PROGRAM_DIRS:
+        candidate = os.path.join(folder, name)
+        if os.access(candidate, os.X_OK):
+            return os.path.realpath(candidate)
+    return None
+
+
+def _ask(lines: list[str]) -> bool:
+    for line in lines:
+        print(line, file=sys.stderr)
+    if not sys.stdin.isatty():
+        raise NotConfirmedError(
+            "not approved: there is no terminal to ask on; "
+            "read what it opens (lnk spec show) and pass --yes to approve it"
+        )
+    print("Run it with these grants? [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _winsize(fd: int) -> tuple[int, int]:
+    rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    return rows, cols
+
+
+@contextlib.contextmanager
+def _raw(fd: int) -> Iterator[None]:
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _relay(sock: socket.socket, master: int) -> dict[str, Any]:
+    """Move bytes between this terminal and the sandbox's pty until the exit frame arrives."""
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+
+    def resize(*_: object) -> None:
+        rows, cols = _winsize(stdin)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    old = signal.signal(signal.SIGWINCH, resize)
+    watch = [stdin, master, sock.fileno()]
+    try:
+        with _raw(stdin):
+            while True:
+                ready, _, _ = select.select(watch, [], [])
+                if master in ready:
+                    try:
+                        data = os.read(master, RELAY_CHUNK)
+                    except OSError:
+                        data = b""
+                    if data:
+                        os.write(stdout, data)
+                    else:
+                        watch.remove(master)
+                if stdin in ready:
+                    data = os.read(stdin, RELAY_CHUNK)
+                    if data and master in watch:
+                        os.write(master, data)
+                    elif not data:
+                        watch.remove(stdin)
+                if sock.fileno() in ready:
+                    message, extra = recv_frame(sock)
+                    for fd in extra:
+                        os.close(fd)
+                    return message
+    finally:
+        signal.signal(signal.SIGWINCH, old)
+        os.close(master)
+
+
+def _wait(sock: socket.socket) -> dict[str, Any]:
+    def forward(number: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            send_frame(sock, {"type": "signal", "signal": number})
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    old = {n: signal.signal(n, forward) for n in handled}
+    try:
+        message, extra = recv_frame(sock)
+        for fd in extra:
+            os.close(fd)
+        return message
+    finally:
+        for n, handler in old.items():
+            signal.signal(n, handler)
+
+
+def run_in_sandbox(args: argparse.Namespace, command: list[str]) -> int:
+    paths, spec_file = _grant_paths(args)
+    program = _program_path(command[0])
+    if program is not None:
+        paths.append(program)
+    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    fds: list[int] = [0, 1, 2]
+    opened: list[int] = []
+    request: dict[str, Any] = {
+        "type": "launch",
+        "argv": command,
+        "cwd": os.getcwd(),
+        "path_env": os.environ.get("PATH", ""),
+        "flags": flags_document(args),
+        "env": {
+            k: v for k, v in os.environ.items() if k in ("TERM", "LANG") or k.startswith("LC_")
+        },
+        "terminal": None,
+        "yes": bool(args.yes),
+        "fds": {"stdin": 0, "stdout": 1, "stderr": 2, "grants": {}},
+        "with_fds": {},
+    }
+    if terminal:
+        rows, cols = _winsize(0)
+        request["terminal"] = {"rows": rows, "cols": cols}
+    try:
+        if spec_file:
+            opened.append(os.open(spec_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY))
+            request["fds"]["spec"] = len(fds)
+            fds.append(opened[-1])
+        for path in dict.fromkeys(paths):
+            try:
+                opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+            except OSError as exc:
+                raise StateError(f"cannot open {path}: {exc.strerror}") from None
+            request["fds"]["grants"][path] = len(fds)
+            fds.append(opened[-1])
+        for item in args.with_fd:
+            number = int(str(item).partition(":")[0]) if str(item)[:1].isdigit() else -1
+            if number >= 0:
+                request["with_fds"][str(number)] = len(fds)
+                fds.append(number)
+        run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(run_dir / LAUNCH_SOCKET))
+        except OSError:
+            sock.close()
+            raise StateError(
+                f"the box is not running (no launch socket in {run_dir}); "
+                "start it with `lnk box up`"
+            ) from None
+        with sock:
+            send_frame(sock, request, fds)
+            for fd in opened:
+                os.close(fd)
+            opened.clear()
+            return _dialogue(sock)
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _dialogue(sock: socket.socket) -> int:
+    while True:
+        message, extra = recv_frame(sock, want_fds=True)
+        kind = message.get("type")
+        if kind == "approve?":
+            lines = [str(line) for line in message.get("lines", [])]
+            if _ask(lines):
+                send_frame(sock, {"type": "approve", "hash": message.get("hash")})
+                continue
+            send_frame(sock, {"type": "decline"})
+            raise NotConfirmedError("not approved: nothing was run")
+        if kind == "started":
+            final = _relay(sock, extra[0]) if extra else _wait(sock)
+            message, kind = final, final.get("type")
+        if kind == "exit":
+            status = message.get("status")
+            return status if type(status) is int else 1
+        if kind == "error":
+            code = message.get("exit")
+            raise _RemoteError(str(message.get("message")), code if type(code) is int else 1)
+        raise StateError(f"unexpected answer from the controller: {kind!r}")

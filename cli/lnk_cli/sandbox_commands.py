@@ -1,0 +1,92 @@
+"""`lnk sandbox run|list|stop|pause|resume`: run a program in a sandbox; manage your sandboxes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.spec_flags import add_spec_arguments
+from lnk_shared.unix import api_request
+
+__all__ = ["register"]
+
+
+def register(groups: Any) -> None:
+    sandbox = groups.add_parser("sandbox", help="run a program in a sandbox; list or stop them")
+    commands = sandbox.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(sandbox))
+    sandbox.set_defaults(handler=lambda _a: (sandbox.print_help(sys.stderr), 2)[1])
+
+    run = commands.add_parser(
+        "run",
+        help="run PROGRAM in a sandbox that opens only what the spec grants",
+        usage="lnk sandbox run [--spec F] [flags] [--yes] -- PROGRAM [ARGS...]",
+    )
+    add_spec_arguments(run)
+    run.add_argument("--yes", action="store_true", help="approve a new or changed spec")
+    run.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+    run.set_defaults(handler=cmd_run)
+
+    listing = commands.add_parser("list", help="your running sandboxes")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--all", action="store_true", help="ended ones too")
+    listing.set_defaults(handler=cmd_list)
+
+    for name, what in (
+        ("stop", "stop a sandbox and clean it away"),
+        ("pause", "freeze every process of a sandbox"),
+        ("resume", "let a paused sandbox go on"),
+    ):
+        sub = commands.add_parser(name, help=what)
+        sub.add_argument("id")
+        sub.set_defaults(handler=cmd_action, action=name)
+
+
+def _api_socket() -> Path:
+    return Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
+
+
+def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    status, doc = api_request(_api_socket(), method, url, body)
+    if status == 404:
+        raise StateError("no such sandbox (or not yours)")
+    if status >= 400:
+        detail = doc.get("detail") if isinstance(doc, dict) else doc
+        raise StateError(f"the controller refused: {detail}")
+    return doc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from lnk_cli.launch_client import run_in_sandbox
+
+    command = list(args.program)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("name the program to run: lnk sandbox run [flags] -- PROGRAM [ARGS...]")
+    return run_in_sandbox(args, command)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = _call("GET", "/v1/sandboxes" + ("?all=true" if args.all else ""))
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+        return EXIT_OK
+    if not rows:
+        print("no sandboxes")
+    for r in rows:
+        paused = " (paused)" if r["paused"] else ""
+        command = " ".join(r["command"])[:60]
+        print(f"{r['id']}  {r['state']}{paused}  uid {r['host_uid']}  {command}")
+    return EXIT_OK
+
+
+def cmd_action(args: argparse.Namespace) -> int:
+    row = _call("POST", f"/v1/sandboxes/{args.id}/{args.action}")
+    print(f"{row['id']}: {row['state']}{' (paused)' if row['paused'] else ''}")
+    return EXIT_OK

@@ -1,0 +1,140 @@
+"""The controller's management API (FastAPI on a unix socket): list, show, stop, pause, resume
+sandboxes, extend leases, list and forget remembered specs.
+
+Who calls is the kernel's answer (SO_PEERCRED, put into the request by `PeerCredProtocol`);
+nothing the caller sends can change it. A caller sees and acts on its own sandboxes only; root
+sees all. Unknown or foreign sandboxes get the same 404, so ids of others are not confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from lnk_controller.cleanup import clean_sandbox
+from lnk_controller.config import ControllerConfig
+from lnk_controller.host_users import signal_uid_processes
+from lnk_controller.models import SandboxRow
+from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
+from lnk_shared.unix import peer_cred
+
+__all__ = ["PeerCredProtocol", "make_app"]
+
+PEER_MARK = "peercred"  # scope["client"] = (PEER_MARK, uid) for every connection
+
+
+class PeerCredProtocol(H11Protocol):
+    """uvicorn's HTTP protocol, with the peer's uid (SO_PEERCRED) as the request's client."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        cred = peer_cred(sock)
+        self.client = (PEER_MARK, cred.uid)
+
+
+def caller_uid(request: Request) -> int:
+    client = request.scope.get("client")
+    if not client or client[0] != PEER_MARK:
+        raise HTTPException(status_code=403, detail="unknown caller")
+    return int(client[1])
+
+
+Caller = Annotated[int, Depends(caller_uid)]
+
+
+class LeaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: int = Field(ge=1)
+
+
+class SandboxOut(BaseModel):
+    id: str
+    owner_uid: int
+    host_uid: int
+    state: str
+    paused: bool
+    command: list[str]
+    created_at: str
+    lease_expires_at: str
+    ended_at: str | None
+    exit_status: int | None
+
+
+def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedSpecs) -> FastAPI:
+    app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def own(sandbox_id: str, uid: int) -> SandboxRow:
+        row = store.get(sandbox_id)
+        if row is None or uid not in (0, row.owner_uid):
+            raise HTTPException(status_code=404, detail="no such sandbox")
+        return row
+
+    def out(row: SandboxRow) -> SandboxOut:
+        return SandboxOut(**dataclasses.asdict(SandboxPublic.of(row)))
+
+    @app.get("/v1/sandboxes")
+    def list_sandboxes(uid: Caller, all: bool = False) -> list[SandboxOut]:
+        rows = store.find(owner_uid=None if uid == 0 else uid, live_only=not all)
+        return [out(r) for r in rows]
+
+    @app.get("/v1/sandboxes/{sandbox_id}")
+    def show(sandbox_id: str, uid: Caller) -> SandboxOut:
+        return out(own(sandbox_id, uid))
+
+    @app.post("/v1/sandboxes/{sandbox_id}/stop")
+    def stop(sandbox_id: str, uid: Caller) -> SandboxOut:
+        row = own(sandbox_id, uid)
+        store.set(sandbox_id, stop_requested=True)
+        clean_sandbox(sandbox_id, store, cfg)
+        return out(store.get(sandbox_id) or row)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/pause")
+    def pause(sandbox_id: str, uid: Caller) -> SandboxOut:
+        row = own(sandbox_id, uid)
+        if row.state != "running":
+            raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
+        store.set(sandbox_id, paused=True)
+        signal_uid_processes(row.host_uid, signal.SIGSTOP)
+        return out(store.get(sandbox_id) or row)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/resume")
+    def resume(sandbox_id: str, uid: Caller) -> SandboxOut:
+        row = own(sandbox_id, uid)
+        if row.state != "running":
+            raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
+        signal_uid_processes(row.host_uid, signal.SIGCONT)
+        store.set(sandbox_id, paused=False)
+        return out(store.get(sandbox_id) or row)
+
+    @app.post("/v1/sandboxes/{sandbox_id}/lease")
+    def lease(sandbox_id: str, body: LeaseRequest, uid: Caller) -> SandboxOut:
+        row = own(sandbox_id, uid)
+        if row.state != "running":
+            raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
+        if body.seconds > cfg.max_lease_seconds:
+            raise HTTPException(
+                status_code=422, detail=f"a lease is at most {cfg.max_lease_seconds} seconds"
+            )
+        store.extend_lease(sandbox_id, body.seconds)
+        return out(store.get(sandbox_id) or row)
+
+    @app.get("/v1/specs")
+    def specs(uid: Caller) -> list[dict[str, Any]]:
+        return [
+            {"spec": r.spec_key, "hash": r.grants_hash, "approved_at": r.approved_at.isoformat()}
+            for r in remembered.list_for(uid)
+        ]
+
+    @app.delete("/v1/specs")
+    def forget(spec: str, uid: Caller) -> dict[str, bool]:
+        return {"forgotten": remembered.forget(uid, spec)}
+
+    return app

@@ -1,0 +1,85 @@
+"""Cleaning a sandbox away: every process of its host uid, every mount made for it, its staging
+folder, its user, group and home. Idempotent, and safe to run after a crash (reconcile): it works
+from the record alone, never from memory.
+
+If a step fails the others still run, the record stays `stopping` and a StateError says what is
+left, so the next reconcile tries again; a sandbox is marked `ended` only when nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from lnk_controller import host_users, idmap_mounts
+from lnk_controller.config import ControllerConfig
+from lnk_controller.sandbox_store import SandboxStore
+from lnk_shared.errors import StateError
+
+__all__ = ["clean_sandbox", "reconcile"]
+
+log = logging.getLogger(__name__)
+
+
+def clean_sandbox(
+    sandbox_id: str, store: SandboxStore, cfg: ControllerConfig, *, exit_status: int | None = None
+) -> None:
+    row = store.get(sandbox_id)
+    if row is None or row.state == "ended":
+        return
+    store.set(sandbox_id, state="stopping")
+    problems: list[str] = []
+    try:
+        host_users.kill_uid_processes(row.host_uid)
+    except StateError as exc:
+        problems.append(str(exc))
+    for target in reversed(json.loads(row.mounts_json)):
+        try:
+            idmap_mounts.unmount(Path(target))
+        except StateError as exc:
+            problems.append(str(exc))
+    staging = Path(row.staging_dir)
+    try:
+        staging.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        problems.append(f"cannot remove {staging}: {exc.strerror}")
+    user = host_users.HostUser(
+        name=row.host_name,
+        uid=row.host_uid,
+        gid=row.host_uid,
+        home=os.path.join(cfg.homes_dir, row.host_name),
+    )
+    try:
+        host_users.remove_user(user)
+    except StateError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise StateError(f"sandbox {sandbox_id} is not fully cleaned: " + "; ".join(problems))
+    store.mark_ended(sandbox_id, exit_status)
+    log.info("sandbox %s cleaned (uid %d)", sandbox_id, row.host_uid)
+
+
+def reconcile(store: SandboxStore, cfg: ControllerConfig) -> int:
+    """On start: clean every recorded sandbox that is not over (none of them can be running:
+    their bwrap died with the controller that started it). Returns how many were cleaned."""
+    cleaned = 0
+    for row in store.find(live_only=True):
+        try:
+            clean_sandbox(row.id, store, cfg)
+            cleaned += 1
+        except StateError as exc:
+            log.error("reconcile: %s", exc)
+    known = {row.host_uid for row in store.find(live_only=True)}
+    for user in host_users.list_lnk_users():
+        if user.uid in known or not cfg.uid_first <= user.uid <= cfg.uid_last:
+            continue
+        try:  # a user with no record: made by a controller that crashed before writing it
+            host_users.remove_user(user)
+            cleaned += 1
+        except StateError as exc:
+            log.error("reconcile: %s", exc)
+    return cleaned

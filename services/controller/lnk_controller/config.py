@@ -1,0 +1,117 @@
+"""The controller's config: one strict model. An unknown key, a wrong type or an impossible
+value is fatal (`field: message`, exit 2); nothing falls back to a default silently.
+
+Read from `<config dir>/controller.toml` when it exists; LNK_CONFIG_DIR, LNK_STATE_DIR and
+LNK_RUN_DIR override the three folders, so a test runs an isolated box in a temp dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import ConfigError
+from lnk_shared.paths import BoxPaths
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = ["CONFIG_FILE", "ControllerConfig", "load_config"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "controller.toml"
+MIN_SANDBOX_UID = 100_000  # above every system and login uid, and classic subuid blocks start
+MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger uids fail there
+DAY = 86_400
+
+
+class ControllerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config_dir: Path = Path("/etc/lnk")
+    state_dir: Path = Path("/var/lib/lnk")
+    run_dir: Path = Path("/run/lnk")
+    prefix: Path = Field(default_factory=lambda: Path(sys.prefix).parent)
+    python: Path = Field(default_factory=lambda: Path(sys.prefix) / "bin" / "python")
+    bwrap: Path = Path("/usr/bin/bwrap")
+    uid_first: int = Field(default=2_000_000_000, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
+    uid_last: int = Field(default=2_000_099_999, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
+    lease_seconds: int = Field(default=12 * 3600, ge=1, le=30 * DAY)
+    max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
+    tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
+    unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _check(self) -> ControllerConfig:
+        if self.uid_last < self.uid_first:
+            raise ValueError("uid_last must not be below uid_first")
+        if self.lease_seconds > self.max_lease_seconds:
+            raise ValueError("lease_seconds must not exceed max_lease_seconds")
+        for name in ("config_dir", "state_dir", "run_dir", "prefix", "python", "bwrap"):
+            if not getattr(self, name).is_absolute():
+                raise ValueError(f"{name} must be an absolute path")
+        if self.unsafe_pretend_landlock_abi is not None:
+            log.warning(
+                "unsafe_pretend_landlock_abi=%d: sandboxes are built as if the kernel had only "
+                "that Landlock ABI (a test setting; never on a real box)",
+                self.unsafe_pretend_landlock_abi,
+            )
+        return self
+
+    @property
+    def paths(self) -> BoxPaths:
+        return BoxPaths(self.config_dir, self.state_dir, self.run_dir)
+
+    @property
+    def api_socket(self) -> Path:
+        return self.run_dir / "controller.sock"
+
+    @property
+    def launch_socket(self) -> Path:
+        return self.run_dir / "launch.sock"
+
+    @property
+    def homes_dir(self) -> Path:
+        return self.state_dir / "homes"
+
+    @property
+    def staging_root(self) -> Path:
+        return self.run_dir / "sandboxes"
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "controller.db"
+
+
+def load_config(env: Mapping[str, str] | None = None) -> ControllerConfig:
+    """Load and validate the controller's config; raise ConfigError naming each bad field."""
+    env = os.environ if env is None else env
+    box = BoxPaths.from_env(env)
+    values: dict[str, Any] = {}
+    path = box.config_dir / CONFIG_FILE
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from None
+    for key, var in (
+        ("config_dir", "LNK_CONFIG_DIR"),
+        ("state_dir", "LNK_STATE_DIR"),
+        ("run_dir", "LNK_RUN_DIR"),
+    ):
+        if env.get(var):
+            values[key] = env[var]
+    values.setdefault("config_dir", str(box.config_dir))
+    try:
+        return ControllerConfig(**values)
+    except ValidationError as exc:
+        lines = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise ConfigError(f"{path}: invalid config:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,102 @@
+"""The confiner (the seed's `lnk-sandbox`): the last step inside the sandbox before the target.
+
+bwrap starts it as the sandbox's user inside the new namespaces. It reads its policy from the
+read-only file the controller bound in, closes every descriptor but stdio, applies Landlock
+(filesystem read/write per grant, EXECUTE only for granted programs and the ELF loader, TCP and
+scopes where the ABI has them), then the seccomp deny-list, then the unix-socket block, and
+execs the target. If any step fails it prints what is missing and exits 126 without running
+the target: it never falls back to running unconfined.
+
+It imports only the standard library and the two enforcement modules, so it starts quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from lnk_shared.errors import LaunchRefused
+
+from lnk_controller import landlock, seccomp
+
+POLICY_PATH = "/run/lnk-confiner/policy.json"
+EXIT_CONFINEMENT_FAILED = 126  # the shell's "cannot execute": nothing of the target ran
+MAX_POLICY_BYTES = 1 << 20  # the controller writes a few KiB
+
+
+def _paths(policy: dict[str, object], key: str) -> tuple[str, ...]:
+    value = policy.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise LaunchRefused("confiner policy", f"{key} must be a list of paths")
+    return tuple(value)
+
+
+def _ports(policy: dict[str, object], key: str) -> tuple[int, ...] | None:
+    value = policy.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(type(p) is int for p in value):
+        raise LaunchRefused("confiner policy", f"{key} must be a list of ports or null")
+    return tuple(value)
+
+
+def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise LaunchRefused("confiner policy", f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise LaunchRefused("confiner policy", "the policy is too large")
+    policy = json.loads(data)
+    if not isinstance(policy, dict):
+        raise LaunchRefused("confiner policy", "the policy is not a JSON object")
+    return policy
+
+
+def confine(policy: dict[str, object]) -> None:
+    """Apply every layer, in order; raises LaunchRefused on the first that cannot be applied."""
+    pretend = policy.get("unsafe_pretend_abi")
+    min_abi = policy.get("min_abi", 1)
+    if not isinstance(min_abi, int) or (pretend is not None and not isinstance(pretend, int)):
+        raise LaunchRefused("confiner policy", "min_abi and unsafe_pretend_abi must be integers")
+    landlock.apply(
+        landlock.LandlockPolicy(
+            read=_paths(policy, "read"),
+            write=_paths(policy, "write"),
+            execute=_paths(policy, "execute"),
+            tcp_connect=_ports(policy, "tcp_connect"),
+            tcp_bind=_ports(policy, "tcp_bind"),
+            scope_abstract_unix=bool(policy.get("scope_abstract_unix", True)),
+            scope_signal=bool(policy.get("scope_signal", True)),
+            min_abi=min_abi,
+        ),
+        pretend_abi=pretend,
+    )
+    seccomp.apply_filter()
+    if policy.get("block_unix_sockets", True):
+        seccomp.block_unix_sockets()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] != "--":
+        print("lnk-sandbox: usage: confiner -- PROGRAM [ARGS...]", file=sys.stderr)
+        return EXIT_CONFINEMENT_FAILED
+    target = argv[1:]
+    try:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        confine(load_policy())
+    except (LaunchRefused, ValueError) as exc:
+        print(f"lnk-sandbox: not running {target[0]}: {exc}", file=sys.stderr)
+        return EXIT_CONFINEMENT_FAILED
+    try:
+        os.execv(target[0], target)
+    except OSError as exc:
+        print(f"lnk-sandbox: cannot run {target[0]}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFINEMENT_FAILED if exc.errno != 2 else 127
+    return EXIT_CONFINEMENT_FAILED  # pragma: no cover - execv does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""The launch request a client sends on the launch socket, validated field by field.
+
+Everything here comes from another process (any local user): each field is checked for type,
+size and form before anything uses it, and unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lnk_shared.spec_flags import namespace_from_document
+
+__all__ = ["ENV_ALLOWED", "LaunchRequest", "TerminalSize", "parse_launch_request"]
+
+MAX_ARGS = 4096  # arguments to the sandboxed program
+MAX_ARG_BYTES = 128 * 1024  # one argument (the kernel's MAX_ARG_STRLEN)
+MAX_ENV_VALUE = 256  # TERM, LANG and LC_* values are short names
+ENV_ALLOWED = re.compile(r"^(TERM|LANG|LANGUAGE|COLORTERM|LC_[A-Z]+)$")
+ENV_VALUE = re.compile(r"^[A-Za-z0-9_.:@+,=-]*$")
+_FIELDS = {
+    "type",
+    "argv",
+    "cwd",
+    "path_env",
+    "flags",
+    "env",
+    "terminal",
+    "yes",
+    "fds",
+    "with_fds",
+}
+
+
+@dataclass(frozen=True)
+class TerminalSize:
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    argv: tuple[str, ...]
+    cwd: str
+    path_env: str
+    flags: argparse.Namespace
+    env: dict[str, str]
+    terminal: TerminalSize | None
+    yes: bool
+    stdio: tuple[int, int, int]  # indexes into the descriptors received
+    spec_fd: int | None
+    grant_fds: dict[str, int]  # real path -> index of an O_PATH descriptor the owner opened
+    with_fds: dict[int, int]  # the caller's fd number -> index of the descriptor received
+
+
+def _str(value: Any, what: str, limit: int = 4096) -> str:
+    if not isinstance(value, str) or "\x00" in value or len(value) > limit:
+        raise ValueError(f"{what} must be a string without NUL, at most {limit} characters")
+    return value
+
+
+def _index(value: Any, what: str, count: int) -> int:
+    if type(value) is not int or not 0 <= value < count:
+        raise ValueError(f"{what} must be the index of a passed descriptor")
+    return value
+
+
+def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequest:
+    """Check every field of a launch request; raise ValueError naming the first bad one."""
+    unknown = set(untrusted) - _FIELDS
+    if unknown:
+        raise ValueError(f"unknown fields: {sorted(unknown)}")
+    argv = untrusted.get("argv")
+    if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGS:
+        raise ValueError(f"argv must be a list of 1 to {MAX_ARGS} strings")
+    args = tuple(_str(a, "each argument", MAX_ARG_BYTES) for a in argv)
+    cwd = _str(untrusted.get("cwd"), "cwd")
+    if not cwd.startswith("/"):
+        raise ValueError("cwd must be absolute")
+    path_env = _str(untrusted.get("path_env", ""), "path_env")
+    flags_doc = untrusted.get("flags", {})
+    if not isinstance(flags_doc, dict):
+        raise ValueError("flags must be an object")
+    flags = namespace_from_document(flags_doc)
+    env_doc = untrusted.get("env", {})
+    if not isinstance(env_doc, dict):
+        raise ValueError("env must be an object")
+    env: dict[str, str] = {}
+    for key, value in env_doc.items():
+        if not ENV_ALLOWED.match(str(key)):
+            continue  # only terminal and locale names pass; the rest never reach a sandbox
+        value = _str(value, f"env {key}", MAX_ENV_VALUE)
+        if ENV_VALUE.match(value):
+            env[key] = value
+    terminal = None
+    term = untrusted.get("terminal")
+    if term is not None:
+        if not isinstance(term, dict) or set(term) != {"rows", "cols"}:
+            raise ValueError("terminal must be {rows, cols} or null")
+        rows, cols = term["rows"], term["cols"]
+        if type(rows) is not int or type(cols) is not int or not (0 <= rows < 10000 > cols >= 0):
+            raise ValueError("terminal rows and cols must be small integers")
+        terminal = TerminalSize(rows, cols)
+    yes = untrusted.get("yes", False)
+    if type(yes) is not bool:
+        raise ValueError("yes must be true or false")
+    fds = untrusted.get("fds")
+    if not isinstance(fds, dict):
+        raise ValueError("fds must be an object")
+    stdio = tuple(_index(fds.get(n), f"fds.{n}", fd_count) for n in ("stdin", "stdout", "stderr"))
+    spec_fd = fds.get("spec")
+    spec_index = None if spec_fd is None else _index(spec_fd, "fds.spec", fd_count)
+    grants_doc = fds.get("grants", {})
+    if not isinstance(grants_doc, dict):
+        raise ValueError("fds.grants must be an object")
+    grants = {
+        _str(path, "a grant path"): _index(i, "a grant descriptor", fd_count)
+        for path, i in grants_doc.items()
+    }
+    with_doc = untrusted.get("with_fds", {})
+    if not isinstance(with_doc, dict):
+        raise ValueError("with_fds must be an object")
+    with_fds = {}
+    for number, i in with_doc.items():
+        if not str(number).isdigit():
+            raise ValueError("with_fds keys must be descriptor numbers")
+        with_fds[int(number)] = _index(i, "a with-fd descriptor", fd_count)
+    return LaunchRequest(
+        argv=args,
+        cwd=cwd,
+        path_env=path_env,
+        flags=flags,
+        env=env,
+        terminal=terminal,
+        yes=yes,
+        stdio=(stdio[0], stdio[1], stdio[2]),
+        spec_fd=spec_index,
+        grant_fds=grants,
+        with_fds=with_fds,
+    )

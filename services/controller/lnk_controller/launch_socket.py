@@ -1,0 +1,176 @@
+"""The launch socket: a client passes its stdin, stdout and stderr (and the folders it may reach)
+with SCM_RIGHTS, the controller runs the sandbox on them and sends back the exit status.
+
+The dialogue, one JSON frame at a time:
+    client -> {"type": "launch", ...}                 + descriptors
+    server -> {"type": "approve?", "lines": [...], "hash": H}      (a new or changed spec)
+    client -> {"type": "approve", "hash": H}  |  {"type": "decline"}
+    server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
+    client -> {"type": "signal", "signal": N}        (any number of times)
+    server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
+A client that goes away stops its sandbox. Callers are known by SO_PEERCRED only; sandbox uids
+are refused (a sandbox never sees this socket, this is a second lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
+from lnk_shared.unix import peer_cred, recv_frame, send_frame
+
+from lnk_controller.cleanup import clean_sandbox
+from lnk_controller.host_users import kill_uid_processes
+from lnk_controller.launch import Launcher, Running
+from lnk_controller.launch_request import parse_launch_request
+
+__all__ = ["LaunchServer"]
+
+log = logging.getLogger(__name__)
+
+FORWARDED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT})
+
+
+class LaunchServer:
+    def __init__(self, sock: socket.socket, launcher: Launcher) -> None:
+        self._sock = sock
+        self._launcher = launcher
+        self._stopping = threading.Event()
+
+    def serve_forever(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                raise
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        self._sock.close()
+
+    def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            with conn:
+                caller = peer_cred(conn)
+                cfg = self._launcher.cfg
+                if cfg.uid_first <= caller.uid <= cfg.uid_last:
+                    raise StateError("a sandbox may not launch sandboxes")
+                untrusted, fds = recv_frame(conn, want_fds=True)
+                if untrusted.get("type") != "launch":
+                    raise ValueError("expected a launch request")
+                request = parse_launch_request(untrusted, len(fds))
+                self._run(conn, caller.uid, request, fds)
+        except LnkError as exc:
+            self._reply_error(conn, exc.exit_code, str(exc))
+        except (ValueError, EOFError, OSError) as exc:
+            log.info("launch request refused: %s", exc)
+            self._reply_error(conn, EXIT_USAGE, f"bad launch request: {exc}")
+        except Exception:
+            log.exception("launch failed")
+            self._reply_error(conn, 1, "the controller failed; see its log")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    @staticmethod
+    def _reply_error(conn: socket.socket, code: int, message: str) -> None:
+        try:
+            send_frame(conn, {"type": "error", "exit": code, "message": message})
+        except OSError:
+            pass
+
+    def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
+        launcher = self._launcher
+        judged = launcher.judge(request, owner_uid, fds)
+        if judged.approval_lines is not None:
+            if not request.yes:
+                send_frame(
+                    conn,
+                    {
+                        "type": "approve?",
+                        "lines": list(judged.approval_lines),
+                        "hash": judged.digest,
+                    },
+                )
+                answer, extra = recv_frame(conn)
+                for fd in extra:
+                    os.close(fd)
+                if answer.get("type") != "approve" or answer.get("hash") != judged.digest:
+                    raise NotConfirmedError("not approved: nothing was run")
+            launcher.approve(owner_uid, judged)
+        running = launcher.start(request, owner_uid, fds, judged)
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+        try:
+            master = running.terminal_master
+            send_frame(
+                conn,
+                {"type": "started", "id": running.row.id},
+                [master] if master is not None else None,
+            )
+            if master is not None:
+                os.close(master)
+                running.terminal_master = None
+            watcher = threading.Thread(target=self._watch_client, args=(conn, running), daemon=True)
+            watcher.start()
+            status = launcher.finish(running)
+        except BaseException:
+            self._stop(running)
+            raise
+        send_frame(conn, {"type": "exit", "status": status})
+
+    def _watch_client(self, conn: socket.socket, running: Running) -> None:
+        """Forward the client's signals; a client that goes away stops its sandbox."""
+        while running.process.poll() is None:
+            try:
+                message, extra = recv_frame(conn)
+            except (EOFError, OSError, ValueError):
+                if running.process.poll() is None:
+                    log.info("client of %s went away: stopping it", running.row.id)
+                    self._stop(running)
+                return
+            for fd in extra:
+                os.close(fd)
+            number = message.get("signal")
+            if message.get("type") == "signal" and number in FORWARDED_SIGNALS:
+                self._signal(running, int(number))
+
+    @staticmethod
+    def _signal(running: Running, number: int) -> None:
+        pid = running.target_pid
+        if pid is None:
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            signal.pidfd_send_signal(fd, number)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _stop(self, running: Running) -> None:
+        try:
+            kill_uid_processes(running.row.host_uid)
+        except StateError as exc:
+            log.error("%s", exc)
+        try:
+            running.process.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - the reaper below will try again
+            log.error("sandbox %s did not end after kill", running.row.id)
+        try:
+            clean_sandbox(running.row.id, self._launcher.store, self._launcher.cfg)
+        except StateError as exc:
+            log.error("%s", exc)

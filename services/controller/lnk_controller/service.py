@@ -1,0 +1,130 @@
+"""The controller service: prepare the box's folders, open the database, clean what a previous
+run left (reconcile), then serve the launch socket, the API socket and the lease reaper until
+SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+
+import uvicorn
+from lnk_shared.errors import LaunchRefused, StateError
+from lnk_shared.unix import bind_socket
+
+from lnk_controller import idmap_mounts, landlock
+from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.cleanup import clean_sandbox, reconcile
+from lnk_controller.config import ControllerConfig
+from lnk_controller.db import open_database
+from lnk_controller.launch import Launcher
+from lnk_controller.launch_socket import LaunchServer
+from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.sandbox_store import SandboxStore
+
+__all__ = ["run_controller"]
+
+log = logging.getLogger("lnk_controller")
+
+REAP_INTERVAL_S = 1.0  # how late an expired lease may be noticed
+RUN_DIR_MODE = 0o755  # clients must reach the sockets in it
+SOCKET_MODE = 0o666  # any local user may ask; SO_PEERCRED says who, and each sees only its own
+STAGING_MODE = 0o711  # sandbox uids traverse to their staged mounts, never list them
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+
+
+def _private_mount(path: Path) -> None:
+    """Make `path` a mount of its own with private propagation, so staged mounts made under it
+    do not appear in (or vanish from) every peer of a shared `/`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = os.fsencode(path)
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        mounted = any(line.split()[4] == str(path) for line in f)
+    if not mounted and libc.mount(target, target, None, _MS_BIND | _MS_REC, None) != 0:
+        raise StateError(f"cannot bind {path} onto itself: {os.strerror(ctypes.get_errno())}")
+    if libc.mount(None, target, None, _MS_PRIVATE | _MS_REC, None) != 0:
+        raise StateError(f"cannot make {path} private: {os.strerror(ctypes.get_errno())}")
+
+
+def _prepare_dirs(cfg: ControllerConfig) -> None:
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(cfg.run_dir, RUN_DIR_MODE)
+    cfg.staging_root.mkdir(exist_ok=True)
+    os.chmod(cfg.staging_root, STAGING_MODE)
+    _private_mount(cfg.staging_root)
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(cfg.state_dir, 0o755)
+    cfg.homes_dir.mkdir(exist_ok=True)
+    os.chmod(cfg.homes_dir, 0o711)
+
+
+def _check_kernel(cfg: ControllerConfig) -> None:
+    """Log (not refuse) what is missing: each launch refuses on its own, naming it."""
+    try:
+        log.info("Landlock ABI %d", landlock.probe_abi())
+    except LaunchRefused as exc:
+        log.error("%s: every launch will be refused", exc)
+    if not cfg.bwrap.exists():
+        log.error("%s is missing: every launch will be refused", cfg.bwrap)
+    try:
+        idmap_mounts.check_support("/")
+    except (LaunchRefused, StateError) as exc:
+        log.error("%s", exc)
+
+
+def _reap_leases(store: SandboxStore, cfg: ControllerConfig, stop: threading.Event) -> None:
+    while not stop.wait(REAP_INTERVAL_S):
+        try:
+            for row in store.expired():
+                log.info("lease of %s expired: stopping it", row.id)
+                clean_sandbox(row.id, store, cfg)
+        except StateError as exc:
+            log.error("lease reaper: %s", exc)
+
+
+def run_controller(cfg: ControllerConfig) -> None:
+    if os.geteuid() != 0:
+        raise StateError("the controller runs as root (it makes users and mounts)")
+    os.umask(0o022)
+    _prepare_dirs(cfg)
+    engine = open_database(cfg.database)
+    store = SandboxStore(engine)
+    remembered = RememberedSpecs(engine)
+    _check_kernel(cfg)
+    cleaned = reconcile(store, cfg)
+    if cleaned:
+        log.info("reconcile: cleaned %d sandbox(es) a previous run left", cleaned)
+
+    launcher = Launcher(cfg, store, remembered)
+    launch_sock = bind_socket(cfg.launch_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
+    api_sock = bind_socket(cfg.api_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
+    server = LaunchServer(launch_sock, launcher)
+    threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
+    stop = threading.Event()
+    reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
+    reaper.start()
+
+    app = make_app(cfg, store, remembered)
+    config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
+    api = uvicorn.Server(config)
+    log.info("controller ready: %s, %s", cfg.launch_socket, cfg.api_socket)
+    try:
+        api.run(sockets=[api_sock])
+    finally:
+        stop.set()
+        server.shutdown()
+        for row in store.find(live_only=True):
+            try:
+                clean_sandbox(row.id, store, cfg)
+            except StateError as exc:
+                log.error("%s", exc)
+        for path in (cfg.launch_socket, cfg.api_socket):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
