@@ -16,6 +16,7 @@ from pathlib import Path
 from lnk_controller import host_users, idmap_mounts
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.staging import PLACEHOLDER, remove_placeholder
 from lnk_shared.errors import StateError
 
 __all__ = ["clean_sandbox", "reconcile"]
@@ -37,7 +38,10 @@ def clean_sandbox(
         problems.append(str(exc))
     for target in reversed(json.loads(row.mounts_json)):
         try:
-            idmap_mounts.unmount(Path(target))
+            if target.startswith(PLACEHOLDER):
+                remove_placeholder(target)
+            else:
+                idmap_mounts.unmount(Path(target))
         except StateError as exc:
             problems.append(str(exc))
     staging = Path(row.staging_dir)

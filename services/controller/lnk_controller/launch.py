@@ -15,33 +15,30 @@ win, and nothing the owner could not reach.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
-import pwd
-import re
 import stat
-import subprocess
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import host_users, idmap_mounts
+from lnk_controller import host_users, landlock, seccomp
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
-from lnk_controller.wall import (
-    ETC_FILES,
-    MERGED_USR_LINKS,
-    Bind,
-    SandboxLayout,
-    bwrap_argv,
-    sandbox_passwd,
+from lnk_controller.spawn import (
+    MIN_LANDLOCK_ABI,
+    Running,
+    confiner_policy,
+    spawn_sandbox,
+    start_time,
+    watch_status,
 )
+from lnk_controller.staging import stage_sandbox
+from lnk_controller.wall import Bind
 from lnk_shared.discovery import DEFAULT_PATH, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
 from lnk_shared.grants import Grants
@@ -58,10 +55,7 @@ log = logging.getLogger(__name__)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs only
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
-SYSTEM_PROGRAM_DIRS = ("/usr",)  # already bound read-only in every sandbox
 FLAGS_ONLY_KEY = "<flags>"
-MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
-_CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
 
 
 @dataclass(frozen=True)
@@ -74,16 +68,6 @@ class Judged:
     program: str
     execute: tuple[str, ...]
     approval_lines: tuple[str, ...] | None  # None: already approved
-
-
-@dataclass
-class Running:
-    row: SandboxRow
-    process: subprocess.Popen[bytes]
-    terminal_master: int | None
-    target_pid: int | None = None
-    status_thread: threading.Thread | None = None
-    _done: threading.Event = field(default_factory=threading.Event)
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -135,6 +119,7 @@ class Launcher:
     # -- judging ---------------------------------------------------------------------------
 
     def judge(self, request: LaunchRequest, owner_uid: int, fds: list[int]) -> Judged:
+        self.preflight()
         builder = SpecBuilder()
         if request.spec_fd is not None:
             _read_spec_fd(fds[request.spec_fd], builder)
@@ -192,13 +177,35 @@ class Launcher:
 
     # -- starting --------------------------------------------------------------------------
 
+    def preflight(self) -> None:
+        """Refuse, naming the missing capability, before anything of a sandbox exists."""
+        cfg = self.cfg
+        if not os.access(cfg.bwrap, os.X_OK):
+            raise LaunchRefused("bubblewrap", f"{cfg.bwrap} is missing: install bubblewrap")
+        if not os.access(cfg.python, os.X_OK) or not (cfg.prefix / "venv").is_dir():
+            raise LaunchRefused(
+                "the confiner", f"{cfg.python} (the confiner's Python) is missing: reinstall"
+            )
+        machine = os.uname().machine
+        if machine not in seccomp.SUPPORTED_MACHINES:
+            raise LaunchRefused("seccomp", f"no syscall filter for the architecture {machine}")
+        abi = landlock.probe_abi()
+        if cfg.unsafe_pretend_landlock_abi is not None:
+            abi = min(abi, cfg.unsafe_pretend_landlock_abi)
+        if abi < MIN_LANDLOCK_ABI:
+            raise LaunchRefused(
+                "Landlock",
+                f"Landlock ABI {MIN_LANDLOCK_ABI} (abstract-socket and signal scoping) is needed, "
+                f"the kernel has {abi}",
+            )
+
     def start(
         self, request: LaunchRequest, owner_uid: int, fds: list[int], judged: Judged
     ) -> Running:
         row = self.store.create(
             owner_uid=owner_uid,
             allocate=self._allocate,
-            host_name=lambda uid: f"lnk-sbx-{uid}",
+            host_name=host_users.user_name,
             staging_root=self.cfg.staging_root,
             command=[judged.program, *request.argv[1:]],
             spec_hash=judged.digest,
@@ -213,63 +220,6 @@ class Launcher:
     def _allocate(self, taken: set[int]) -> int:
         return host_users.allocate_uid(self.uid_range, taken | host_users.ids_in_use())
 
-    def _binds(
-        self,
-        row: SandboxRow,
-        judged: Judged,
-        request: LaunchRequest,
-        fds: list[int],
-        userns_fd: int,
-    ) -> tuple[list[Bind], list[Bind]]:
-        staging = Path(row.staging_dir)
-        grants = judged.grants
-        exec_anywhere = grants.spec.commands_any
-        wanted: list[tuple[str, bool, bool]] = []  # (real path, write, is a program)
-        wanted += [(p.real, False, False) for p in grants.read]
-        wanted += [(p.real, True, False) for p in grants.write]
-        for f in grants.spec.with_fds:
-            wanted.append((f.path.real, f.write, False))
-        granted = [w[0] for w in wanted]
-        for program in judged.execute:
-            if program == "/" or any(inside(program, d) for d in SYSTEM_PROGRAM_DIRS):
-                continue
-            if any(inside(program, g) for g in granted):
-                continue
-            wanted.append((program, False, True))
-        fd_for = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
-        binds: list[Bind] = []
-        for n, (real, write, is_program) in enumerate(wanted):
-            source_fd = fd_for.get(real)
-            if source_fd is None:
-                index = request.grant_fds.get(real)
-                if index is None:
-                    raise LaunchRefused(
-                        real, "the client did not pass it open: cannot check you may reach it"
-                    )
-                source_fd = fds[index]
-            mine = os.stat(real)
-            theirs = os.fstat(source_fd)
-            if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
-                raise LaunchRefused(real, "it changed while the sandbox was being made")
-            target = staging / f"g{n}"
-            self.store.add_mount(row.id, str(target))
-            runs_here = is_program or any(inside(p, real) for p in judged.execute if p != "/")
-            idmap_mounts.stage_idmapped(
-                source_fd,
-                target,
-                userns_fd=userns_fd,
-                read_only=not write,
-                noexec=not exec_anywhere and (write or not runs_here),
-            )
-            binds.append(Bind(str(target), real, write))
-        read_only = []
-        for path in grants.read_only_inside:
-            for bind in binds:
-                if bind.write and inside(path, bind.dest) and os.path.lexists(path):
-                    rel = os.path.relpath(path, bind.dest)
-                    read_only.append(Bind(os.path.join(bind.source, rel), path))
-        return binds, read_only
-
     def _start(
         self,
         request: LaunchRequest,
@@ -279,143 +229,76 @@ class Launcher:
         row: SandboxRow,
     ) -> Running:
         cfg = self.cfg
+        grants = judged.grants
         user = host_users.create_user(row.host_uid, homes_dir=cfg.homes_dir)
-        staging = Path(row.staging_dir)
-        owner = pwd.getpwuid(owner_uid)
-        userns_fd = idmap_mounts.make_userns_fd(
-            ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
+        staged = stage_sandbox(
+            sandbox_id=row.id,
+            staging=Path(row.staging_dir),
+            store=self.store,
+            user=user,
+            owner_uid=owner_uid,
+            request=request,
+            fds=fds,
+            grants_read=[p.real for p in grants.read],
+            grants_write=[p.real for p in grants.write],
+            fd_grants=[(f.path.real, f.write) for f in grants.spec.with_fds],
+            read_only_inside=grants.read_only_inside,
+            execute=judged.execute,
+            exec_anywhere=grants.spec.commands_any,
+            tmp_size=cfg.tmp_size_mb * 1024 * 1024,
         )
-        try:
-            binds, read_only = self._binds(row, judged, request, fds, userns_fd)
-        finally:
-            os.close(userns_fd)
-        size = cfg.tmp_size_mb * 1024 * 1024
-        tmpfs = {}
-        for name in ("tmp", "shm", "home"):
-            target = staging / name
-            self.store.add_mount(row.id, str(target))
-            idmap_mounts.stage_tmpfs(
-                target,
-                uid=user.uid,
-                gid=user.gid,
-                size_bytes=size,
-                noexec=not judged.grants.spec.commands_any,
-            )
-            tmpfs[name] = str(target)
-
-        home_inside = f"/home/{user.name}"
-        cwd = request.cwd
-        visible = [b.dest for b in binds]
-        if not any(inside(cwd, d) for d in visible):
-            cwd = home_inside
+        home = f"/home/{user.name}"
+        visible = [b.dest for b in staged.binds]
+        cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else home
         env = {
             "PATH": SANDBOX_PATH,
-            "HOME": home_inside,
+            "HOME": home,
             "USER": user.name,
             "LOGNAME": user.name,
             "SHELL": "/bin/bash",
             "TMPDIR": "/tmp",
             "LNK_SANDBOX_ID": row.id,
+            **request.env,
         }
-        env.update(request.env)
-        passwd, group = sandbox_passwd(user.name, user.uid, user.gid, home_inside)
-        writes = [b.dest for b in binds if b.write] + ["/tmp", "/dev/shm", home_inside, "/dev"]
-        reads = ["/usr", "/etc", str(cfg.prefix), "/proc"] + [b.dest for b in binds]
-        policy = {
-            "read": sorted(set(reads)),
-            "write": sorted(set(writes)),
-            "execute": list(judged.execute),
-            "tcp_connect": None if judged.grants.spec.network_host else [],
-            "tcp_bind": None if judged.grants.spec.network_host else [],
-            "scope_abstract_unix": True,
-            "scope_signal": True,
-            "block_unix_sockets": True,
-            "min_abi": 6,
-            "unsafe_pretend_abi": cfg.unsafe_pretend_landlock_abi,
-        }
-        data_fds = [
-            _memfd("passwd", passwd),
-            _memfd("group", group),
-            _memfd("policy", json.dumps(policy)),
-        ]
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        master: int | None = None
-        try:
-            links = {p: os.readlink(p) for p in MERGED_USR_LINKS if os.path.islink(p)}
-            dirs = tuple(p for p in MERGED_USR_LINKS if os.path.isdir(p) and p not in links)
-            layout = SandboxLayout(
-                uid=user.uid,
-                gid=user.gid,
-                user_name=user.name,
-                home=Bind(tmpfs["home"], home_inside, True),
-                prefix=str(cfg.prefix),
-                command=(
-                    str(cfg.python),
-                    "-I",
-                    "-m",
-                    "lnk_controller.confiner",
-                    "--",
-                    judged.program,
-                    *request.argv[1:],
-                ),
-                cwd=cwd,
-                env=env,
-                terminal=request.terminal is not None,
-                network_host=judged.grants.spec.network_host,
-                tmp=Bind(tmpfs["tmp"], "/tmp", True),
-                shm=Bind(tmpfs["shm"], "/dev/shm", True),
-                binds=tuple(binds),
-                hidden=judged.grants.hidden,
-                read_only_inside=tuple(read_only),
-                system_links=links,
-                system_dirs=("/usr", *dirs),
-                etc_files=tuple(p for p in ETC_FILES if os.path.exists(p)),
-                passwd_fd=data_fds[0],
-                group_fd=data_fds[1],
-                policy_fd=data_fds[2],
-                status_fd=status_w,
-            )
-            argv = bwrap_argv(layout, bwrap=str(cfg.bwrap))
-            drop = [
-                "/usr/bin/setpriv",
-                f"--reuid={user.uid}",
-                f"--regid={user.gid}",
-                "--clear-groups",
-                "--no-new-privs",
+        policy = confiner_policy(
+            reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible],
+            writes=[b.dest for b in staged.binds if b.write] + ["/tmp", "/dev/shm", home, "/dev"],
+            execute=judged.execute,
+            network_host=grants.spec.network_host,
+            pretend_abi=cfg.unsafe_pretend_landlock_abi,
+        )
+        layout_args = {
+            "home": Bind(staged.home, home, True),
+            "tmp": Bind(staged.tmp, "/tmp", True),
+            "shm": Bind(staged.shm, "/dev/shm", True),
+            "binds": staged.binds,
+            "read_only_inside": staged.read_only,
+            "hidden": grants.hidden,
+            "network_host": grants.spec.network_host,
+            "cwd": cwd,
+            "env": env,
+            "command": (
+                str(cfg.python),
+                "-I",
+                "-m",
+                "lnk_controller.confiner",
                 "--",
-            ]
-            stdio = [fds[i] for i in request.stdio]
-            chain = drop + argv
-            if request.terminal is not None:
-                master, secondary = os.openpty()
-                _set_winsize(master, request.terminal.rows, request.terminal.cols)
-                stdio = [secondary, secondary, secondary]
-                chain = ["/usr/bin/setsid", "--ctty", "--", *chain]
-            try:
-                process = subprocess.Popen(
-                    chain,
-                    stdin=stdio[0],
-                    stdout=stdio[1],
-                    stderr=stdio[2],
-                    pass_fds=(*data_fds, status_w),
-                    close_fds=True,
-                    env={},
-                    cwd="/",
-                )
-            finally:
-                if request.terminal is not None:
-                    os.close(stdio[0])
-            self.store.set(
-                row.id, state="running", pid=process.pid, pid_start=_start_time(process.pid)
-            )
-        finally:
-            os.close(status_w)
-            for fd in data_fds:
-                os.close(fd)
+                judged.program,
+                *request.argv[1:],
+            ),
+        }
+        process, master, status_r = spawn_sandbox(
+            cfg=cfg,
+            row=row,
+            user=user,
+            layout_args=layout_args,
+            policy=policy,
+            stdio=(fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]]),
+            terminal=request.terminal,
+        )
         running = Running(row=row, process=process, terminal_master=master)
-        thread = threading.Thread(target=_read_status, args=(status_r, running), daemon=True)
-        thread.start()
-        running.status_thread = thread
+        watch_status(status_r, running)
+        self.store.set(row.id, state="running", pid=process.pid, pid_start=start_time(process.pid))
         return running
 
     def finish(self, running: Running) -> int:
@@ -423,44 +306,3 @@ class Launcher:
         status = running.process.wait()
         clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
         return status if status >= 0 else 128 - status
-
-
-def _memfd(name: str, text: str) -> int:
-    fd = os.memfd_create(f"lnk-{name}", os.MFD_CLOEXEC)
-    os.write(fd, text.encode("utf-8"))
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _set_winsize(fd: int, rows: int, cols: int) -> None:
-    import fcntl
-    import struct
-    import termios
-
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks: with the pid, a handle that survives reuse."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _read_status(fd: int, running: Running) -> None:
-    """Read bwrap's --json-status-fd to its end (bwrap dies of SIGPIPE if nobody reads): the
-    document with "child-pid" names the program's host pid."""
-    buffer = b""
-    try:
-        while chunk := os.read(fd, 4096):
-            if running.target_pid is not None or len(buffer) > MAX_STATUS_BYTES:
-                continue
-            buffer += chunk
-            match = _CHILD_PID.search(buffer)
-            if match:
-                running.target_pid = int(match.group(1))
-    finally:
-        os.close(fd)

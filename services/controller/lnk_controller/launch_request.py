@@ -91,9 +91,9 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
     for key, value in env_doc.items():
         if not ENV_ALLOWED.match(str(key)):
             continue  # only terminal and locale names pass; the rest never reach a sandbox
-        value = _str(value, f"env {key}", MAX_ENV_VALUE)
-        if ENV_VALUE.match(value):
-            env[key] = value
+        text = _str(value, f"env {key}", MAX_ENV_VALUE)
+        if ENV_VALUE.match(text):
+            env[key] = text
     terminal = None
     term = untrusted.get("terminal")
     if term is not None:

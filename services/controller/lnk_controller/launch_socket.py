@@ -14,6 +14,7 @@ are refused (a sandbox never sees this socket, this is a second lock).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -21,13 +22,12 @@ import socket
 import threading
 from typing import Any
 
-from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
-from lnk_shared.unix import peer_cred, recv_frame, send_frame
-
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import parse_launch_request
+from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
+from lnk_shared.unix import peer_cred, recv_frame, send_frame
 
 __all__ = ["LaunchServer"]
 
@@ -83,10 +83,8 @@ class LaunchServer:
 
     @staticmethod
     def _reply_error(conn: socket.socket, code: int, message: str) -> None:
-        try:
+        with contextlib.suppress(OSError):
             send_frame(conn, {"type": "error", "exit": code, "message": message})
-        except OSError:
-            pass
 
     def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
         launcher = self._launcher
@@ -168,7 +166,7 @@ class LaunchServer:
             log.error("%s", exc)
         try:
             running.process.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - the reaper below will try again
+        except Exception:
             log.error("sandbox %s did not end after kill", running.row.id)
         try:
             clean_sandbox(running.row.id, self._launcher.store, self._launcher.cfg)

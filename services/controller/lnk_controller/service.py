@@ -12,8 +12,6 @@ import threading
 from pathlib import Path
 
 import uvicorn
-from lnk_shared.errors import LaunchRefused, StateError
-from lnk_shared.unix import bind_socket
 
 from lnk_controller import idmap_mounts, landlock
 from lnk_controller.api import PeerCredProtocol, make_app
@@ -24,6 +22,8 @@ from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_shared.errors import LaunchRefused, StateError
+from lnk_shared.unix import bind_socket
 
 __all__ = ["run_controller"]
 
@@ -124,7 +124,4 @@ def run_controller(cfg: ControllerConfig) -> None:
             except StateError as exc:
                 log.error("%s", exc)
         for path in (cfg.launch_socket, cfg.api_socket):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+            path.unlink(missing_ok=True)

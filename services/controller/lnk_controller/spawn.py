@@ -1,0 +1,201 @@
+"""Starting the sandbox's process: the confiner's policy, the bwrap layout, and the chain
+`[setsid --ctty] setpriv (drop to the sandbox user, no new privileges) bwrap … confiner …`.
+
+The controller never forks a Python child of its own (it is multi-threaded): the chain is plain
+programs started by subprocess, which forks and execs in C. Data the sandbox needs (its
+/etc/passwd and /etc/group, the confiner's policy) go in as sealed-in-place memfds bwrap copies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import struct
+import subprocess
+import termios
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lnk_controller.config import ControllerConfig
+from lnk_controller.host_users import HostUser
+from lnk_controller.launch_request import TerminalSize
+from lnk_controller.models import SandboxRow
+from lnk_controller.wall import (
+    ETC_FILES,
+    MERGED_USR_LINKS,
+    SandboxLayout,
+    bwrap_argv,
+    sandbox_passwd,
+)
+
+__all__ = ["MIN_LANDLOCK_ABI", "Running", "confiner_policy", "spawn_sandbox"]
+
+MIN_LANDLOCK_ABI = 6  # abstract-unix and signal scoping: without them a sandbox reaches out
+MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
+SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the user, clears groups, sets no_new_privs
+SETSID = "/usr/bin/setsid"  # util-linux: a new session whose controlling terminal is the pty
+_CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
+
+
+@dataclass
+class Running:
+    row: SandboxRow
+    process: subprocess.Popen[bytes]
+    terminal_master: int | None
+    target_pid: int | None = None
+    status_thread: threading.Thread | None = field(default=None, repr=False)
+
+
+def confiner_policy(
+    *,
+    reads: list[str],
+    writes: list[str],
+    execute: tuple[str, ...],
+    network_host: bool,
+    pretend_abi: int | None,
+) -> dict[str, Any]:
+    """What the confiner enforces inside. TCP: with its own empty network namespace the sandbox
+    reaches nothing, so Landlock leaves TCP alone; with the host's network it may connect
+    anywhere (what host mode means) but may not listen on the host's ports (taking a port
+    another program expects while it is stopped)."""
+    return {
+        "read": sorted(set(reads)),
+        "write": sorted(set(writes)),
+        "execute": sorted(set(execute)),
+        "tcp_connect": None,
+        "tcp_bind": [] if network_host else None,
+        "scope_abstract_unix": True,
+        "scope_signal": True,
+        "block_unix_sockets": True,
+        "min_abi": MIN_LANDLOCK_ABI,
+        "unsafe_pretend_abi": pretend_abi,
+    }
+
+
+def _memfd(name: str, text: str) -> int:
+    fd = os.memfd_create(f"lnk-{name}", os.MFD_CLOEXEC)
+    os.write(fd, text.encode("utf-8"))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _set_winsize(fd: int, size: TerminalSize) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size.rows, size.cols, 0, 0))
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks: with the pid, a handle that survives reuse."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _read_status(fd: int, running: Running) -> None:
+    """Read bwrap's --json-status-fd to its end (bwrap dies of SIGPIPE if nobody reads); the
+    document with "child-pid" names the program's host pid."""
+    buffer = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            if running.target_pid is not None or len(buffer) > MAX_STATUS_BYTES:
+                continue
+            buffer += chunk
+            if match := _CHILD_PID.search(buffer):
+                running.target_pid = int(match.group(1))
+    finally:
+        os.close(fd)
+
+
+def spawn_sandbox(
+    *,
+    cfg: ControllerConfig,
+    row: SandboxRow,
+    user: HostUser,
+    layout_args: Mapping[str, Any],
+    policy: dict[str, Any],
+    stdio: tuple[int, int, int],
+    terminal: TerminalSize | None,
+) -> tuple[subprocess.Popen[bytes], int | None, int]:
+    """Start the chain; return (process, pty master or None, read end of bwrap's status)."""
+    home_inside = layout_args["home"].dest
+    passwd, group = sandbox_passwd(user.name, user.uid, user.gid, home_inside)
+    data_fds = [
+        _memfd("passwd", passwd),
+        _memfd("group", group),
+        _memfd("policy", json.dumps(policy)),
+    ]
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    master: int | None = None
+    try:
+        links = {p: os.readlink(p) for p in MERGED_USR_LINKS if os.path.islink(p)}
+        dirs = tuple(p for p in MERGED_USR_LINKS if os.path.isdir(p) and p not in links)
+        layout = SandboxLayout(
+            uid=user.uid,
+            gid=user.gid,
+            user_name=user.name,
+            prefix=str(cfg.prefix),
+            terminal=terminal is not None,
+            system_links=links,
+            system_dirs=("/usr", *dirs),
+            etc_files=tuple(p for p in ETC_FILES if os.path.exists(p)),
+            passwd_fd=data_fds[0],
+            group_fd=data_fds[1],
+            policy_fd=data_fds[2],
+            status_fd=status_w,
+            **layout_args,
+        )
+        chain = [
+            SETPRIV,
+            f"--reuid={user.uid}",
+            f"--regid={user.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--",
+            *bwrap_argv(layout, bwrap=str(cfg.bwrap)),
+        ]
+        streams = list(stdio)
+        if terminal is not None:
+            master, secondary = os.openpty()
+            _set_winsize(master, terminal)
+            streams = [secondary, secondary, secondary]
+            chain = [SETSID, "--ctty", "--", *chain]
+        try:
+            process = subprocess.Popen(
+                chain,
+                stdin=streams[0],
+                stdout=streams[1],
+                stderr=streams[2],
+                pass_fds=(*data_fds, status_w),
+                close_fds=True,
+                env={},
+                cwd="/",
+            )
+        finally:
+            if terminal is not None:
+                os.close(streams[0])
+    except BaseException:
+        os.close(status_r)
+        if master is not None:
+            os.close(master)
+        raise
+    finally:
+        os.close(status_w)
+        for fd in data_fds:
+            os.close(fd)
+    return process, master, status_r
+
+
+def watch_status(status_r: int, running: Running) -> None:
+    thread = threading.Thread(target=_read_status, args=(status_r, running), daemon=True)
+    thread.start()
+    running.status_thread = thread
+
+
+def start_time(pid: int) -> int | None:
+    return _start_time(pid)

@@ -1,0 +1,226 @@
+"""Staging a sandbox's folders: idmapped clones of the granted folders, placeholders for the
+dot entries tools run outside, and noexec tmpfs for /tmp, /dev/shm and the home.
+
+Everything made here is recorded in the sandbox's row *before* it is made, so cleanup (or a
+reconcile after a crash) can undo it: staged mounts by their target path, placeholders as
+`placeholder:<dev>:<ino>:<path>` so only the very file or folder made here is ever removed,
+and only while it is still empty.
+
+The owner proves what they can reach: each folder is staged from a descriptor the client opened
+as the owner, after checking it is the same file the controller's own resolution found.
+
+What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
+sockets; links resolve inside the sandbox's own view), or keep a placeholder from being seen by
+the owner's own programs while the sandbox runs (an empty `.envrc` or `.git` is harmless).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from lnk_controller import idmap_mounts
+from lnk_controller.host_users import HostUser
+from lnk_controller.launch_request import LaunchRequest
+from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.wall import Bind
+from lnk_shared.errors import LaunchRefused, StateError
+from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+from lnk_shared.refusals import inside
+
+__all__ = ["PLACEHOLDER", "Staged", "remove_placeholder", "stage_sandbox"]
+
+PLACEHOLDER = "placeholder:"
+SYSTEM_PROGRAM_DIRS = ("/usr",)  # bound read-only in every sandbox: no extra bind needed
+# Dot entries that are folders (a placeholder for them is an empty folder, not a file).
+DOT_FOLDERS = frozenset(
+    {".git", ".git/hooks", ".direnv", ".github", ".husky", ".idea", ".devcontainer", ".vscode"}
+)
+
+
+@dataclass(frozen=True)
+class Staged:
+    binds: tuple[Bind, ...]
+    read_only: tuple[Bind, ...]
+    tmp: str
+    shm: str
+    home: str
+
+
+def _wanted(
+    grants_read: list[str],
+    grants_write: list[str],
+    fd_grants: list[tuple[str, bool]],
+    execute: tuple[str, ...],
+) -> list[tuple[str, bool, bool]]:
+    """(real path, write, is a program) for every bind the sandbox needs."""
+    wanted = [(p, False, False) for p in grants_read] + [(p, True, False) for p in grants_write]
+    wanted += [(p, w, False) for p, w in fd_grants]
+    granted = [w[0] for w in wanted]
+    for program in execute:
+        if program == "/" or any(inside(program, d) for d in SYSTEM_PROGRAM_DIRS):
+            continue
+        if not any(inside(program, g) for g in granted):
+            wanted.append((program, False, True))
+    return wanted
+
+
+def _owner_fd(real: str, request: LaunchRequest, fds: list[int], by_fd: dict[str, int]) -> int:
+    source_fd = by_fd.get(real)
+    if source_fd is None:
+        index = request.grant_fds.get(real)
+        if index is None:
+            raise LaunchRefused(
+                real, "the client did not pass it open: cannot check you may reach it"
+            )
+        source_fd = fds[index]
+    mine, theirs = os.stat(real), os.fstat(source_fd)
+    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+        raise LaunchRefused(real, "it changed while the sandbox was being made")
+    return source_fd
+
+
+def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
+    """(entry, is a folder) for each dot entry tools run that is missing at the top of a folder:
+    the outermost missing part, so a missing `.git` gets one placeholder covering hooks and
+    config."""
+    missing: dict[str, bool] = {}
+    for entry in PROJECT_RUN_DOT_ENTRIES:
+        parts = entry.split("/")
+        for depth in range(1, len(parts) + 1):
+            part = "/".join(parts[:depth])
+            try:
+                os.lstat(part, dir_fd=dir_fd)
+            except FileNotFoundError:
+                missing[part] = depth < len(parts) or part in DOT_FOLDERS
+                break
+    return sorted(missing.items())
+
+
+def _placeholders(
+    *,
+    sandbox_id: str,
+    store: SandboxStore,
+    folder: str,
+    source_fd: int,
+    owner_uid: int,
+    owner_gid: int,
+) -> None:
+    """Make an empty, read-only stand-in for each missing dot entry tools run, in a write grant,
+    working from the owner's descriptor (no path lookup for a swapped link to redirect)."""
+    dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
+    try:
+        for entry, is_folder in _missing_entries(dir_fd):
+            parent, _, name = entry.rpartition("/")
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
+            try:
+                if is_folder:
+                    os.mkdir(name, 0o555, dir_fd=parent_fd)
+                else:
+                    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                    os.close(os.open(name, create, 0o444, dir_fd=parent_fd))
+                info = os.lstat(name, dir_fd=parent_fd)
+                path = os.path.join(folder, entry)
+                store.add_mount(sandbox_id, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}")
+                os.chown(name, owner_uid, owner_gid, dir_fd=parent_fd, follow_symlinks=False)
+            except OSError as exc:
+                raise LaunchRefused(
+                    f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
+                ) from None
+            finally:
+                os.close(parent_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_placeholder(record: str) -> None:
+    """Remove a placeholder if it is still the one made here (same inode) and still empty; one
+    that someone filled meanwhile is theirs now and stays."""
+    dev, ino, path = record[len(PLACEHOLDER) :].split(":", 2)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (info.st_dev, info.st_ino) != (int(dev), int(ino)):
+        return
+    try:
+        if stat.S_ISDIR(info.st_mode):
+            os.rmdir(path)
+        elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
+            os.unlink(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+            raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
+
+
+def stage_sandbox(
+    *,
+    sandbox_id: str,
+    staging: Path,
+    store: SandboxStore,
+    user: HostUser,
+    owner_uid: int,
+    request: LaunchRequest,
+    fds: list[int],
+    grants_read: list[str],
+    grants_write: list[str],
+    fd_grants: list[tuple[str, bool]],
+    read_only_inside: tuple[str, ...],
+    execute: tuple[str, ...],
+    exec_anywhere: bool,
+    tmp_size: int,
+) -> Staged:
+    owner = pwd.getpwuid(owner_uid)
+    by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
+    binds: list[Bind] = []
+    userns_fd = idmap_mounts.make_userns_fd(
+        ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
+    )
+    try:
+        for n, (real, write, is_program) in enumerate(
+            _wanted(grants_read, grants_write, fd_grants, execute)
+        ):
+            source_fd = _owner_fd(real, request, fds, by_fd)
+            if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
+                _placeholders(
+                    sandbox_id=sandbox_id,
+                    store=store,
+                    folder=real,
+                    source_fd=source_fd,
+                    owner_uid=owner_uid,
+                    owner_gid=owner.pw_gid,
+                )
+            target = staging / f"g{n}"
+            store.add_mount(sandbox_id, str(target))
+            runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
+            idmap_mounts.stage_idmapped(
+                source_fd,
+                target,
+                userns_fd=userns_fd,
+                read_only=not write,
+                noexec=not exec_anywhere and (write or not runs_here),
+            )
+            binds.append(Bind(str(target), real, write))
+    finally:
+        os.close(userns_fd)
+    read_only = []
+    for path in read_only_inside:
+        for bind in binds:
+            if bind.write and inside(path, bind.dest) and os.path.lexists(path):
+                read_only.append(
+                    Bind(os.path.join(bind.source, os.path.relpath(path, bind.dest)), path)
+                )
+    made: dict[str, str] = {}
+    for name in ("tmp", "shm", "home"):
+        target = staging / name
+        store.add_mount(sandbox_id, str(target))
+        idmap_mounts.stage_tmpfs(
+            target, uid=user.uid, gid=user.gid, size_bytes=tmp_size, noexec=not exec_anywhere
+        )
+        made[name] = str(target)
+    return Staged(tuple(binds), tuple(read_only), made["tmp"], made["shm"], made["home"])
