@@ -1,17 +1,28 @@
-"""End-to-end fixtures: the installed `lnk` (from the prefix scripts/install made), run as a
-real process against a box whose state lives in a temp dir."""
+"""End-to-end fixtures: the installed `lnk` (from the prefix scripts/install made), real
+services, real users.
+
+`box`: a box whose state lives in a temp dir, not started (for `lnk spec` tests).
+`running_box`: the box's services started with `lnk box up` on private run/state dirs, and a
+real unprivileged owner user with a home holding bait; everything is stopped and removed after,
+and the test fails if a sandbox user, mount or staging dir is left behind.
+"""
 
 from __future__ import annotations
 
 import os
+import pwd
+import secrets
+import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = PREFIX / "venv" / "bin" / "lnk"
+SANDBOX_USER_PREFIX = "lnk-sbx-"
 
 
 @dataclass
@@ -46,3 +57,160 @@ def box(tmp_path: Path) -> Box:
         "LANG": "C.UTF-8",
     }
     return Box(env=env, root=root)
+
+
+@dataclass
+class Owner:
+    """A real unprivileged host user who owns specs and folders, like a box's user."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+    secret: str
+
+
+@dataclass
+class RunningBox:
+    env: dict[str, str]
+    run_dir: Path
+    state_dir: Path
+    owner: Owner
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def owner_env(self) -> dict[str, str]:
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.owner.home),
+            "USER": self.owner.name,
+            "LANG": "C.UTF-8",
+            "LNK_RUN_DIR": str(self.run_dir),
+            "LNK_STATE_DIR": str(self.state_dir),
+            "LNK_CONFIG_DIR": self.env["LNK_CONFIG_DIR"],
+            **self.extra_env,
+        }
+
+    def as_owner(
+        self, *args: str, timeout: float = 60, **kw: object
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `lnk ARGS` as the owner (setpriv drops root), from the owner's home."""
+        argv = [
+            "/usr/bin/setpriv",
+            f"--reuid={self.owner.uid}",
+            f"--regid={self.owner.gid}",
+            "--init-groups",
+            "--",
+            str(LNK),
+            *args,
+        ]
+        return subprocess.run(
+            argv,
+            env=self.owner_env(),
+            cwd=str(self.owner.home),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def run(
+        self, *flags: str, cmd: list[str], timeout: float = 60, **kw: object
+    ) -> subprocess.CompletedProcess[str]:
+        """`lnk sandbox run --yes FLAGS -- CMD` as the owner."""
+        return self.as_owner("sandbox", "run", "--yes", *flags, "--", *cmd, timeout=timeout, **kw)
+
+    def sh(self, script: str, *flags: str, **kw: object) -> subprocess.CompletedProcess[str]:
+        """A /bin/sh script in a sandbox; the usual tools granted unless flags say otherwise."""
+        tools = [
+            f"--command={c}"
+            for c in (
+                "cat",
+                "ls",
+                "id",
+                "touch",
+                "cp",
+                "ln",
+                "mv",
+                "rm",
+                "mkdir",
+                "grep",
+                "head",
+                "sleep",
+                "python3",
+            )
+        ]
+        return self.run(*tools, *flags, cmd=["/bin/sh", "-c", script], **kw)
+
+
+def _make_owner() -> Owner:
+    name = "lnkt" + secrets.token_hex(3)
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-K", "UID_MIN=1500", name], check=True)
+    entry = pwd.getpwnam(name)
+    home = Path(entry.pw_dir)
+    secret = secrets.token_hex(16)
+    (home / ".ssh").mkdir(mode=0o700)
+    (home / ".ssh" / "id_ed25519").write_text(f"KEY {secret}\n")
+    (home / "secret.txt").write_text(f"{secret}\n")
+    (home / "project" / "out").mkdir(parents=True)
+    (home / "project" / "readme.txt").write_text("hello project\n")
+    (home / "project" / ".git" / "hooks").mkdir(parents=True)
+    subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(home)], check=True)
+    os.chmod(home, 0o700)
+    return Owner(name, entry.pw_uid, entry.pw_gid, home, secret)
+
+
+def _leftovers() -> list[str]:
+    found = []
+    with open("/etc/passwd", encoding="utf-8") as f:
+        found += [line.split(":")[0] for line in f if line.startswith(SANDBOX_USER_PREFIX)]
+    with open("/etc/group", encoding="utf-8") as f:
+        found += [
+            "group " + line.split(":")[0] for line in f if line.startswith(SANDBOX_USER_PREFIX)
+        ]
+    return found
+
+
+@pytest.fixture(scope="session")
+def running_box() -> Iterator[RunningBox]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: starts the box's services and makes users")
+    if not LNK.exists():
+        pytest.fail(f"{LNK} is missing: run scripts/install first")
+    tag = secrets.token_hex(4)
+    # Outside /tmp/pytest-of-root (0700), so the unprivileged owner can reach the sockets.
+    run_dir = Path(f"/run/lnk-test-{tag}")
+    state_dir = Path(f"/var/lib/lnk-test-{tag}")
+    config_dir = Path(f"/etc/lnk-test-{tag}")
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "LNK_RUN_DIR": str(run_dir),
+        "LNK_STATE_DIR": str(state_dir),
+        "LNK_CONFIG_DIR": str(config_dir),
+        "LANG": "C.UTF-8",
+    }
+    owner = _make_owner()
+    before = _leftovers()
+    up = subprocess.run(
+        [str(LNK), "box", "up"], env=env, capture_output=True, text=True, check=False
+    )
+    try:
+        if up.returncode != 0:
+            log = state_dir / "logs" / "controller.log"
+            pytest.fail(
+                f"lnk box up failed: {up.stderr}\n{log.read_text() if log.exists() else ''}"
+            )
+        yield RunningBox(env=env, run_dir=run_dir, state_dir=state_dir, owner=owner)
+    finally:
+        subprocess.run([str(LNK), "box", "down"], env=env, capture_output=True, check=False)
+        left = [u for u in _leftovers() if u not in before]
+        staged = list((run_dir / "sandboxes").iterdir()) if (run_dir / "sandboxes").exists() else []
+        subprocess.run(
+            ["umount", "-l", str(run_dir / "sandboxes")], capture_output=True, check=False
+        )
+        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(state_dir, ignore_errors=True)
+        shutil.rmtree(config_dir, ignore_errors=True)
+        subprocess.run(["userdel", "-r", owner.name], capture_output=True, check=False)
+        assert not left, f"sandbox users left behind: {left}"
+        assert not staged, f"staging left behind: {staged}"

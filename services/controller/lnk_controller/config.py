@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from lnk_shared.errors import ConfigError
 from lnk_shared.paths import BoxPaths
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["CONFIG_FILE", "ControllerConfig", "load_config"]
 

@@ -16,9 +16,8 @@ import json
 import os
 import sys
 
-from lnk_shared.errors import LaunchRefused
-
 from lnk_controller import landlock, seccomp
+from lnk_shared.errors import LaunchRefused
 
 POLICY_PATH = "/run/lnk-confiner/policy.json"
 EXIT_CONFINEMENT_FAILED = 126  # the shell's "cannot execute": nothing of the target ran

@@ -35,9 +35,10 @@ import alembic.util
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script.revision import RevisionError
-from lnk_shared.errors import StateError
 from sqlalchemy import URL, Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
+
+from lnk_shared.errors import StateError
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

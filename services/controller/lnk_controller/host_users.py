@@ -68,10 +68,10 @@ __all__ = [
     "create_user",
     "ids_in_use",
     "kill_uid_processes",
-    "signal_uid_processes",
     "list_lnk_users",
     "range_conflicts",
     "remove_user",
+    "signal_uid_processes",
     "user_name",
 ]
 
