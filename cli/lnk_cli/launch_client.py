@@ -192,11 +192,16 @@ def run_in_sandbox(args: argparse.Namespace, command: list[str]) -> int:
                 "start it with `lnk box up`"
             ) from None
         with sock:
-            send_frame(sock, request, fds)
-            for fd in opened:
-                os.close(fd)
-            opened.clear()
-            return _dialogue(sock)
+            try:
+                send_frame(sock, request, fds)
+                for fd in opened:
+                    os.close(fd)
+                opened.clear()
+                return _dialogue(sock)
+            except (EOFError, ConnectionError) as exc:
+                raise StateError(
+                    f"the controller ended the launch without an answer ({exc}); see its log"
+                ) from None
     finally:
         for fd in opened:
             os.close(fd)

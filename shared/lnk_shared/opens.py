@@ -21,7 +21,6 @@ _SECTION_TITLES = {
     "localhost_ports": "localhost port",
     "with_fds": "passed folder",
     "hidden": "hidden inside",
-    "read_only_inside": "read-only inside",
 }
 
 

@@ -58,8 +58,8 @@ class LaunchServer:
 
     def _handle(self, conn: socket.socket) -> None:
         fds: list[int] = []
-        try:
-            with conn:
+        with conn:
+            try:
                 caller = peer_cred(conn)
                 cfg = self._launcher.cfg
                 if cfg.uid_first <= caller.uid <= cfg.uid_last:
@@ -69,17 +69,17 @@ class LaunchServer:
                     raise ValueError("expected a launch request")
                 request = parse_launch_request(untrusted, len(fds))
                 self._run(conn, caller.uid, request, fds)
-        except LnkError as exc:
-            self._reply_error(conn, exc.exit_code, str(exc))
-        except (ValueError, EOFError, OSError) as exc:
-            log.info("launch request refused: %s", exc)
-            self._reply_error(conn, EXIT_USAGE, f"bad launch request: {exc}")
-        except Exception:
-            log.exception("launch failed")
-            self._reply_error(conn, 1, "the controller failed; see its log")
-        finally:
-            for fd in fds:
-                os.close(fd)
+            except LnkError as exc:
+                self._reply_error(conn, exc.exit_code, str(exc))
+            except (ValueError, EOFError, OSError) as exc:
+                log.info("launch request refused: %s", exc)
+                self._reply_error(conn, EXIT_USAGE, f"bad launch request: {exc}")
+            except Exception:
+                log.exception("launch failed")
+                self._reply_error(conn, 1, "the controller failed; see its log")
+            finally:
+                for fd in fds:
+                    os.close(fd)
 
     @staticmethod
     def _reply_error(conn: socket.socket, code: int, message: str) -> None:

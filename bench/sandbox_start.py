@@ -1,0 +1,194 @@
+"""Sandbox start, end to end, against a bare bwrap baseline in the same run.
+
+    sudo /opt/lnk/venv/bin/python bench/sandbox_start.py [--runs 30] [--concurrent 20]
+
+Starts a private box (its own run/state dirs, `lnk box up`), then measures:
+- `lnk sandbox run --yes -- /bin/true` end to end (client start, judging, fresh user, idmapped
+  mounts, bwrap, confiner with Landlock and seccomp, cleanup), median and p95;
+- a bare `bwrap` running /bin/true with similar binds, as the baseline, and the ratio;
+- N concurrent launches: all must succeed; time until all are done;
+- the memory of an idle sandbox's own helpers (every process of its uid but the program).
+Reports figures only; asserts nothing but success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
+LNK = str(PREFIX / "venv" / "bin" / "lnk")
+BARE = [
+    "bwrap",
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--clearenv",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+    "--symlink",
+    "usr/bin",
+    "/bin",
+    "--symlink",
+    "usr/lib",
+    "/lib",
+    "--symlink",
+    "usr/lib64",
+    "/lib64",
+    "--ro-bind",
+    "/etc",
+    "/etc",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--tmpfs",
+    "/tmp",
+    "--",
+    "/bin/true",
+]
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        argv,
+        env=env,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    return (time.perf_counter() - start) * 1000
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def idle_helper_memory(env: dict[str, str]) -> tuple[float, int]:
+    """RSS (MiB) of an idle sandbox's processes other than its program, and how many."""
+    proc = subprocess.Popen(
+        [LNK, "sandbox", "run", "--yes", "--", "/bin/sleep", "30"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pids = _sandbox_pids()
+            if any(_comm(p) == "sleep" for p in pids):
+                break
+            time.sleep(0.05)
+        pids = _sandbox_pids()
+        helpers = [p for p in pids if _comm(p) != "sleep"]
+        rss = sum(_rss_kib(p) for p in helpers) / 1024
+        return rss, len(helpers)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _sandbox_pids() -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
+            except (OSError, StopIteration):
+                continue
+            if 2_000_000_000 <= uid <= 2_000_099_999:
+                out.append(int(entry))
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+    except (OSError, StopIteration):
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--concurrent", type=int, default=20)
+    args = parser.parse_args()
+    tag = secrets.token_hex(3)
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "LNK_RUN_DIR": f"/run/lnk-bench-{tag}",
+        "LNK_STATE_DIR": f"/var/lib/lnk-bench-{tag}",
+        "LNK_CONFIG_DIR": f"/etc/lnk-bench-{tag}",
+    }
+    subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
+    try:
+        timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
+        lnk_ms, bare_ms = [], []
+        for _ in range(args.runs):  # interleaved, so both see the same machine
+            lnk_ms.append(timed([LNK, "sandbox", "run", "--", "/bin/true"], env))
+            bare_ms.append(timed(BARE, env))
+        client_ms = [timed([LNK, "--version"], env) for _ in range(10)]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=args.concurrent) as pool:
+            codes = list(
+                pool.map(
+                    lambda _: (
+                        subprocess.run(
+                            [LNK, "sandbox", "run", "--", "/bin/true"],
+                            env=env,
+                            stdin=subprocess.DEVNULL,
+                            capture_output=True,
+                        ).returncode
+                    ),
+                    range(args.concurrent),
+                )
+            )
+        concurrent_ms = (time.perf_counter() - start) * 1000
+        rss, helpers = idle_helper_memory(env)
+    finally:
+        subprocess.run([LNK, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["umount", "-l", f"{env['LNK_RUN_DIR']}/sandboxes"], check=False, capture_output=True
+        )
+        for key in ("LNK_RUN_DIR", "LNK_STATE_DIR", "LNK_CONFIG_DIR"):
+            shutil.rmtree(env[key], ignore_errors=True)
+
+    lm, bm = statistics.median(lnk_ms), statistics.median(bare_ms)
+    print(f"runs: {args.runs}")
+    print(f"lnk sandbox run -- /bin/true : median {lm:7.1f} ms  p95 {p95(lnk_ms):7.1f} ms")
+    print(f"bare bwrap /bin/true         : median {bm:7.1f} ms  p95 {p95(bare_ms):7.1f} ms")
+    print(f"ratio (median)               : {lm / bm:7.1f}x")
+    print(f"lnk --version (client start) : median {statistics.median(client_ms):7.1f} ms")
+    ok = sum(1 for c in codes if c == 0)
+    print(
+        f"{args.concurrent} concurrent launches     : {ok}/{args.concurrent} ok, "
+        f"all done in {concurrent_ms:.0f} ms"
+    )
+    print(f"idle sandbox helpers         : {helpers} processes, {rss:.1f} MiB RSS")
+    return 0 if ok == args.concurrent else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
