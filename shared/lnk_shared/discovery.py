@@ -124,7 +124,11 @@ def real_or_planned(path: str) -> str:
 
 @dataclass(frozen=True)
 class JudgeContext:
-    """What the rules compare grants against, every path real (resolved through links)."""
+    """What the rules compare grants against, every path real (resolved through links).
+
+    `spec_links`: each link met on the way to the spec file; whoever may replace one chooses
+    which file the next run reads, so they are guarded like the file itself.
+    """
 
     owner_uid: int
     home: str
@@ -134,6 +138,16 @@ class JudgeContext:
     agent_folders: tuple[str, ...]
     socket_dirs: tuple[str, ...]
     spec_file: str | None = None
+    spec_links: tuple[str, ...] = ()
+
+
+def _spec_location(spec_file: str) -> tuple[str, tuple[str, ...]]:
+    absolute = os.path.abspath(spec_file)
+    try:
+        walk = _walk(absolute, must_exist=False)
+    except PathNotFound:
+        return absolute, ()
+    return walk.real, tuple(hop.link for hop in walk.links)
 
 
 def context_for(
@@ -155,6 +169,7 @@ def context_for(
     path_dirs += [real_or_planned(d) for d in DEFAULT_PATH.split(":")]
     runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
     sockets = [real_or_planned(d) for d in (*SOCKET_DIRS, runtime)]
+    spec_real, spec_links = _spec_location(spec_file) if spec_file else (None, ())
     return JudgeContext(
         owner_uid=uid,
         home=real_home,
@@ -163,7 +178,8 @@ def context_for(
         box_dirs=tuple(real_or_planned(str(d)) for d in box.all()),
         agent_folders=tuple(real_or_planned(os.path.join(real_home, f)) for f in AGENT_FOLDERS),
         socket_dirs=tuple(dict.fromkeys(sockets)),
-        spec_file=real_or_planned(spec_file) if spec_file else None,
+        spec_file=spec_real,
+        spec_links=spec_links,
     )
 
 

@@ -110,6 +110,13 @@ def _check_self_widening(p: ResolvedPath, key: str, ctx: JudgeContext) -> Refuse
         return SelfWideningRefused(
             _label(p, key), f"it could rewrite this spec ({ctx.spec_file}) and widen its next run"
         )
+    # Holding a link on the way to it means choosing which file the next run reads.
+    for link in ctx.spec_links:
+        if inside(link, p.real):
+            return SelfWideningRefused(
+                _label(p, key),
+                f"it could replace the link {link} on the way to this spec and widen its next run",
+            )
     return None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.errors import SpecError
-from lnk_shared.spec import Origin, SpecBuilder
+from lnk_shared.spec import ANY, Origin, SpecBuilder
 
 __all__ = ["MAX_SPEC_BYTES", "SECTIONS", "load_spec_file", "parse_spec_text"]
 
@@ -111,10 +111,10 @@ def parse_spec_text(
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
         message = str(exc)
-        if where := _DECODE_WHERE.search(message):
-            message = message[: where.start()]
+        if stop := _DECODE_WHERE.search(message):
+            message = message[: stop.start()]
             if line is None:
-                line = int(where.group(1)) if where.group(1) else max(1, len(text.splitlines()))
+                line = int(stop.group(1)) if stop.group(1) else max(1, len(text.splitlines()))
         raise SpecError(f"not valid TOML: {message}", source=source, line=line) from None
     except RecursionError:
         raise SpecError("not valid TOML: nested too deeply", source=source) from None
@@ -162,7 +162,7 @@ def _add(
         case "browser", _:
             add = lambda item: builder.add_browser(item, origin)  # noqa: E731
         case "localhost", _:
-            add = lambda item: builder.add_port(item, origin)  # noqa: E731
+            add = lambda item: _add_port(builder, item, origin, expected)  # noqa: E731
         case "commands", _:
             add = lambda item: builder.add_command(item, base, origin)  # noqa: E731
         case _:  # pragma: no cover - SECTIONS and this match are kept together
@@ -172,6 +172,14 @@ def _add(
             nested = "array" if isinstance(item, list) else "table"
             raise origin.error(f"expected {expected}, got a nested {nested}")
         add(item)
+
+
+def _add_port(builder: SpecBuilder, item: object, origin: Origin, expected: str) -> None:
+    # A flag's port is text; in a file a port is a number, and "80" is the wrong type. "*" goes on
+    # to the builder, which refuses it with its own rule.
+    if isinstance(item, str) and item != ANY:
+        raise origin.error(f"expected {expected}, got a string {item!r}")
+    builder.add_port(item, origin)
 
 
 def _type_name(value: object) -> str:
