@@ -1,0 +1,204 @@
+"""Staging's placeholders: which dot entries a write grant is missing (so an empty read-only
+stand-in keeps the sandbox from planting them), and removing a stand-in only while it is still
+the very empty file or folder made here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lnk_controller.staging import PLACEHOLDER, _missing_entries, remove_placeholder
+from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+
+TOP_LEVEL = sorted({entry.split("/")[0] for entry in PROJECT_RUN_DOT_ENTRIES})
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def missing(folder: Path) -> dict[str, bool]:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return dict(_missing_entries(fd))
+    finally:
+        os.close(fd)
+
+
+def test_empty_folder_misses_every_top_level_entry_once(folder: Path) -> None:
+    assert sorted(missing(folder)) == TOP_LEVEL
+
+
+def test_missing_git_gets_one_folder_placeholder_covering_hooks_and_config(folder: Path) -> None:
+    found = missing(folder)
+    assert found[".git"] is True
+    assert [entry for entry in found if entry.startswith(".git/")] == []
+
+
+def test_git_without_hooks_or_config_gets_both(folder: Path) -> None:
+    (folder / ".git").mkdir()
+    found = missing(folder)
+    assert found[".git/hooks"] is True
+    assert found[".git/config"] is False
+    assert ".git" not in found
+
+
+def test_git_with_config_but_no_hooks_gets_hooks(folder: Path) -> None:
+    (folder / ".git").mkdir()
+    (folder / ".git" / "config").write_text("[core]\n")
+    found = missing(folder)
+    assert found.get(".git/hooks") is True
+    assert ".git/config" not in found
+
+
+def test_complete_git_needs_nothing(folder: Path) -> None:
+    (folder / ".git" / "hooks").mkdir(parents=True)
+    (folder / ".git" / "config").write_text("[core]\n")
+    assert [entry for entry in missing(folder) if entry.startswith(".git/")] == []
+
+
+def test_git_file_of_a_worktree_or_submodule_is_not_an_error(folder: Path) -> None:
+    # In a linked worktree or a submodule, `.git` is a file ("gitdir: ..."); nothing can be
+    # made under it, and it is present, so nothing under .git is missing.
+    (folder / ".git").write_text("gitdir: /home/owner/repo/.git/worktrees/project\n")
+    found = missing(folder)
+    assert [entry for entry in found if entry == ".git" or entry.startswith(".git/")] == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "is_folder"),
+    [
+        (".envrc", False),
+        (".direnv", True),
+        (".github", True),
+        (".husky", True),
+        (".vscode", True),
+        (".idea", True),
+        (".devcontainer", True),
+        (".gitlab-ci.yml", False),
+        (".pre-commit-config.yaml", False),
+        (".npmrc", False),
+        (".bashrc", False),
+    ],
+)
+def test_placeholder_kind_matches_what_tools_expect(
+    folder: Path, entry: str, is_folder: bool
+) -> None:
+    assert missing(folder)[entry] is is_folder
+
+
+@pytest.mark.parametrize("entry", [".envrc", ".vscode", ".git"])
+def test_existing_entries_are_not_missing(folder: Path, entry: str) -> None:
+    (folder / entry).mkdir()
+    assert entry not in missing(folder)
+
+
+def test_dangling_link_counts_as_present(folder: Path) -> None:
+    # A link is present (kept read-only by the wall); a placeholder cannot replace it.
+    (folder / ".envrc").symlink_to("/nonexistent/envrc")
+    assert ".envrc" not in missing(folder)
+
+
+def record(path: Path) -> str:
+    info = os.lstat(path)
+    return f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"
+
+
+@pytest.fixture
+def file_placeholder(folder: Path) -> Iterator[tuple[Path, str]]:
+    path = folder / ".envrc"
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
+    yield path, record(path)
+
+
+@pytest.fixture
+def folder_placeholder(folder: Path) -> Iterator[tuple[Path, str]]:
+    path = folder / ".vscode"
+    path.mkdir(mode=0o555)
+    yield path, record(path)
+    if path.exists():
+        path.chmod(0o755)
+
+
+def test_empty_file_placeholder_is_removed(file_placeholder: tuple[Path, str]) -> None:
+    path, rec = file_placeholder
+    remove_placeholder(rec)
+    assert not os.path.lexists(path)
+
+
+def test_empty_folder_placeholder_is_removed(folder_placeholder: tuple[Path, str]) -> None:
+    path, rec = folder_placeholder
+    remove_placeholder(rec)
+    assert not os.path.lexists(path)
+
+
+def test_file_placeholder_someone_filled_stays(file_placeholder: tuple[Path, str]) -> None:
+    path, rec = file_placeholder
+    path.chmod(0o644)
+    path.write_text("use nix\n")
+    remove_placeholder(rec)
+    assert path.read_text() == "use nix\n"
+
+
+def test_folder_placeholder_someone_filled_stays(folder_placeholder: tuple[Path, str]) -> None:
+    path, rec = folder_placeholder
+    path.chmod(0o755)
+    (path / "settings.json").write_text("{}")
+    remove_placeholder(rec)
+    assert (path / "settings.json").read_text() == "{}"
+
+
+def test_swapped_placeholder_is_left_alone(file_placeholder: tuple[Path, str]) -> None:
+    path, rec = file_placeholder
+    other = path.with_name("other")
+    other.touch()  # made while the placeholder exists, so its inode differs
+    os.replace(other, path)
+    remove_placeholder(rec)
+    assert path.exists()
+
+
+def test_placeholder_swapped_for_a_link_leaves_link_and_target(
+    folder: Path, file_placeholder: tuple[Path, str]
+) -> None:
+    path, rec = file_placeholder
+    victim = folder / "owners-empty-file"
+    victim.touch()
+    path.unlink()
+    path.symlink_to(victim)
+    remove_placeholder(rec)
+    assert path.is_symlink()
+    assert victim.exists()
+
+
+def test_folder_placeholder_swapped_for_an_empty_folder_stays(
+    folder_placeholder: tuple[Path, str],
+) -> None:
+    path, rec = folder_placeholder
+    other = path.with_name("other")
+    other.mkdir()  # made while the placeholder exists, so its inode differs
+    path.rmdir()
+    other.rename(path)
+    remove_placeholder(rec)
+    assert path.is_dir()
+
+
+def test_missing_placeholder_is_tolerated(file_placeholder: tuple[Path, str]) -> None:
+    path, rec = file_placeholder
+    path.unlink()
+    remove_placeholder(rec)
+    remove_placeholder(rec)  # twice: a second cleanup after a crash
+
+
+def test_placeholder_path_with_colons(tmp_path: Path) -> None:
+    path = tmp_path / "a:b" / "c:d"
+    path.mkdir(parents=True)
+    rec = record(path)
+    assert rec.endswith(str(path))
+    remove_placeholder(rec)
+    assert not path.exists()
