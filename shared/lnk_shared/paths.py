@@ -52,24 +52,20 @@ SOCKET_DIRS = ("/run", "/var/run", "/tmp/.X11-unix", "/tmp/.ICE-unix")
 # Entries at the top of a written folder that tools run outside the sandbox (git hooks and
 # config, direnv, editors' tasks, CI definitions): kept read-only inside every write grant.
 PROJECT_RUN_DOT_ENTRIES = (
-    ".envrc",
-    ".direnv",
-    ".git/config",
-    ".git/hooks",
-    ".gitmodules",
-    ".github",
-    ".gitlab-ci.yml",
-    ".husky",
-    ".idea",
-    ".pre-commit-config.yaml",
-    ".devcontainer",
-    ".vscode",
-    ".npmrc",
-    ".pypirc",
-    ".bashrc",
-    ".profile",
-    ".bash_profile",
-    ".zshrc",
+    ".devcontainer",  # postCreateCommand and friends run when the owner opens the container
+    ".direnv",  # direnv's layouts (a virtualenv's bin) that .envrc puts on PATH
+    ".envrc",  # direnv runs it on entering the folder
+    ".git/config",  # core.fsmonitor, core.hooksPath, aliases, filters: commands git runs
+    ".git/hooks",  # run by git on commit, checkout, push
+    ".github",  # workflows run wherever the owner pushes
+    ".gitlab-ci.yml",  # likewise
+    ".gitmodules",  # submodule URLs and update commands
+    ".husky",  # hooks that husky points git at
+    ".idea",  # run configurations an IDE offers to start
+    ".mise.toml",  # mise runs its tasks and env hooks on entering the folder
+    ".npmrc",  # npm's script-shell and registry
+    ".pre-commit-config.yaml",  # what pre-commit runs on commit
+    ".vscode",  # tasks.json and settings the editor runs
 )
 
 DEFAULT_CONFIG_DIR = "/etc/lnk"

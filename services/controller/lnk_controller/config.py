@@ -31,14 +31,14 @@ DAY = 86_400
 
 
 class ControllerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    config_dir: Path = Path("/etc/lnk")
-    state_dir: Path = Path("/var/lib/lnk")
-    run_dir: Path = Path("/run/lnk")
-    prefix: Path = Field(default_factory=lambda: Path(sys.prefix).parent)
-    python: Path = Field(default_factory=lambda: Path(sys.prefix) / "bin" / "python")
-    bwrap: Path = Path("/usr/bin/bwrap")
+    config_dir: Path = Field(default=Path("/etc/lnk"), strict=False)
+    state_dir: Path = Field(default=Path("/var/lib/lnk"), strict=False)
+    run_dir: Path = Field(default=Path("/run/lnk"), strict=False)
+    prefix: Path = Field(default_factory=lambda: Path(sys.prefix).parent, strict=False)
+    python: Path = Field(default_factory=lambda: Path(sys.prefix) / "bin" / "python", strict=False)
+    bwrap: Path = Field(default=Path("/usr/bin/bwrap"), strict=False)
     uid_first: int = Field(default=2_000_000_000, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     uid_last: int = Field(default=2_000_099_999, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     lease_seconds: int = Field(default=12 * 3600, ge=1, le=30 * DAY)

@@ -89,10 +89,10 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
         raise ValueError("env must be an object")
     env: dict[str, str] = {}
     for key, value in env_doc.items():
-        if not ENV_ALLOWED.match(str(key)):
+        if not ENV_ALLOWED.fullmatch(str(key)):
             continue  # only terminal and locale names pass; the rest never reach a sandbox
         text = _str(value, f"env {key}", MAX_ENV_VALUE)
-        if ENV_VALUE.match(text):
+        if ENV_VALUE.fullmatch(text):
             env[key] = text
     terminal = None
     term = untrusted.get("terminal")
@@ -124,7 +124,7 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
         raise ValueError("with_fds must be an object")
     with_fds = {}
     for number, i in with_doc.items():
-        if not str(number).isdigit():
+        if not (str(number).isascii() and str(number).isdigit()):
             raise ValueError("with_fds keys must be descriptor numbers")
         with_fds[int(number)] = _index(i, "a with-fd descriptor", fd_count)
     return LaunchRequest(

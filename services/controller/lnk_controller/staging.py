@@ -16,6 +16,7 @@ the owner's own programs while the sandbox runs (an empty `.envrc` or `.git` is 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
@@ -94,10 +95,12 @@ def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
         for depth in range(1, len(parts) + 1):
             part = "/".join(parts[:depth])
             try:
-                os.lstat(part, dir_fd=dir_fd)
+                info = os.lstat(part, dir_fd=dir_fd)
             except FileNotFoundError:
                 missing[part] = depth < len(parts) or part in DOT_FOLDERS
                 break
+            if not stat.S_ISDIR(info.st_mode):
+                break  # a file (a worktree's `.git` pointer) is bound read-only as it is
     return sorted(missing.items())
 
 
@@ -109,9 +112,11 @@ def _placeholders(
     source_fd: int,
     owner_uid: int,
     owner_gid: int,
-) -> None:
-    """Make an empty, read-only stand-in for each missing dot entry tools run, in a write grant,
-    working from the owner's descriptor (no path lookup for a swapped link to redirect)."""
+) -> list[str]:
+    """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
+    from the owner's descriptor (no path lookup for a swapped link to redirect); return their
+    paths, which the wall binds read-only."""
+    made: list[str] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
         for entry, is_folder in _missing_entries(dir_fd):
@@ -128,6 +133,7 @@ def _placeholders(
                 path = os.path.join(folder, entry)
                 store.add_mount(sandbox_id, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}")
                 os.chown(name, owner_uid, owner_gid, dir_fd=parent_fd, follow_symlinks=False)
+                made.append(path)
             except OSError as exc:
                 raise LaunchRefused(
                     f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
@@ -136,6 +142,7 @@ def _placeholders(
                 os.close(parent_fd)
     finally:
         os.close(dir_fd)
+    return made
 
 
 def remove_placeholder(record: str) -> None:
@@ -158,6 +165,41 @@ def remove_placeholder(record: str) -> None:
             raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
 
 
+def _inside_binds(
+    binds: list[Bind], read_only_inside: tuple[str, ...], placeholders: frozenset[str]
+) -> list[Bind]:
+    """Binds over the dot entries of each write grant: `.git` pinned to itself (a mount point
+    cannot be renamed away, so no new `.git` with hooks can take its place), then every dot entry
+    tools run bound read-only over itself. A link in such a place is refused: the sandbox could
+    rewrite whatever it points to."""
+    pins: list[Bind] = []
+    ro: list[Bind] = []
+    for bind in binds:
+        if not bind.write:
+            continue
+        git = os.path.join(bind.dest, ".git")
+        with contextlib.suppress(FileNotFoundError):
+            if git not in placeholders and stat.S_ISDIR(os.lstat(git).st_mode):
+                pins.append(Bind(os.path.join(bind.source, ".git"), git, True))
+        for path in sorted(set(read_only_inside) | placeholders | {git}):
+            if not inside(path, bind.dest) or path == bind.dest:
+                continue
+            if path == git and any(p.dest == git for p in pins):
+                continue  # a real .git folder: pinned above, its hooks and config read-only
+            try:
+                info = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                raise LaunchRefused(
+                    path,
+                    "a link where tools run code: the sandbox could rewrite where it "
+                    "points; replace the link with the file itself",
+                )
+            ro.append(Bind(os.path.join(bind.source, os.path.relpath(path, bind.dest)), path))
+    return pins + ro
+
+
 def stage_sandbox(
     *,
     sandbox_id: str,
@@ -178,6 +220,7 @@ def stage_sandbox(
     owner = pwd.getpwuid(owner_uid)
     by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
     binds: list[Bind] = []
+    placeholders: list[str] = []
     userns_fd = idmap_mounts.make_userns_fd(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
@@ -187,7 +230,7 @@ def stage_sandbox(
         ):
             source_fd = _owner_fd(real, request, fds, by_fd)
             if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
-                _placeholders(
+                placeholders += _placeholders(
                     sandbox_id=sandbox_id,
                     store=store,
                     folder=real,
@@ -208,13 +251,7 @@ def stage_sandbox(
             binds.append(Bind(str(target), real, write))
     finally:
         os.close(userns_fd)
-    read_only = []
-    for path in read_only_inside:
-        for bind in binds:
-            if bind.write and inside(path, bind.dest) and os.path.lexists(path):
-                read_only.append(
-                    Bind(os.path.join(bind.source, os.path.relpath(path, bind.dest)), path)
-                )
+    read_only = _inside_binds(binds, read_only_inside, frozenset(placeholders))
     made: dict[str, str] = {}
     for name in ("tmp", "shm", "home"):
         target = staging / name

@@ -149,8 +149,8 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
     # Outer folders first, so a grant inside another grant is mounted on top of it.
     for bind in sorted(layout.binds, key=lambda b: (b.dest.count("/"), b.dest)):
         a += ["--bind" if bind.write else "--ro-bind", bind.source, bind.dest]
-    for bind in layout.read_only_inside:
-        a += ["--ro-bind", bind.source, bind.dest]
+    for bind in layout.read_only_inside:  # pins (rw over themselves) first, then read-only
+        a += ["--bind" if bind.write else "--ro-bind", bind.source, bind.dest]
     for path in layout.hidden:
         a += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
 

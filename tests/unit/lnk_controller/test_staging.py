@@ -84,7 +84,7 @@ def test_git_file_of_a_worktree_or_submodule_is_not_an_error(folder: Path) -> No
         (".gitlab-ci.yml", False),
         (".pre-commit-config.yaml", False),
         (".npmrc", False),
-        (".bashrc", False),
+        (".mise.toml", False),
     ],
 )
 def test_placeholder_kind_matches_what_tools_expect(
