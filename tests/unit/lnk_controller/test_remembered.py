@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
+
 from lnk_controller import db
 from lnk_controller.remembered import (
     MAX_SPEC_KEY_CHARS,
@@ -16,7 +18,6 @@ from lnk_controller.remembered import (
     RememberedSpecs,
 )
 from lnk_shared.errors import StateError
-from sqlalchemy import Engine
 
 HASH_A = "a" * 64
 HASH_B = "0123456789abcdef" * 4

@@ -8,6 +8,7 @@ import socket
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from lnk_shared import addresses
 from lnk_shared.addresses import (
     CGNAT_NETWORK,
