@@ -23,6 +23,9 @@ import pytest
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = PREFIX / "venv" / "bin" / "lnk"
 SANDBOX_USER_PREFIX = "lnk-sbx-"
+UID_BLOCKS_START = 2_001_000_000  # above the default range a real box on this machine uses
+UID_BLOCK = 1000  # uids per test box
+UID_BLOCKS = 100_000  # blocks to pick from: all below 2**31, bwrap's limit
 
 
 @dataclass
@@ -160,14 +163,15 @@ def _make_owner() -> Owner:
     return Owner(name, entry.pw_uid, entry.pw_gid, home, secret)
 
 
-def _leftovers() -> list[str]:
+def _leftovers(first: int, last: int) -> list[str]:
+    """Sandbox users and groups of this box's uid block still in /etc."""
     found = []
-    with open("/etc/passwd", encoding="utf-8") as f:
-        found += [line.split(":")[0] for line in f if line.startswith(SANDBOX_USER_PREFIX)]
-    with open("/etc/group", encoding="utf-8") as f:
-        found += [
-            "group " + line.split(":")[0] for line in f if line.startswith(SANDBOX_USER_PREFIX)
-        ]
+    for path, kind in (("/etc/passwd", "user"), ("/etc/group", "group")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                fields = line.split(":")
+                if fields[0].startswith(SANDBOX_USER_PREFIX) and first <= int(fields[2]) <= last:
+                    found.append(f"{kind} {fields[0]}")
     return found
 
 
@@ -189,8 +193,15 @@ def running_box() -> Iterator[RunningBox]:
         "LNK_CONFIG_DIR": str(config_dir),
         "LANG": "C.UTF-8",
     }
+    # A uid block of its own, so boxes of other runs on this machine never share (or reconcile
+    # away) each other's sandbox users.
+    config_dir.mkdir(parents=True)
+    first = UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
+    (config_dir / "controller.toml").write_text(
+        f"uid_first = {first}\nuid_last = {first + UID_BLOCK - 1}\n"
+    )
     owner = _make_owner()
-    before = _leftovers()
+    before = _leftovers(first, first + UID_BLOCK - 1)
     up = subprocess.run(
         [str(LNK), "box", "up"], env=env, capture_output=True, text=True, check=False
     )
@@ -203,7 +214,7 @@ def running_box() -> Iterator[RunningBox]:
         yield RunningBox(env=env, run_dir=run_dir, state_dir=state_dir, owner=owner)
     finally:
         subprocess.run([str(LNK), "box", "down"], env=env, capture_output=True, check=False)
-        left = [u for u in _leftovers() if u not in before]
+        left = [u for u in _leftovers(first, first + UID_BLOCK - 1) if u not in before]
         staged = list((run_dir / "sandboxes").iterdir()) if (run_dir / "sandboxes").exists() else []
         subprocess.run(
             ["umount", "-l", str(run_dir / "sandboxes")], capture_output=True, check=False

@@ -78,9 +78,12 @@ def reconcile(store: SandboxStore, cfg: ControllerConfig) -> int:
         except StateError as exc:
             log.error("reconcile: %s", exc)
     known = {row.host_uid for row in store.find(live_only=True)}
+    homes = str(cfg.homes_dir)
     for user in host_users.list_lnk_users():
         if user.uid in known or not cfg.uid_first <= user.uid <= cfg.uid_last:
             continue
+        if user.home and os.path.dirname(user.home) != homes:
+            continue  # another box's user on this machine: not ours to remove
         try:  # a user with no record: made by a controller that crashed before writing it
             host_users.remove_user(user)
             cleaned += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pwd
 import stat
 from dataclasses import dataclass
 from datetime import timedelta
@@ -37,7 +38,7 @@ from lnk_controller.spawn import (
     start_time,
     watch_status,
 )
-from lnk_controller.staging import stage_sandbox
+from lnk_controller.staging import hidden_mount_points, stage_sandbox
 from lnk_controller.wall import Bind
 from lnk_shared.discovery import DEFAULT_PATH, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
@@ -230,6 +231,8 @@ class Launcher:
     ) -> Running:
         cfg = self.cfg
         grants = judged.grants
+        # The record's uid was free in our records and in /etc when it was picked; another
+        # box on this machine may still take it first, so that is a clean refusal, not a clash.
         user = host_users.create_user(row.host_uid, homes_dir=cfg.homes_dir)
         staged = stage_sandbox(
             sandbox_id=row.id,
@@ -273,7 +276,12 @@ class Launcher:
             "shm": Bind(staged.shm, "/dev/shm", True),
             "binds": staged.binds,
             "read_only_inside": staged.read_only,
-            "hidden": grants.hidden,
+            "hidden": hidden_mount_points(
+                grants.hidden,
+                home=pwd.getpwuid(owner_uid).pw_dir,
+                owner_uid=owner_uid,
+                owner_gid=pwd.getpwuid(owner_uid).pw_gid,
+            ),
             "network_host": grants.spec.network_host,
             "cwd": cwd,
             "env": env,

@@ -26,6 +26,7 @@ from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import parse_launch_request
+from lnk_controller.spawn import host_pid
 from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
 
@@ -145,7 +146,9 @@ class LaunchServer:
 
     @staticmethod
     def _signal(running: Running, number: int) -> None:
-        pid = running.target_pid
+        if running.target_pid is None:
+            return
+        pid = host_pid(running.row.host_uid, running.target_pid)
         if pid is None:
             return
         try:

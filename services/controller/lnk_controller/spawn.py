@@ -38,6 +38,22 @@ MIN_LANDLOCK_ABI = 6  # abstract-unix and signal scoping: without them a sandbox
 MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
 SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the user, clears groups, sets no_new_privs
 SETSID = "/usr/bin/setsid"  # util-linux: a new session whose controlling terminal is the pty
+UNSHARE = "/usr/bin/unshare"  # util-linux: the pid namespace whose memfd_noexec we tighten
+# Run as root, as pid 1 of a fresh pid namespace, before dropping to the sandbox user:
+# vm.memfd_noexec=2 there (inherited by bwrap's namespace, which can only make it stricter)
+# means no memfd can ever be executed, closing `memfd_create` + `fexecve` around Landlock.
+MEMFD_NOEXEC = 'echo 2 > /proc/sys/vm/memfd_noexec && exec "$@"'
+MEMFD_ARGV = [
+    UNSHARE,
+    "--pid",
+    "--fork",
+    "--kill-child",
+    "--",
+    "/bin/sh",
+    "-c",
+    MEMFD_NOEXEC,
+    "lnk-memfd-noexec",
+]
 _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
 
 
@@ -165,6 +181,7 @@ def spawn_sandbox(
             _set_winsize(master, terminal)
             streams = [secondary, secondary, secondary]
             chain = [SETSID, "--ctty", "--", *chain]
+        chain = [*MEMFD_ARGV, *chain]
         try:
             process = subprocess.Popen(
                 chain,
@@ -189,6 +206,25 @@ def spawn_sandbox(
         for fd in data_fds:
             os.close(fd)
     return process, master, status_r
+
+
+def host_pid(uid: int, ns_pid: int) -> int | None:
+    """The host pid of the process of `uid` that bwrap reported as `ns_pid` (bwrap runs inside
+    the memfd pid namespace, so its "child-pid" is a pid there: the second NSpid field)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as f:
+                status = f.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uids = fields.get("Uid", "").split()
+        nspids = fields.get("NSpid", "").split()
+        if uids[:1] == [str(uid)] and len(nspids) > 1 and nspids[1] == str(ns_pid):
+            return int(entry)
+    return None
 
 
 def watch_status(status_r: int, running: Running) -> None:

@@ -200,6 +200,39 @@ def _inside_binds(
     return pins + ro
 
 
+def hidden_mount_points(
+    hidden: tuple[str, ...], *, home: str, owner_uid: int, owner_gid: int
+) -> tuple[str, ...]:
+    """The protected folders to cover inside grants, each made to exist first: a missing one
+    under the owner's home (~/.lnk, ~/Link/History) is created empty, 0700 and the owner's,
+    walking from the home without following links, because bwrap cannot make a mount point in
+    a read-only grant and an uncovered name could appear there later. One elsewhere that does
+    not exist is left out: nothing can appear there through a read-only grant."""
+    out = []
+    for path in hidden:
+        if os.path.lexists(path):
+            out.append(path)
+            continue
+        if not inside(path, home) or path == home:
+            continue
+        fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for part in os.path.relpath(path, home).split("/"):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    os.chown(part, owner_uid, owner_gid, dir_fd=fd, follow_symlinks=False)
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                next_fd = os.open(part, flags, dir_fd=fd)
+                os.close(fd)
+                fd = next_fd
+            out.append(path)
+        except OSError as exc:
+            raise LaunchRefused(path, f"cannot be kept hidden: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+    return tuple(out)
+
+
 def stage_sandbox(
     *,
     sandbox_id: str,
