@@ -174,7 +174,12 @@ def api_request(
             raise StateError(f"not allowed to use {path}") from None
         if len(raw) > MAX_FRAME:
             raise StateError(f"the answer from {path} was larger than {MAX_FRAME} bytes")
-        decoded = json.loads(raw) if raw else None
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            raise StateError(
+                f"{path} answered {response.status} with a body that is not JSON; see its log"
+            ) from None
         return response.status, decoded
     finally:
         conn.close()

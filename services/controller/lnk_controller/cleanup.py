@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 
 from lnk_controller import host_users, idmap_mounts
@@ -24,8 +25,28 @@ __all__ = ["clean_sandbox", "reconcile"]
 log = logging.getLogger(__name__)
 
 
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock_for(sandbox_id: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(sandbox_id, threading.Lock())
+
+
 def clean_sandbox(
     sandbox_id: str, store: SandboxStore, cfg: ControllerConfig, *, exit_status: int | None = None
+) -> None:
+    """Clean one sandbox away; callers racing on one sandbox (a stop and its own end) take
+    turns, and the second finds it ended."""
+    with _lock_for(sandbox_id):
+        _clean(sandbox_id, store, cfg, exit_status)
+    with _locks_guard:
+        _locks.pop(sandbox_id, None)
+
+
+def _clean(
+    sandbox_id: str, store: SandboxStore, cfg: ControllerConfig, exit_status: int | None
 ) -> None:
     row = store.get(sandbox_id)
     if row is None or row.state == "ended":

@@ -26,7 +26,7 @@ from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import parse_launch_request
-from lnk_controller.spawn import host_pid
+from lnk_controller.spawn import program_pids
 from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
 
@@ -148,19 +148,17 @@ class LaunchServer:
     def _signal(running: Running, number: int) -> None:
         if running.target_pid is None:
             return
-        pid = host_pid(running.row.host_uid, running.target_pid)
-        if pid is None:
-            return
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            return
-        try:
-            signal.pidfd_send_signal(fd, number)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        for pid in program_pids(running.row.host_uid, running.target_pid):
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                signal.pidfd_send_signal(fd, number)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def _stop(self, running: Running) -> None:
         try:

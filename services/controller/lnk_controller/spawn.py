@@ -54,6 +54,10 @@ MEMFD_ARGV = [
     MEMFD_NOEXEC,
     "lnk-memfd-noexec",
 ]
+# The chain's first process dies with the controller's launching thread; each later link dies
+# with the one before it (unshare --kill-child, bwrap --die-with-parent), so a controller
+# killed with SIGKILL takes its sandboxes with it, and reconcile removes what remains.
+PDEATHSIG = [SETPRIV, "--pdeathsig=KILL", "--"]
 _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
 
 
@@ -181,7 +185,7 @@ def spawn_sandbox(
             _set_winsize(master, terminal)
             streams = [secondary, secondary, secondary]
             chain = [SETSID, "--ctty", "--", *chain]
-        chain = [*MEMFD_ARGV, *chain]
+        chain = [*PDEATHSIG, *MEMFD_ARGV, *chain]
         try:
             process = subprocess.Popen(
                 chain,
@@ -225,6 +229,19 @@ def host_pid(uid: int, ns_pid: int) -> int | None:
         if uids[:1] == [str(uid)] and len(nspids) > 1 and nspids[1] == str(ns_pid):
             return int(entry)
     return None
+
+
+def program_pids(uid: int, ns_pid: int) -> list[int]:
+    """Host pids of the sandbox's program: the children of bwrap's init (which bwrap reports as
+    its "child-pid"; an init with no handlers ignores the signals meant for the program)."""
+    init = host_pid(uid, ns_pid)
+    if init is None:
+        return []
+    try:
+        with open(f"/proc/{init}/task/{init}/children", encoding="ascii") as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
 
 
 def watch_status(status_r: int, running: Running) -> None:
