@@ -139,12 +139,14 @@ def _wait(sock: socket.socket) -> dict[str, Any]:
             signal.signal(n, handler)
 
 
-def run_in_sandbox(args: argparse.Namespace, command: list[str]) -> int:
+def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = False) -> int:
+    """Run `command` in the sandbox the arguments describe; with `dry`, only judge and approve
+    the spec (asking if it is new or changed) and run nothing."""
     paths, spec_file = _grant_paths(args)
-    program = _program_path(command[0])
+    program = _program_path(command[0]) if command else None
     if program is not None:
         paths.append(program)
-    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    terminal = not dry and sys.stdin.isatty() and sys.stdout.isatty()
     fds: list[int] = [0, 1, 2]
     opened: list[int] = []
     request: dict[str, Any] = {
@@ -158,6 +160,7 @@ def run_in_sandbox(args: argparse.Namespace, command: list[str]) -> int:
         },
         "terminal": None,
         "yes": bool(args.yes),
+        "dry": dry,
         "fds": {"stdin": 0, "stdout": 1, "stderr": 2, "grants": {}},
         "with_fds": {},
     }
@@ -218,6 +221,10 @@ def _dialogue(sock: socket.socket) -> int:
                 continue
             send_frame(sock, {"type": "decline"})
             raise NotConfirmedError("not approved: nothing was run")
+        if kind == "approved":
+            state = "already approved" if message.get("already") else "approved"
+            print(f"{state}: {str(message.get('hash'))[:16]}")
+            return 0
         if kind == "started":
             final = _relay(sock, extra[0]) if extra else _wait(sock)
             message, kind = final, final.get("type")

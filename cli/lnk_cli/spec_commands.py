@@ -6,10 +6,12 @@ import argparse
 import json
 import os
 import sys
+import urllib.parse
+from pathlib import Path
 from typing import Any
 
 from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
-from lnk_shared.errors import EXIT_OK
+from lnk_shared.errors import EXIT_OK, StateError
 from lnk_shared.grants import Grants, ResolvedSpec
 from lnk_shared.opens import describe, grants_document
 from lnk_shared.paths import BoxPaths
@@ -37,6 +39,10 @@ def register(groups: Any) -> None:
     listing = commands.add_parser("list", help="the specs you approved, with their hashes")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_list)
+
+    forget = commands.add_parser("forget", help="forget an approval: the spec asks again")
+    forget.add_argument("spec", help='the spec file, or "<flags>" for flags-only specs')
+    forget.set_defaults(handler=cmd_forget)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -75,37 +81,37 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _store() -> Any:
-    # Until the controller's API holds remembered specs (the wall's issue), the CLI opens the
-    # controller's database directly, so only a user who may write the state dir can approve.
-    from lnk_controller.db import open_database
-    from lnk_controller.remembered import RememberedSpecs
-
-    return RememberedSpecs(open_database(BoxPaths.from_env().controller_db))
-
-
 def cmd_approve(args: argparse.Namespace) -> int:
-    from lnk_cli.approval import confirm_grants
+    from lnk_cli.launch_client import run_in_sandbox
 
-    grants = grants_from_arguments(args)
-    already = confirm_grants(_store(), os.getuid(), grants, yes=args.yes)
-    state = "already approved" if already else "approved"
-    print(f"{state}: {grants.spec.source or 'the spec given by flags'} ({grants.digest()[:16]})")
-    return EXIT_OK
+    return run_in_sandbox(args, [], dry=True)
+
+
+def _api(method: str, url: str) -> Any:
+    from lnk_shared.unix import api_request
+
+    run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
+    status, doc = api_request(run_dir / "controller.sock", method, url)
+    if status >= 400:
+        raise StateError(f"the controller refused: {doc}")
+    return doc
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = _store().list_for(os.getuid())
+    rows = _api("GET", "/v1/specs")
     if args.json:
-        doc = [
-            {"spec": r.spec_key, "hash": r.grants_hash, "approved_at": r.approved_at.isoformat()}
-            for r in rows
-        ]
-        json.dump(doc, sys.stdout, indent=2)
+        json.dump(rows, sys.stdout, indent=2)
         print()
         return EXIT_OK
     for r in rows:
-        print(f"{r.grants_hash[:16]}  {r.approved_at:%Y-%m-%d %H:%M}  {r.spec_key}")
+        print(f"{r['hash'][:16]}  {r['approved_at'][:16]}  {r['spec']}")
     if not rows:
         print("no approved specs")
+    return EXIT_OK
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    key = args.spec if args.spec == "<flags>" else os.path.realpath(args.spec)
+    doc = _api("DELETE", "/v1/specs?" + urllib.parse.urlencode({"spec": key}))
+    print(f"{'forgotten' if doc.get('forgotten') else 'was not remembered'}: {key}")
     return EXIT_OK

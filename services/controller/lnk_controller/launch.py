@@ -136,19 +136,22 @@ class Launcher:
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         grants = judge(resolved, ctx)
 
-        program_path = _find_program(request.argv[0], request.cwd)
-        try:
-            program = resolve_path(program_path, base="/", home=ctx.home)
-        except OSError as exc:
-            raise SpecError(f"{request.argv[0]!r} cannot be run: {exc}") from None
-        with_program = dataclasses.replace(resolved, commands=(*resolved.commands, program))
-        for refusal in find_refusals(with_program, ctx):
-            if "commands.allow" in refusal.entry:
-                raise CommandRefused(f"the program {request.argv[0]}", refusal.why)
-        execute = {program.real}
-        interp = _interpreter(program.real)
-        if interp is not None:
-            execute.add(os.path.realpath(interp))
+        execute: set[str] = set()
+        program_path = ""
+        if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
+            program_path = _find_program(request.argv[0], request.cwd)
+            try:
+                program = resolve_path(program_path, base="/", home=ctx.home)
+            except OSError as exc:
+                raise SpecError(f"{request.argv[0]!r} cannot be run: {exc}") from None
+            with_program = dataclasses.replace(resolved, commands=(*resolved.commands, program))
+            for refusal in find_refusals(with_program, ctx):
+                if "commands.allow" in refusal.entry:
+                    raise CommandRefused(f"the program {request.argv[0]}", refusal.why)
+            execute.add(program.real)
+            interp = _interpreter(program.real)
+            if interp is not None:
+                execute.add(os.path.realpath(interp))
         execute.update(os.path.realpath(p) for p in LOADERS if os.path.exists(p))
         if grants.spec.commands_any:
             execute.add("/")

@@ -23,6 +23,7 @@ ENV_VALUE = re.compile(r"^[A-Za-z0-9_.:@+,=-]*$")
 _FIELDS = {
     "type",
     "argv",
+    "dry",
     "cwd",
     "path_env",
     "flags",
@@ -49,6 +50,7 @@ class LaunchRequest:
     env: dict[str, str]
     terminal: TerminalSize | None
     yes: bool
+    dry: bool  # judge and approve only; run nothing (`lnk spec approve`)
     stdio: tuple[int, int, int]  # indexes into the descriptors received
     spec_fd: int | None
     grant_fds: dict[str, int]  # real path -> index of an O_PATH descriptor the owner opened
@@ -72,8 +74,11 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
     unknown = set(untrusted) - _FIELDS
     if unknown:
         raise ValueError(f"unknown fields: {sorted(unknown)}")
+    dry = untrusted.get("dry", False)
+    if type(dry) is not bool:
+        raise ValueError("dry must be true or false")
     argv = untrusted.get("argv")
-    if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGS:
+    if not isinstance(argv, list) or (not argv and not dry) or len(argv) > MAX_ARGS:
         raise ValueError(f"argv must be a list of 1 to {MAX_ARGS} strings")
     args = tuple(_str(a, "each argument", MAX_ARG_BYTES) for a in argv)
     cwd = _str(untrusted.get("cwd"), "cwd")
@@ -135,6 +140,7 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
         env=env,
         terminal=terminal,
         yes=yes,
+        dry=dry,
         stdio=(stdio[0], stdio[1], stdio[2]),
         spec_fd=spec_index,
         grant_fds=grants,

@@ -5,6 +5,7 @@ The dialogue, one JSON frame at a time:
     client -> {"type": "launch", ...}                 + descriptors
     server -> {"type": "approve?", "lines": [...], "hash": H}      (a new or changed spec)
     client -> {"type": "approve", "hash": H}  |  {"type": "decline"}
+    server -> {"type": "approved", "hash": H, "already": B}   (a "dry" request: nothing runs)
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
@@ -106,6 +107,16 @@ class LaunchServer:
                 if answer.get("type") != "approve" or answer.get("hash") != judged.digest:
                     raise NotConfirmedError("not approved: nothing was run")
             launcher.approve(owner_uid, judged)
+        if request.dry:
+            send_frame(
+                conn,
+                {
+                    "type": "approved",
+                    "hash": judged.digest,
+                    "already": judged.approval_lines is None,
+                },
+            )
+            return
         running = launcher.start(request, owner_uid, fds, judged)
         for fd in fds:
             os.close(fd)
