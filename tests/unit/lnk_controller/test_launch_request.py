@@ -66,6 +66,7 @@ def test_a_valid_request_round_trips() -> None:
         env={"TERM": "xterm-256color", "LANG": "C.UTF-8"},
         terminal=TerminalSize(rows=24, cols=80),
         yes=False,
+        dry=False,
         stdio=(0, 1, 2),
         spec_fd=3,
         grant_fds={"/srv/data": 4},
