@@ -45,6 +45,17 @@ def register(groups: Any) -> None:
         sub.add_argument("id")
         sub.set_defaults(handler=cmd_action, action=name)
 
+    lease = commands.add_parser("lease", help="extend a sandbox's lease from now")
+    lease.add_argument("id")
+    lease.add_argument("--seconds", type=int, required=True)
+    lease.set_defaults(handler=cmd_lease)
+
+
+def cmd_lease(args: argparse.Namespace) -> int:
+    row = _call("POST", f"/v1/sandboxes/{args.id}/lease", {"seconds": args.seconds})
+    print(f"{row['id']}: lease until {row['lease_expires_at']}")
+    return EXIT_OK
+
 
 def _api_socket() -> Path:
     return Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"

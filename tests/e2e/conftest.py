@@ -13,8 +13,10 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,3 +227,114 @@ def running_box() -> Iterator[RunningBox]:
         subprocess.run(["userdel", "-r", owner.name], capture_output=True, check=False)
         assert not left, f"sandbox users left behind: {left}"
         assert not staged, f"staging left behind: {staged}"
+
+
+@dataclass
+class PrivateBox:
+    """A box of its own (never the session's), with its own uid range: a starting controller
+    removes the unrecorded users of its range, which would be another box's sandboxes."""
+
+    env: dict[str, str]
+    run_dir: Path
+    state_dir: Path
+    config_dir: Path
+    uid_first: int
+    uid_last: int
+
+    def lnk(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(LNK), *args], env=self.env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    def controller_pid(self) -> int:
+        return int((self.run_dir / "controller.pid").read_text().strip())
+
+    def user_lines(self) -> list[str]:
+        """Sandbox users' and groups' lines of this box's range still in /etc."""
+        found = []
+        for path in ("/etc/passwd", "/etc/group"):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    uid = line.split(":")[2]
+                    ours = uid.isdigit() and self.uid_first <= int(uid) <= self.uid_last
+                    if line.startswith(SANDBOX_USER_PREFIX) and ours:
+                        found.append(f"{path}: {line.strip()}")
+        return found
+
+    def uids(self) -> list[int]:
+        return sorted(
+            {
+                int(line.split(":")[3])
+                for line in self.user_lines()
+                if line.startswith("/etc/passwd")
+            }
+        )
+
+
+_REMOVE_USERS = """
+import sys
+from lnk_controller import host_users
+first, last = int(sys.argv[1]), int(sys.argv[2])
+for user in host_users.list_lnk_users():
+    if first <= user.uid <= last:
+        host_users.remove_user(user)
+"""
+
+
+@contextmanager
+def _private_box(config: str = "") -> Iterator[PrivateBox]:
+    tag = secrets.token_hex(4)
+    first = UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
+    box = PrivateBox(
+        env={
+            "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "LNK_RUN_DIR": f"/run/lnk-test-{tag}",
+            "LNK_STATE_DIR": f"/var/lib/lnk-test-{tag}",
+            "LNK_CONFIG_DIR": f"/etc/lnk-test-{tag}",
+            "LANG": "C.UTF-8",
+        },
+        run_dir=Path(f"/run/lnk-test-{tag}"),
+        state_dir=Path(f"/var/lib/lnk-test-{tag}"),
+        config_dir=Path(f"/etc/lnk-test-{tag}"),
+        uid_first=first,
+        uid_last=first + UID_BLOCK - 1,
+    )
+    box.config_dir.mkdir(mode=0o755)
+    (box.config_dir / "controller.toml").write_text(
+        f"uid_first = {box.uid_first}\nuid_last = {box.uid_last}\n{config}\n"
+    )
+    try:
+        up = box.lnk("box", "up")
+        if up.returncode != 0:
+            log = box.state_dir / "logs" / "controller.log"
+            pytest.fail(
+                f"lnk box up failed: {up.stderr}\n{log.read_text() if log.exists() else ''}"
+            )
+        yield box
+    finally:
+        box.lnk("box", "down")
+        with suppress(OSError, ValueError):
+            os.kill(box.controller_pid(), signal.SIGKILL)
+        subprocess.run(
+            ["umount", "-R", "-l", str(box.run_dir / "sandboxes")], capture_output=True, check=False
+        )
+        subprocess.run(
+            [
+                str(PREFIX / "venv" / "bin" / "python"),
+                "-I",
+                "-c",
+                _REMOVE_USERS,
+                str(box.uid_first),
+                str(box.uid_last),
+            ],
+            capture_output=True,
+            check=False,
+        )
+        for path in (box.run_dir, box.state_dir, box.config_dir):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def private_box() -> Callable[..., AbstractContextManager[PrivateBox]]:
+    """`with private_box("lease_seconds = 2") as box:` a box of its own with that config."""
+    return _private_box

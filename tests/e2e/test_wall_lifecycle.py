@@ -16,7 +16,6 @@ import pwd
 import re
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import time
@@ -426,98 +425,11 @@ def test_sigterm_to_the_client_reaches_the_program(running_box: RunningBox) -> N
 # -- a controller killed ------------------------------------------------------------------------
 
 
-@dataclass
-class _PrivateBox:
-    env: dict[str, str]
-    run_dir: Path
-    state_dir: Path
-    config_dir: Path
-    uid_first: int
-    uid_last: int
-
-    def lnk(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(LNK), *args], env=self.env, capture_output=True, text=True, timeout=60, check=False
-        )
-
-    def controller_pid(self) -> int:
-        return int((self.run_dir / "controller.pid").read_text().strip())
-
-    def users(self) -> list[int]:
-        uids = []
-        with open("/etc/passwd", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(SANDBOX_USER_PREFIX):
-                    uid = int(line.split(":")[2])
-                    if self.uid_first <= uid <= self.uid_last:
-                        uids.append(uid)
-        return uids
-
-
-_REMOVE_USERS = """
-import sys
-from lnk_controller import host_users
-first, last = int(sys.argv[1]), int(sys.argv[2])
-for user in host_users.list_lnk_users():
-    if first <= user.uid <= last:
-        host_users.remove_user(user)
-"""
-
-
-@contextmanager
-def _private_box(config: str = "") -> Iterator[_PrivateBox]:
-    """A box of its own (never the session's), torn down whatever happens."""
-    tag = secrets.token_hex(4)
-    first = 2_000_100_000 + secrets.randbelow(1000) * 100_000
-    box = _PrivateBox(
-        env={
-            "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-            "LNK_RUN_DIR": f"/run/lnk-test-{tag}",
-            "LNK_STATE_DIR": f"/var/lib/lnk-test-{tag}",
-            "LNK_CONFIG_DIR": f"/etc/lnk-test-{tag}",
-            "LANG": "C.UTF-8",
-        },
-        run_dir=Path(f"/run/lnk-test-{tag}"),
-        state_dir=Path(f"/var/lib/lnk-test-{tag}"),
-        config_dir=Path(f"/etc/lnk-test-{tag}"),
-        uid_first=first,
-        uid_last=first + 999,
-    )
-    box.config_dir.mkdir(mode=0o755)
-    (box.config_dir / "controller.toml").write_text(
-        f"uid_first = {box.uid_first}\nuid_last = {box.uid_last}\n{config}"
-    )
-    try:
-        up = box.lnk("box", "up")
-        if up.returncode != 0:
-            log = box.state_dir / "logs" / "controller.log"
-            pytest.fail(
-                f"lnk box up failed: {up.stderr}\n{log.read_text() if log.exists() else ''}"
-            )
-        yield box
-    finally:
-        box.lnk("box", "down")
-        with suppress(OSError, ValueError):
-            os.kill(box.controller_pid(), signal.SIGKILL)
-        for uid in box.users():
-            for pid in _uid_processes(uid):
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        subprocess.run(
-            ["umount", "-R", "-l", str(box.run_dir / "sandboxes")], capture_output=True, check=False
-        )
-        subprocess.run(
-            [str(LNK_PYTHON), "-I", "-c", _REMOVE_USERS, str(box.uid_first), str(box.uid_last)],
-            capture_output=True,
-            check=False,
-        )
-        for path in (box.run_dir, box.state_dir, box.config_dir):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def test_orphan_of_a_killed_controller_is_cleaned_on_restart(running_box: RunningBox) -> None:
+def test_orphan_of_a_killed_controller_is_cleaned_on_restart(
+    running_box: RunningBox, private_box: Any
+) -> None:
     owner = running_box.owner
-    with _private_box() as box:
+    with private_box() as box:
         env = {
             **running_box.owner_env(),
             **{k: box.env[k] for k in box.env if k.startswith("LNK_")},
@@ -541,7 +453,7 @@ def test_orphan_of_a_killed_controller_is_cleaned_on_restart(running_box: Runnin
             text=True,
         )
         try:
-            (uid,) = _wait_for("the sandbox's user", box.users)
+            (uid,) = _wait_for("the sandbox's user", box.uids)
             _wait_for("the sandbox's program", lambda: _uid_processes(uid))
             assert _sandbox_mounts(box.run_dir), "no staged mount while the sandbox runs"
             os.kill(box.controller_pid(), signal.SIGKILL)

@@ -79,13 +79,16 @@ def confine(policy: dict[str, object]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    policy_path = POLICY_PATH
+    if len(argv) > 2 and argv[0] == "--policy":  # tests; inside a sandbox it is always bound
+        policy_path, argv = argv[1], argv[2:]
     if len(argv) < 2 or argv[0] != "--":
-        print("lnk-sandbox: usage: confiner -- PROGRAM [ARGS...]", file=sys.stderr)
+        print("lnk-sandbox: usage: confiner [--policy FILE] -- PROGRAM [ARGS...]", file=sys.stderr)
         return EXIT_CONFINEMENT_FAILED
     target = argv[1:]
     try:
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        confine(load_policy())
+        confine(load_policy(policy_path))
     except (LaunchRefused, ValueError) as exc:
         print(f"lnk-sandbox: not running {target[0]}: {exc}", file=sys.stderr)
         return EXIT_CONFINEMENT_FAILED
