@@ -100,7 +100,8 @@ _RULE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
 
 class RequestRefused(Exception):
-    """A request head the proxy will not serve: `rule` goes to the sandbox, `reason` to the log."""
+    """A request head the proxy will not serve: `rule` goes to the sandbox, `reason` to the log.
+    Not an `LnkError`: it never leaves the proxy, whose I/O answers it with `refusal_response`."""
 
     def __init__(self, rule: str, reason: str) -> None:
         super().__init__(f"{rule}: {reason}")
@@ -152,11 +153,9 @@ class ProxyRequest:
         kept: list[tuple[str, str]] = [("Host", self.authority())]
         for name, value in self.headers:
             lower = name.lower()
-            if lower in HOP_BY_HOP_HEADERS or lower in _DERIVED_HEADERS or lower in named:
-                continue
-            if lower.startswith("proxy-"):
-                continue
-            kept.append((name, value))
+            dropped = lower in HOP_BY_HOP_HEADERS or lower in _DERIVED_HEADERS or lower in named
+            if not dropped and not lower.startswith("proxy-"):
+                kept.append((name, value))
         if self.framing.kind == "length":
             kept.append(("Content-Length", str(self.framing.length)))
         elif self.framing.kind == "chunked":
@@ -224,13 +223,10 @@ def refusal_response(rule: str) -> bytes:
     if not _RULE_ID.fullmatch(rule):
         raise ValueError(f"not a rule id: {rule!r}")
     body = f"lnk: refused ({rule})\n".encode("ascii")
-    head = (
-        b"HTTP/1.1 " + REFUSAL_STATUS + b"\r\n"
-        b"Content-Type: text/plain; charset=utf-8\r\n"
-        b"Content-Length: " + str(len(body)).encode("ascii") + b"\r\n"
-        b"Connection: close\r\n\r\n"
+    return (
+        b"HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n%s" % (REFUSAL_STATUS, len(body), body)
     )
-    return head + body
 
 
 def cut_for_log(text: str, limit: int = LOG_LIMIT) -> str:
@@ -319,11 +315,11 @@ def _parse_authority(text: str) -> tuple[str, int | None]:
             raise RequestRefused("bad-host-char", f"text after the IPv6 literal: {_quote(text)}")
         port_text: str | None = rest[1:] if rest else None
     else:
-        if not set(text) <= _NAME_CHARS | {":"}:
-            raise RequestRefused("bad-host-char", f"a character no host holds: {_quote(text)}")
-        if text.count(":") > 1:
-            raise RequestRefused("bad-host", f"an IPv6 address needs brackets: {_quote(text)}")
         host, colon, port_part = text.partition(":")
+        if not set(host) <= _NAME_CHARS:
+            raise RequestRefused("bad-host-char", f"a character no host holds: {_quote(text)}")
+        if ":" in port_part:
+            raise RequestRefused("bad-host", f"an IPv6 address needs brackets: {_quote(text)}")
         port_text = port_part if colon else None
         if not host:
             raise RequestRefused("bad-host", f"an empty host: {_quote(text)}")
