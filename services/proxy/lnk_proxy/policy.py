@@ -324,7 +324,7 @@ def _lan_allows(
     """Private: when any private address is allowed or a listed range holds it. CGNAT: only an
     address listed exactly. Anything else (public, special) is never LAN."""
     if cls is AddressClass.PRIVATE_LAN:
-        return True
+        return any_private or any(effective in network for network in listed)
     if cls is AddressClass.CGNAT:
         return any(n.num_addresses == 1 and effective == n.network_address for n in listed)
     return False
