@@ -19,7 +19,6 @@ from typing import Any
 
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.paths import BoxPaths
-from lnk_shared.unix import api_request
 
 __all__ = ["register"]
 
@@ -67,6 +66,8 @@ def _running_pid(box: BoxPaths, service: Service) -> int | None:
 
 
 def _answers(box: BoxPaths, service: Service) -> bool:
+    from lnk_shared.api_client import api_request
+
     try:
         status, _ = api_request(box.run_dir / service.socket, "GET", "/v1/sandboxes", timeout=2)
     except (StateError, OSError):

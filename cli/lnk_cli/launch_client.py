@@ -18,10 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lnk_shared.discovery import context_for, resolve_spec
-from lnk_shared.errors import LnkError, NotConfirmedError, StateError
-from lnk_shared.paths import BoxPaths
-from lnk_shared.spec_flags import flags_document, spec_from_arguments
+from lnk_shared.errors import LnkError, NotConfirmedError, SpecError, StateError
+from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
 __all__ = ["run_in_sandbox"]
@@ -35,25 +33,6 @@ class _RemoteError(LnkError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.exit_code = code
-
-
-def _grant_paths(args: argparse.Namespace) -> tuple[list[str], str | None]:
-    """Resolve the spec as this user sees it: the real paths to pass open, and the spec file."""
-    spec = spec_from_arguments(args)
-    ctx = context_for(os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source)
-    resolved = resolve_spec(spec, ctx, path_env=os.environ.get("PATH", ""))
-    paths = [p.real for p in (*resolved.read, *resolved.write, *resolved.commands)]
-    return paths, spec.source
-
-
-def _program_path(name: str) -> str | None:
-    if "/" in name:
-        return os.path.realpath(name)
-    for folder in PROGRAM_DIRS:
-        candidate = os.path.join(folder, name)
-        if os.access(candidate, os.X_OK):
-            return os.path.realpath(candidate)
-    return None
 
 
 def _ask(lines: list[str]) -> bool:
@@ -142,10 +121,6 @@ def _wait(sock: socket.socket) -> dict[str, Any]:
 def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = False) -> int:
     """Run `command` in the sandbox the arguments describe; with `dry`, only judge and approve
     the spec (asking if it is new or changed) and run nothing."""
-    paths, spec_file = _grant_paths(args)
-    program = _program_path(command[0]) if command else None
-    if program is not None:
-        paths.append(program)
     terminal = not dry and sys.stdin.isatty() and sys.stdout.isatty()
     fds: list[int] = [0, 1, 2]
     opened: list[int] = []
@@ -161,23 +136,23 @@ def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = 
         "terminal": None,
         "yes": bool(args.yes),
         "dry": dry,
-        "fds": {"stdin": 0, "stdout": 1, "stderr": 2, "grants": {}},
+        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
         "with_fds": {},
     }
     if terminal:
         rows, cols = _winsize(0)
         request["terminal"] = {"rows": rows, "cols": cols}
     try:
-        if spec_file:
-            opened.append(os.open(spec_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY))
-            request["fds"]["spec"] = len(fds)
-            fds.append(opened[-1])
-        for path in dict.fromkeys(paths):
+        if args.spec:
             try:
-                opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+                opened.append(
+                    os.open(args.spec, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+                )
             except OSError as exc:
-                raise StateError(f"cannot open {path}: {exc.strerror}") from None
-            request["fds"]["grants"][path] = len(fds)
+                raise SpecError(
+                    f"cannot open the spec file: {exc.strerror}", source=args.spec
+                ) from None
+            request["fds"]["spec"] = len(fds)
             fds.append(opened[-1])
         for item in args.with_fd:
             number = int(str(item).partition(":")[0]) if str(item)[:1].isdigit() else -1
@@ -210,10 +185,32 @@ def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = 
             os.close(fd)
 
 
+def _open_as_owner(sock: socket.socket, untrusted_paths: object) -> None:
+    """Open what the controller will bind, as this user: what we cannot reach is refused."""
+    paths = untrusted_paths
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise StateError("the controller asked to open something that is not a list of paths")
+    opened: list[int] = []
+    try:
+        for path in paths:
+            try:
+                opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+            except OSError as exc:
+                raise StateError(f"cannot open {path}: {exc.strerror}") from None
+        grants = {path: i for i, path in enumerate(paths)}
+        send_frame(sock, {"type": "opened", "grants": grants}, opened)
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 def _dialogue(sock: socket.socket) -> int:
     while True:
         message, extra = recv_frame(sock, want_fds=True)
         kind = message.get("type")
+        if kind == "open":
+            _open_as_owner(sock, message.get("paths"))
+            continue
         if kind == "approve?":
             lines = [str(line) for line in message.get("lines", [])]
             if _ask(lines):

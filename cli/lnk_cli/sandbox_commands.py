@@ -11,7 +11,6 @@ from typing import Any
 
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.spec_flags import add_spec_arguments
-from lnk_shared.unix import api_request
 
 __all__ = ["register"]
 
@@ -62,6 +61,8 @@ def _api_socket() -> Path:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    from lnk_shared.api_client import api_request
+
     status, doc = api_request(_api_socket(), method, url, body)
     if status == 404:
         raise StateError("no such sandbox (or not yours)")

@@ -10,15 +10,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
 from lnk_shared.errors import EXIT_OK, StateError
-from lnk_shared.grants import Grants, ResolvedSpec
-from lnk_shared.opens import describe, grants_document
-from lnk_shared.paths import BoxPaths
-from lnk_shared.refusals import find_refusals, judge
-from lnk_shared.spec_flags import add_spec_arguments, spec_from_arguments
+from lnk_shared.spec_flags import add_spec_arguments
 
-__all__ = ["grants_from_arguments", "register"]
+__all__ = ["register"]
 
 
 def register(groups: Any) -> None:
@@ -50,35 +45,10 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _resolve(args: argparse.Namespace) -> tuple[ResolvedSpec, JudgeContext]:
-    spec = spec_from_arguments(args)
-    ctx = context_for(os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source)
-    return resolve_spec(spec, ctx, path_env=os.environ.get("PATH", "")), ctx
-
-
-def grants_from_arguments(args: argparse.Namespace) -> Grants:
-    """Read, resolve and judge the spec the arguments give, as the calling user."""
-    return judge(*_resolve(args))
-
-
 def cmd_show(args: argparse.Namespace) -> int:
-    resolved, ctx = _resolve(args)
-    refusals = find_refusals(resolved, ctx)
-    if refusals:
-        for refusal in refusals[1:]:
-            print(f"lnk: also {refusal}", file=sys.stderr)
-        raise refusals[0]
-    grants = judge(resolved, ctx)
-    if args.json:
-        json.dump(grants_document(grants), sys.stdout, indent=2, sort_keys=True)
-        print()
-        return EXIT_OK
-    print(f"spec: {resolved.source or '(flags only)'}")
-    print("opens:")
-    for line in describe(grants):
-        print(line)
-    print(f"hash: {grants.digest()}")
-    return EXIT_OK
+    from lnk_cli.spec_show import show
+
+    return show(args)
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -88,7 +58,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def _api(method: str, url: str) -> Any:
-    from lnk_shared.unix import api_request
+    from lnk_shared.api_client import api_request
 
     run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
     status, doc = api_request(run_dir / "controller.sock", method, url)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
-from lnk_shared.spec import Origin, Spec, SpecBuilder
-from lnk_shared.spec_file import load_spec_file
+if TYPE_CHECKING:  # the spec model is imported when a spec is built, not to add the flags
+    from lnk_shared.spec import Spec, SpecBuilder
 
 __all__ = [
     "FLAG_NAMES",
@@ -95,6 +96,9 @@ def spec_from_arguments(
     A caller that already read the spec file (the controller reads it from a descriptor the
     owner opened) passes the `builder` holding it and `args.spec` as None.
     """
+    from lnk_shared.spec import Origin, SpecBuilder
+    from lnk_shared.spec_file import load_spec_file
+
     cwd = cwd if cwd is not None else os.getcwd()
     builder = builder if builder is not None else SpecBuilder()
     if args.spec:

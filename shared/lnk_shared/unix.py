@@ -1,5 +1,6 @@
 """Local unix sockets: who is calling (SO_PEERCRED), passing descriptors (SCM_RIGHTS), bounded
-JSON frames, and a small HTTP client for a service's API socket.
+JSON frames. (The HTTP client for a service's API socket is `api_client`, kept apart so
+commands that do not call an API never import http.client.)
 
 Every frame read here comes from another process, maybe a sandbox's: it is size-bounded, must be
 a JSON object with no duplicate keys, and is returned as `untrusted_…` data for a validator.
@@ -8,7 +9,6 @@ What this does NOT do: authenticate beyond the kernel's peer credentials, or enc
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -24,8 +24,6 @@ __all__ = [
     "MAX_FDS",
     "MAX_FRAME",
     "PeerCred",
-    "UnixHTTPConnection",
-    "api_request",
     "bind_socket",
     "peer_cred",
     "recv_frame",
@@ -134,52 +132,3 @@ def recv_frame(sock: socket.socket, *, want_fds: bool = False) -> tuple[dict[str
             os.close(fd)
         raise
     return message, fds
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """http.client over a unix socket path (the host name is only for the Host header)."""
-
-    def __init__(self, path: Path, timeout: float = 30.0) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = str(path)
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def api_request(
-    path: Path, method: str, url: str, body: dict[str, Any] | None = None, *, timeout: float = 30.0
-) -> tuple[int, Any]:
-    """One JSON request to a service's API socket: (status, decoded JSON body or None)."""
-    conn = UnixHTTPConnection(path, timeout=timeout)
-    try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        data = json.dumps(body).encode() if body is not None else None
-        try:
-            conn.request(method, url, body=data, headers=headers)
-            response = conn.getresponse()
-            raw = response.read(MAX_FRAME + 1)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise StateError(
-                f"the box is not running (no service at {path}); start it with `lnk box up`"
-            ) from None
-        except PermissionError:
-            raise StateError(f"not allowed to use {path}") from None
-        if len(raw) > MAX_FRAME:
-            raise StateError(f"the answer from {path} was larger than {MAX_FRAME} bytes")
-        try:
-            decoded = json.loads(raw) if raw else None
-        except ValueError:
-            raise StateError(
-                f"{path} answered {response.status} with a body that is not JSON; see its log"
-            ) from None
-        return response.status, decoded
-    finally:
-        conn.close()

@@ -12,7 +12,6 @@ It imports only the standard library and the two enforcement modules, so it star
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -24,7 +23,57 @@ EXIT_CONFINEMENT_FAILED = 126  # the shell's "cannot execute": nothing of the ta
 MAX_POLICY_BYTES = 1 << 20  # the controller writes a few KiB
 
 
-def _paths(policy: dict[str, object], key: str) -> tuple[str, ...]:
+POLICY_HEADER = "lnk-confiner-policy 1"  # the format spawn.encode_policy writes
+_FLAGS = ("scope_abstract_unix", "scope_signal", "block_unix_sockets")
+_NUMBERS = ("min_abi", "unsafe_pretend_abi")
+
+
+def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
+    """Read the policy: tab-separated (key, value) lines under a header; anything else refuses.
+    (Not JSON: importing json costs more than the rest of the confiner's start.)"""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise LaunchRefused("confiner policy", f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise LaunchRefused("confiner policy", "the policy is too large")
+    lines = data.decode("utf-8", "strict").split("\n")
+    if lines[0] != POLICY_HEADER or lines[-1] != "":
+        raise LaunchRefused("confiner policy", f"{path} is not a policy of this version")
+    policy: dict[str, object] = {"read": [], "write": [], "execute": []}
+    for line in lines[1:-1]:
+        key, sep, value = line.partition("\t")
+        if not sep:
+            raise LaunchRefused("confiner policy", f"a line without a value: {line!r}")
+        if key in ("read", "write", "execute"):
+            _list(policy, key).append(value)
+        elif key in ("tcp_connect", "tcp_bind"):
+            ports = _list(policy, key)
+            if value != "-":
+                ports.append(_number(key, value))
+        elif key in _FLAGS and value in ("0", "1"):
+            policy[key] = value == "1"
+        elif key in _NUMBERS:
+            policy[key] = _number(key, value)
+        else:
+            raise LaunchRefused("confiner policy", f"unknown line: {line!r}")
+    return policy
+
+
+def _list(policy: dict[str, object], key: str) -> list[object]:
+    value = policy.setdefault(key, [])
+    assert isinstance(value, list)
+    return value
+
+
+def _number(key: str, text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 6:
+        raise LaunchRefused("confiner policy", f"{key} must be a number, not {text!r}")
+    return int(text)
+
+
+def _tuple(policy: dict[str, object], key: str) -> tuple[str, ...]:
     value = policy.get(key, [])
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise LaunchRefused("confiner policy", f"{key} must be a list of paths")
@@ -36,22 +85,8 @@ def _ports(policy: dict[str, object], key: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(type(p) is int for p in value):
-        raise LaunchRefused("confiner policy", f"{key} must be a list of ports or null")
+        raise LaunchRefused("confiner policy", f"{key} must be a list of ports")
     return tuple(value)
-
-
-def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise LaunchRefused("confiner policy", f"cannot read {path}: {exc.strerror}") from None
-    if len(data) > MAX_POLICY_BYTES:
-        raise LaunchRefused("confiner policy", "the policy is too large")
-    policy = json.loads(data)
-    if not isinstance(policy, dict):
-        raise LaunchRefused("confiner policy", "the policy is not a JSON object")
-    return policy
 
 
 def confine(policy: dict[str, object]) -> None:
@@ -62,9 +97,9 @@ def confine(policy: dict[str, object]) -> None:
         raise LaunchRefused("confiner policy", "min_abi and unsafe_pretend_abi must be integers")
     landlock.apply(
         landlock.LandlockPolicy(
-            read=_paths(policy, "read"),
-            write=_paths(policy, "write"),
-            execute=_paths(policy, "execute"),
+            read=_tuple(policy, "read"),
+            write=_tuple(policy, "write"),
+            execute=_tuple(policy, "execute"),
             tcp_connect=_ports(policy, "tcp_connect"),
             tcp_bind=_ports(policy, "tcp_bind"),
             scope_abstract_unix=bool(policy.get("scope_abstract_unix", True)),
@@ -89,7 +124,7 @@ def main(argv: list[str]) -> int:
     try:
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         confine(load_policy(policy_path))
-    except (LaunchRefused, ValueError) as exc:
+    except (LaunchRefused, ValueError, UnicodeDecodeError) as exc:
         print(f"lnk-sandbox: not running {target[0]}: {exc}", file=sys.stderr)
         return EXIT_CONFINEMENT_FAILED
     try:

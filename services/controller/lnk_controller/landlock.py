@@ -41,7 +41,6 @@ import ctypes
 import errno
 import os
 import stat
-from dataclasses import dataclass
 
 from lnk_shared.errors import LaunchRefused
 
@@ -124,20 +123,52 @@ class _NetPortAttr(ctypes.Structure):
     _fields_ = (("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64))
 
 
-@dataclass(frozen=True)
 class LandlockPolicy:
-    """What the sandbox may touch. Empty tuples grant nothing; `None` ports = not restricted."""
+    """What the sandbox may touch. Empty tuples grant nothing; `None` ports = not restricted.
 
-    read: tuple[str, ...]
-    write: tuple[str, ...]
-    execute: tuple[str, ...]
-    tcp_connect: tuple[int, ...] | None
-    tcp_bind: tuple[int, ...] | None
-    scope_abstract_unix: bool
-    scope_signal: bool
-    min_abi: int
+    A plain class, not a dataclass: the confiner imports this at every sandbox start, and
+    `dataclasses` (with `inspect`) costs more to import than the rest of the confiner.
+    """
 
-    def __post_init__(self) -> None:
+    __slots__ = (
+        "execute",
+        "min_abi",
+        "read",
+        "scope_abstract_unix",
+        "scope_signal",
+        "tcp_bind",
+        "tcp_connect",
+        "write",
+    )
+
+    def __init__(
+        self,
+        *,
+        read: tuple[str, ...],
+        write: tuple[str, ...],
+        execute: tuple[str, ...],
+        tcp_connect: tuple[int, ...] | None,
+        tcp_bind: tuple[int, ...] | None,
+        scope_abstract_unix: bool,
+        scope_signal: bool,
+        min_abi: int,
+    ) -> None:
+        self.read = read
+        self.write = write
+        self.execute = execute
+        self.tcp_connect = tcp_connect
+        self.tcp_bind = tcp_bind
+        self.scope_abstract_unix = scope_abstract_unix
+        self.scope_signal = scope_signal
+        self.min_abi = min_abi
+        self._check()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            raise AttributeError(f"LandlockPolicy is immutable: cannot set {name}")
+        object.__setattr__(self, name, value)
+
+    def _check(self) -> None:
         for name in ("read", "write", "execute", "tcp_connect", "tcp_bind"):
             value = getattr(self, name)
             if not isinstance(value, tuple) and not (name.startswith("tcp") and value is None):

@@ -38,7 +38,7 @@ from lnk_controller.spawn import (
     start_time,
     watch_status,
 )
-from lnk_controller.staging import hidden_mount_points, stage_sandbox
+from lnk_controller.staging import hidden_mount_points, stage_sandbox, wanted_paths
 from lnk_controller.wall import Bind
 from lnk_shared.discovery import DEFAULT_PATH, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
@@ -57,6 +57,13 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs on
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
 FLAGS_ONLY_KEY = "<flags>"
+# The confiner starts with -I -S (no site, no environment): processing the venv's site costs
+# a quarter of its start; the one path it needs is given to it instead.
+CONFINER_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from lnk_controller.confiner import main; sys.exit(main(sys.argv[2:]))"
+)
+SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,16 @@ class Launcher:
                 *describe_changes(known.grants_json, grants),
             )
         return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines)
+
+    def paths_to_open(self, judged: Judged) -> list[str]:
+        """The folders and programs the client must pass open (as the owner) to be bound."""
+        g = judged.grants
+        return wanted_paths(
+            [p.real for p in g.read],
+            [p.real for p in g.write],
+            [(f.path.real, f.write) for f in g.spec.with_fds],
+            judged.execute,
+        )
 
     def approve(self, owner_uid: int, judged: Judged) -> None:
         self.remembered.remember(
@@ -291,8 +308,10 @@ class Launcher:
             "command": (
                 str(cfg.python),
                 "-I",
-                "-m",
-                "lnk_controller.confiner",
+                "-S",
+                "-c",
+                CONFINER_BOOT,
+                SITE_PACKAGES,
                 "--",
                 judged.program,
                 *request.argv[1:],
@@ -312,8 +331,10 @@ class Launcher:
         self.store.set(row.id, state="running", pid=process.pid, pid_start=start_time(process.pid))
         return running
 
-    def finish(self, running: Running) -> int:
-        """Wait for the sandbox's program, clean everything, return its exit status."""
+    def waited(self, running: Running) -> int:
+        """Wait for the sandbox's program; its exit status (128+N for a signal, as shells do)."""
         status = running.process.wait()
-        clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
         return status if status >= 0 else 128 - status
+
+    def clean(self, running: Running, status: int) -> None:
+        clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)

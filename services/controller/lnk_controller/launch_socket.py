@@ -5,6 +5,8 @@ The dialogue, one JSON frame at a time:
     client -> {"type": "launch", ...}                 + descriptors
     server -> {"type": "approve?", "lines": [...], "hash": H}      (a new or changed spec)
     client -> {"type": "approve", "hash": H}  |  {"type": "decline"}
+    server -> {"type": "open", "paths": [...]}      (folders and programs to bind)
+    client -> {"type": "opened", "grants": {path: i}}  + those paths opened O_PATH, as the owner
     server -> {"type": "approved", "hash": H, "already": B}   (a "dry" request: nothing runs)
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
@@ -16,17 +18,19 @@ are refused (a sandbox never sees this socket, this is a second lock).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import socket
 import threading
+import time
 from typing import Any
 
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
-from lnk_controller.launch_request import parse_launch_request
+from lnk_controller.launch_request import LaunchRequest, parse_launch_request
 from lnk_controller.spawn import program_pids
 from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
@@ -90,7 +94,9 @@ class LaunchServer:
 
     def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
         launcher = self._launcher
+        t0 = time.perf_counter()
         judged = launcher.judge(request, owner_uid, fds)
+        t1 = time.perf_counter()
         if judged.approval_lines is not None:
             if not request.yes:
                 send_frame(
@@ -108,16 +114,12 @@ class LaunchServer:
                     raise NotConfirmedError("not approved: nothing was run")
             launcher.approve(owner_uid, judged)
         if request.dry:
-            send_frame(
-                conn,
-                {
-                    "type": "approved",
-                    "hash": judged.digest,
-                    "already": judged.approval_lines is None,
-                },
-            )
+            self._approved(conn, judged)
             return
+        request = self._collect_grant_fds(conn, request, fds, launcher.paths_to_open(judged))
+        t2 = time.perf_counter()
         running = launcher.start(request, owner_uid, fds, judged)
+        t3 = time.perf_counter()
         for fd in fds:
             os.close(fd)
         fds.clear()
@@ -133,11 +135,51 @@ class LaunchServer:
                 running.terminal_master = None
             watcher = threading.Thread(target=self._watch_client, args=(conn, running), daemon=True)
             watcher.start()
-            status = launcher.finish(running)
+            status = launcher.waited(running)
+            t4 = time.perf_counter()
+            launcher.clean(running, status)
+            t5 = time.perf_counter()
         except BaseException:
             self._stop(running)
             raise
+        log.info(
+            "sandbox %s: judged %.1f ms, started %.1f ms, ran %.1f ms, cleaned %.1f ms",
+            running.row.id,
+            (t1 - t0) * 1e3,
+            (t3 - t2) * 1e3,
+            (t4 - t3) * 1e3,
+            (t5 - t4) * 1e3,
+        )
         send_frame(conn, {"type": "exit", "status": status})
+
+    @staticmethod
+    def _approved(conn: socket.socket, judged: Any) -> None:
+        already = judged.approval_lines is None
+        send_frame(conn, {"type": "approved", "hash": judged.digest, "already": already})
+
+    @staticmethod
+    def _collect_grant_fds(
+        conn: socket.socket, request: LaunchRequest, fds: list[int], paths: list[str]
+    ) -> LaunchRequest:
+        """Ask the client to open, as the owner, each folder and program to bind; the
+        descriptors it passes back are what gets bound (after a same-file check)."""
+        if not paths:
+            return request
+        send_frame(conn, {"type": "open", "paths": paths})
+        answer, got = recv_frame(conn, want_fds=True)
+        base = len(fds)
+        fds.extend(got)
+        if answer.get("type") != "opened":
+            raise NotConfirmedError("the client did not open what the sandbox needs")
+        untrusted = answer.get("grants")
+        if not isinstance(untrusted, dict) or set(untrusted) != set(paths):
+            raise ValueError("opened: grants must name exactly the paths asked for")
+        grant_fds = {}
+        for path, index in untrusted.items():
+            if type(index) is not int or not 0 <= index < len(got):
+                raise ValueError("opened: each grant must be the index of a passed descriptor")
+            grant_fds[path] = base + index
+        return dataclasses.replace(request, grant_fds=grant_fds)
 
     def _watch_client(self, conn: socket.socket, running: Running) -> None:
         """Forward the client's signals; a client that goes away stops its sandbox."""

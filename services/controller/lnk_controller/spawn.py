@@ -9,7 +9,6 @@ programs started by subprocess, which forks and execs in C. Data the sandbox nee
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import struct
@@ -31,6 +30,7 @@ from lnk_controller.wall import (
     bwrap_argv,
     sandbox_passwd,
 )
+from lnk_shared.errors import LaunchRefused
 
 __all__ = ["MIN_LANDLOCK_ABI", "Running", "confiner_policy", "spawn_sandbox"]
 
@@ -96,6 +96,31 @@ def confiner_policy(
     }
 
 
+POLICY_HEADER = "lnk-confiner-policy 1"  # first line of the policy file: format and version
+
+
+def encode_policy(policy: dict[str, Any]) -> str:
+    """The confiner's policy as tab-separated lines (key, value), which it reads without
+    importing json: one line per path or port; `tcp_*\t-` restricts with no port allowed; a
+    missing tcp key leaves TCP to the network namespace."""
+    lines = [POLICY_HEADER]
+    for key in ("read", "write", "execute"):
+        for path in policy[key]:
+            if any(c in path for c in "\t\n\r\0"):
+                raise LaunchRefused(path, "a path with a tab or line break cannot be granted")
+            lines.append(f"{key}\t{path}")
+    for key in ("tcp_connect", "tcp_bind"):
+        ports = policy[key]
+        if ports is not None:
+            lines += [f"{key}\t{port}" for port in ports] or [f"{key}\t-"]
+    for key in ("scope_abstract_unix", "scope_signal", "block_unix_sockets"):
+        lines.append(f"{key}\t{1 if policy[key] else 0}")
+    lines.append(f"min_abi\t{policy['min_abi']}")
+    if policy["unsafe_pretend_abi"] is not None:
+        lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
+    return "\n".join(lines) + "\n"
+
+
 def _memfd(name: str, text: str) -> int:
     fd = os.memfd_create(f"lnk-{name}", os.MFD_CLOEXEC)
     os.write(fd, text.encode("utf-8"))
@@ -148,7 +173,7 @@ def spawn_sandbox(
     data_fds = [
         _memfd("passwd", passwd),
         _memfd("group", group),
-        _memfd("policy", json.dumps(policy)),
+        _memfd("policy", encode_policy(policy)),
     ]
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     master: int | None = None

@@ -33,7 +33,14 @@ from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 from lnk_shared.refusals import inside
 
-__all__ = ["PLACEHOLDER", "Staged", "remove_placeholder", "stage_sandbox"]
+__all__ = [
+    "PLACEHOLDER",
+    "Staged",
+    "hidden_mount_points",
+    "remove_placeholder",
+    "stage_sandbox",
+    "wanted_paths",
+]
 
 PLACEHOLDER = "placeholder:"
 SYSTEM_PROGRAM_DIRS = ("/usr",)  # bound read-only in every sandbox: no extra bind needed
@@ -50,6 +57,17 @@ class Staged:
     tmp: str
     shm: str
     home: str
+
+
+def wanted_paths(
+    grants_read: list[str],
+    grants_write: list[str],
+    fd_grants: list[tuple[str, bool]],
+    execute: tuple[str, ...],
+) -> list[str]:
+    """The real paths the owner must pass open for this sandbox (those not passed as fds)."""
+    passed = {p for p, _ in fd_grants}
+    return [p for p, _, _ in _wanted(grants_read, grants_write, [], execute) if p not in passed]
 
 
 def _wanted(

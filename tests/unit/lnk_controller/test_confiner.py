@@ -3,13 +3,14 @@ the target never runs; with a policy it can apply, the target runs confined."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from lnk_controller.spawn import encode_policy
 
 pytestmark = pytest.mark.needs_root
 
@@ -20,8 +21,8 @@ PYTHONPATH = os.pathsep.join(str(SRC / d) for d in ("shared", "services/controll
 def _run(
     tmp_path: Path, policy: dict[str, object], *target: str
 ) -> subprocess.CompletedProcess[str]:
-    path = tmp_path / "policy.json"
-    path.write_text(json.dumps(policy))
+    path = tmp_path / "policy"
+    path.write_text(policy["raw"] if "raw" in policy else encode_policy(policy))  # type: ignore[arg-type]
     return subprocess.run(
         [sys.executable, "-m", "lnk_controller.confiner", "--policy", str(path), "--", *target],
         env={"PYTHONPATH": PYTHONPATH, "PATH": "/usr/bin:/bin"},
@@ -69,7 +70,8 @@ def test_a_ruleset_that_cannot_be_built_stops_the_target(tmp_path: Path) -> None
 
 def test_a_malformed_policy_stops_the_target(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    result = _run(tmp_path, _policy(tmp_path, read="/usr"), "/usr/bin/touch", str(marker))
+    raw = "lnk-confiner-policy 1\nread\t/usr\nexecute /usr/bin/touch\n"
+    result = _run(tmp_path, {"raw": raw}, "/usr/bin/touch", str(marker))
     assert result.returncode == 126
     assert not marker.exists()
 

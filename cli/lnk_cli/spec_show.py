@@ -1,0 +1,49 @@
+"""`lnk spec show`: what a spec opens on this machine, as the calling user sees it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
+from lnk_shared.errors import EXIT_OK
+from lnk_shared.grants import Grants, ResolvedSpec
+from lnk_shared.opens import describe, grants_document
+from lnk_shared.paths import BoxPaths
+from lnk_shared.refusals import find_refusals, judge
+from lnk_shared.spec_flags import spec_from_arguments
+
+__all__ = ["grants_from_arguments", "show"]
+
+
+def _resolve(args: argparse.Namespace) -> tuple[ResolvedSpec, JudgeContext]:
+    spec = spec_from_arguments(args)
+    ctx = context_for(os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source)
+    return resolve_spec(spec, ctx, path_env=os.environ.get("PATH", "")), ctx
+
+
+def grants_from_arguments(args: argparse.Namespace) -> Grants:
+    """Read, resolve and judge the spec the arguments give, as the calling user."""
+    return judge(*_resolve(args))
+
+
+def show(args: argparse.Namespace) -> int:
+    resolved, ctx = _resolve(args)
+    refusals = find_refusals(resolved, ctx)
+    if refusals:
+        for refusal in refusals[1:]:
+            print(f"lnk: also {refusal}", file=sys.stderr)
+        raise refusals[0]
+    grants = judge(resolved, ctx)
+    if args.json:
+        json.dump(grants_document(grants), sys.stdout, indent=2, sort_keys=True)
+        print()
+        return EXIT_OK
+    print(f"spec: {resolved.source or '(flags only)'}")
+    print("opens:")
+    for line in describe(grants):
+        print(line)
+    print(f"hash: {grants.digest()}")
+    return EXIT_OK

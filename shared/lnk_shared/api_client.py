@@ -1,0 +1,67 @@
+"""A small JSON-over-HTTP client for a service's API socket (a unix socket).
+
+Kept out of `unix` so that commands which never call an API do not pay for importing
+http.client (and ssl, which it imports) at every start.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import StateError
+from lnk_shared.unix import MAX_FRAME
+
+__all__ = ["UnixHTTPConnection", "api_request"]
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a unix socket path (the host name is only for the Host header)."""
+
+    def __init__(self, path: Path, timeout: float = 30.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def api_request(
+    path: Path, method: str, url: str, body: dict[str, Any] | None = None, *, timeout: float = 30.0
+) -> tuple[int, Any]:
+    """One JSON request to a service's API socket: (status, decoded JSON body or None)."""
+    conn = UnixHTTPConnection(path, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        data = json.dumps(body).encode() if body is not None else None
+        try:
+            conn.request(method, url, body=data, headers=headers)
+            response = conn.getresponse()
+            raw = response.read(MAX_FRAME + 1)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise StateError(
+                f"the box is not running (no service at {path}); start it with `lnk box up`"
+            ) from None
+        except PermissionError:
+            raise StateError(f"not allowed to use {path}") from None
+        if len(raw) > MAX_FRAME:
+            raise StateError(f"the answer from {path} was larger than {MAX_FRAME} bytes")
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            raise StateError(
+                f"{path} answered {response.status} with a body that is not JSON; see its log"
+            ) from None
+        return response.status, decoded
+    finally:
+        conn.close()
