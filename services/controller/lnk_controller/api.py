@@ -9,7 +9,6 @@ sees all. Unknown or foreign sandboxes get the same 404, so ids of others are no
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import signal
 from typing import Annotated, Any
 
@@ -55,19 +54,6 @@ class LeaseRequest(BaseModel):
     seconds: int = Field(ge=1)
 
 
-class SandboxOut(BaseModel):
-    id: str
-    owner_uid: int
-    host_uid: int
-    state: str
-    paused: bool
-    command: list[str]
-    created_at: str
-    lease_expires_at: str
-    ended_at: str | None
-    exit_status: int | None
-
-
 def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedSpecs) -> FastAPI:
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -77,27 +63,27 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
             raise HTTPException(status_code=404, detail="no such sandbox")
         return row
 
-    def out(row: SandboxRow) -> SandboxOut:
-        return SandboxOut(**dataclasses.asdict(SandboxPublic.of(row)))
+    def out(row: SandboxRow) -> SandboxPublic:
+        return SandboxPublic.of(row)
 
     @app.get("/v1/sandboxes")
-    def list_sandboxes(uid: Caller, all: bool = False) -> list[SandboxOut]:
+    def list_sandboxes(uid: Caller, all: bool = False) -> list[SandboxPublic]:
         rows = store.find(owner_uid=None if uid == 0 else uid, live_only=not all)
         return [out(r) for r in rows]
 
     @app.get("/v1/sandboxes/{sandbox_id}")
-    def show(sandbox_id: str, uid: Caller) -> SandboxOut:
+    def show(sandbox_id: str, uid: Caller) -> SandboxPublic:
         return out(own(sandbox_id, uid))
 
     @app.post("/v1/sandboxes/{sandbox_id}/stop")
-    def stop(sandbox_id: str, uid: Caller) -> SandboxOut:
+    def stop(sandbox_id: str, uid: Caller) -> SandboxPublic:
         row = own(sandbox_id, uid)
         store.set(sandbox_id, stop_requested=True)
         clean_sandbox(sandbox_id, store, cfg)
         return out(store.get(sandbox_id) or row)
 
     @app.post("/v1/sandboxes/{sandbox_id}/pause")
-    def pause(sandbox_id: str, uid: Caller) -> SandboxOut:
+    def pause(sandbox_id: str, uid: Caller) -> SandboxPublic:
         row = own(sandbox_id, uid)
         if row.state != "running":
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
@@ -106,7 +92,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
         return out(store.get(sandbox_id) or row)
 
     @app.post("/v1/sandboxes/{sandbox_id}/resume")
-    def resume(sandbox_id: str, uid: Caller) -> SandboxOut:
+    def resume(sandbox_id: str, uid: Caller) -> SandboxPublic:
         row = own(sandbox_id, uid)
         if row.state != "running":
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
@@ -115,7 +101,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
         return out(store.get(sandbox_id) or row)
 
     @app.post("/v1/sandboxes/{sandbox_id}/lease")
-    def lease(sandbox_id: str, body: LeaseRequest, uid: Caller) -> SandboxOut:
+    def lease(sandbox_id: str, body: LeaseRequest, uid: Caller) -> SandboxPublic:
         row = own(sandbox_id, uid)
         if row.state != "running":
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")

@@ -325,6 +325,22 @@ def _alive_with_uid(pid: int, uid: bytes) -> bool:
     return state not in (b"Z", b"X") and uid in uids
 
 
+def _uid_pidfds(uid_b: bytes) -> Iterator[tuple[int, int]]:
+    """(pid, pidfd) for each live process of the uid; the uid is checked again after the pidfd
+    is open, so a pid reused in between is never signalled. The caller closes each pidfd."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or not _alive_with_uid(pid := int(entry.name), uid_b):
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        if not _alive_with_uid(pid, uid_b):  # ended, or the pid was reused before the open
+            os.close(pidfd)
+            continue
+        yield pid, pidfd
+
+
 def kill_uid_processes(uid: int, *, timeout: float = 5.0) -> int:
     """SIGKILL every process whose real, effective or saved uid is `uid`, through pidfds, until
     a scan of /proc finds none; return how many were signalled. StateError after `timeout`."""
@@ -334,16 +350,7 @@ def kill_uid_processes(uid: int, *, timeout: float = 5.0) -> int:
     while True:
         found: dict[int, int] = {}
         try:
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit() or not _alive_with_uid(pid := int(entry.name), uid_b):
-                    continue
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except ProcessLookupError:
-                    continue
-                if not _alive_with_uid(pid, uid_b):  # ended, or the pid was reused before the open
-                    os.close(pidfd)
-                    continue
+            for pid, pidfd in _uid_pidfds(uid_b):
                 found[pid] = pidfd
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
@@ -369,18 +376,11 @@ def signal_uid_processes(uid: int, number: int) -> int:
     """Send `number` once to every live process of `uid` (SIGSTOP/SIGCONT for pause and resume),
     through pidfds; return how many got it."""
     check_uid(uid)
-    uid_b, sent = str(uid).encode(), 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or not _alive_with_uid(pid := int(entry.name), uid_b):
-            continue
+    sent = 0
+    for _pid, pidfd in _uid_pidfds(str(uid).encode()):
         try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            if _alive_with_uid(pid, uid_b):
-                signal.pidfd_send_signal(pidfd, number)
-                sent += 1
+            signal.pidfd_send_signal(pidfd, number)
+            sent += 1
         except ProcessLookupError:
             pass
         finally:
