@@ -74,6 +74,13 @@ class ResolvedSpec:
     ports: tuple[int, ...]
     with_fds: tuple[ResolvedFd, ...]
 
+    @property
+    def has_proxy(self) -> bool:
+        """Whether the sandbox reaches anything through the filtering proxy."""
+        return not self.network_host and bool(
+            self.internet_any or self.internet or self.lan_any or self.lan
+        )
+
 
 @dataclass(frozen=True)
 class Grants:

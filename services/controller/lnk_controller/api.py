@@ -20,6 +20,7 @@ from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.host_users import signal_uid_processes
 from lnk_controller.models import SandboxRow
+from lnk_controller.proxy_link import set_flag
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
 from lnk_shared.unix import peer_cred
@@ -79,6 +80,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
     def stop(sandbox_id: str, uid: Caller) -> SandboxPublic:
         row = own(sandbox_id, uid)
         store.set(sandbox_id, stop_requested=True)
+        set_flag(cfg, sandbox_id, "stop", True)  # the proxy ends tunnels in flight
         clean_sandbox(sandbox_id, store, cfg)
         return out(store.get(sandbox_id) or row)
 
@@ -88,6 +90,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
         if row.state != "running":
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
         store.set(sandbox_id, paused=True)
+        set_flag(cfg, sandbox_id, "pause", True)
         signal_uid_processes(row.host_uid, signal.SIGSTOP)
         return out(store.get(sandbox_id) or row)
 
@@ -97,6 +100,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
         if row.state != "running":
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
         signal_uid_processes(row.host_uid, signal.SIGCONT)
+        set_flag(cfg, sandbox_id, "pause", False)
         store.set(sandbox_id, paused=False)
         return out(store.get(sandbox_id) or row)
 

@@ -14,13 +14,15 @@ import os
 import threading
 from pathlib import Path
 
-from lnk_controller import host_users, idmap_mounts
+from lnk_controller import host_users, idmap_mounts, proxy_link
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.staging import PLACEHOLDER, remove_placeholder
 from lnk_shared.errors import StateError
 
-__all__ = ["clean_sandbox", "reconcile"]
+__all__ = ["PROXY_RECORD", "clean_sandbox", "reconcile"]
+
+PROXY_RECORD = "proxy:"  # a record of the sandbox's proxy listener, closed at cleanup
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ def _clean(
         try:
             if target.startswith(PLACEHOLDER):
                 remove_placeholder(target)
+            elif target.startswith(PROXY_RECORD):
+                proxy_link.close_listener(cfg, target[len(PROXY_RECORD) :])
             else:
                 idmap_mounts.unmount(Path(target))
         except StateError as exc:
@@ -82,6 +86,7 @@ def _clean(
         host_users.remove_user(user)
     except StateError as exc:
         problems.append(str(exc))
+    proxy_link.clear_flags(cfg, sandbox_id)
     if problems:
         raise StateError(f"sandbox {sandbox_id} is not fully cleaned: " + "; ".join(problems))
     store.mark_ended(sandbox_id, exit_status)

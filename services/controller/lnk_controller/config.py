@@ -80,6 +80,20 @@ class ControllerConfig(BaseModel):
         return self.state_dir / "homes"
 
     @property
+    def proxy_dir(self) -> Path:
+        """The proxy's folder: its admin socket and each sandbox's listener."""
+        return self.run_dir / "proxy"
+
+    @property
+    def proxy_admin_socket(self) -> Path:
+        return self.proxy_dir / "admin.sock"
+
+    @property
+    def flags_dir(self) -> Path:
+        """Stop and pause marker files the controller writes and the proxy reads."""
+        return self.run_dir / "flags"
+
+    @property
     def staging_root(self) -> Path:
         return self.run_dir / "sandboxes"
 

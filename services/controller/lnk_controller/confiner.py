@@ -25,7 +25,7 @@ MAX_POLICY_BYTES = 1 << 20  # the controller writes a few KiB
 
 POLICY_HEADER = "lnk-confiner-policy 1"  # the format spawn.encode_policy writes
 _FLAGS = ("scope_abstract_unix", "scope_signal", "block_unix_sockets")
-_NUMBERS = ("min_abi", "unsafe_pretend_abi")
+_NUMBERS = ("min_abi", "unsafe_pretend_abi", "relay_port")
 
 
 def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
@@ -52,6 +52,8 @@ def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
             ports = _list(policy, key)
             if value != "-":
                 ports.append(_number(key, value))
+        elif key == "relay_socket" and value.startswith("/"):
+            policy[key] = value
         elif key in _FLAGS and value in ("0", "1"):
             policy[key] = value == "1"
         elif key in _NUMBERS:
@@ -109,6 +111,11 @@ def confine(policy: dict[str, object]) -> None:
         pretend_abi=pretend,
     )
     seccomp.apply_filter()
+    relay_socket, relay_port = policy.get("relay_socket"), policy.get("relay_port")
+    if isinstance(relay_socket, str) and isinstance(relay_port, int):
+        from lnk_controller.relay import start_relay
+
+        start_relay(relay_socket, relay_port)  # before the unix-socket block: its one exception
     if policy.get("block_unix_sockets", True):
         seccomp.block_unix_sockets()
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import host_users, landlock, seccomp
-from lnk_controller.cleanup import clean_sandbox
+from lnk_controller import host_users, landlock, proxy_link, seccomp
+from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.models import SandboxRow
@@ -223,6 +223,12 @@ class Launcher:
     def start(
         self, request: LaunchRequest, owner_uid: int, fds: list[int], judged: Judged
     ) -> Running:
+        if judged.grants.spec.has_proxy and not self.cfg.proxy_admin_socket.exists():
+            raise LaunchRefused(
+                "the filtering proxy",
+                "the spec opens [internet] or [lan] but the proxy is not running; "
+                "`lnk box up` starts it",
+            )
         row = self.store.create(
             owner_uid=owner_uid,
             allocate=self._allocate,
@@ -272,6 +278,16 @@ class Launcher:
         )
         home = f"/home/{user.name}"
         visible = [b.dest for b in staged.binds]
+        binds = list(staged.binds)
+        relay: dict[str, object] = {}
+        if grants.spec.has_proxy:
+            self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
+            listener = proxy_link.open_listener(cfg, row.id, grants)
+            binds.append(Bind(str(listener), proxy_link.PROXY_SOCKET_INSIDE, False))
+            relay = {
+                "relay_socket": proxy_link.PROXY_SOCKET_INSIDE,
+                "relay_port": proxy_link.PROXY_PORT,
+            }
         cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else home
         env = {
             "PATH": SANDBOX_PATH,
@@ -282,6 +298,7 @@ class Launcher:
             "TMPDIR": "/tmp",
             "LNK_SANDBOX_ID": row.id,
             **request.env,
+            **(proxy_link.proxy_env() if relay else {}),
         }
         policy = confiner_policy(
             reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible],
@@ -290,11 +307,12 @@ class Launcher:
             network_host=grants.spec.network_host,
             pretend_abi=cfg.unsafe_pretend_landlock_abi,
         )
+        policy.update(relay)
         layout_args = {
             "home": Bind(staged.home, home, True),
             "tmp": Bind(staged.tmp, "/tmp", True),
             "shm": Bind(staged.shm, "/dev/shm", True),
-            "binds": staged.binds,
+            "binds": tuple(binds),
             "read_only_inside": staged.read_only,
             "hidden": hidden_mount_points(
                 grants.hidden,

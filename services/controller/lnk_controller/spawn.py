@@ -116,6 +116,9 @@ def encode_policy(policy: dict[str, Any]) -> str:
     for key in ("scope_abstract_unix", "scope_signal", "block_unix_sockets"):
         lines.append(f"{key}\t{1 if policy[key] else 0}")
     lines.append(f"min_abi\t{policy['min_abi']}")
+    if policy.get("relay_socket"):
+        lines.append(f"relay_socket\t{policy['relay_socket']}")
+        lines.append(f"relay_port\t{policy['relay_port']}")
     if policy["unsafe_pretend_abi"] is not None:
         lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
     return "\n".join(lines) + "\n"
