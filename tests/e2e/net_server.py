@@ -1,0 +1,204 @@
+"""One host of the test internet: a small HTTP/1.1 server, run by `net.py` inside a network
+namespace (`ip netns exec NS python -I net_server.py CONFIG.json`), never imported by a test.
+
+It logs every accepted TCP connection (before any TLS handshake, so a refused client's bare
+connect counts too) as a JSON line to the config's `log`, then prints `ready` once every port
+is bound. It dies with the process that started it (`PR_SET_PDEATHSIG`).
+
+Answers, on every port (plain on `http`, TLS on `https`), with keep-alive:
+- `GET /`: the host's name and a newline;
+- `GET /big?bytes=N`: N zero bytes, streamed;
+- `GET /headers`: the request head exactly as it arrived (to check what a proxy forwarded);
+- `GET /redirect?to=URL`: a 302 to URL;
+- `POST` (any path): the request body (Content-Length or chunked);
+- anything else: 404.
+
+Security limitations: none needed; it only ever listens inside a namespace the tests made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import ssl
+import sys
+import time
+from contextlib import suppress
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+PR_SET_PDEATHSIG = 1
+HEAD_LIMIT = 64 * 1024  # bytes of request head; the tests' clients send far less
+BODY_LIMIT = 64 * 1024 * 1024  # bytes of echoed body; enough for any upload test
+CHUNK = 256 * 1024  # bytes per write of /big: large writes keep a Python server fast
+ZEROS = bytes(CHUNK)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        sys.exit(1)
+
+
+class Host:
+    def __init__(self, name: str, log_path: str) -> None:
+        self.name = name
+        self.log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+    def accepted(self, writer: asyncio.StreamWriter, port: int) -> None:
+        peer = writer.get_extra_info("peername")
+        line = {"time": time.time(), "peer": peer[0], "peer_port": peer[1], "port": port}
+        self.log.write(json.dumps(line) + "\n")
+
+    async def serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        port: int,
+        tls: ssl.SSLContext | None,
+    ) -> None:
+        self.accepted(writer, port)
+        try:
+            if tls is not None:
+                await writer.start_tls(tls)
+            while await self.one_request(reader, writer):
+                pass
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except ValueError:  # a malformed request: answer once and close
+            with suppress(Exception):
+                writer.write(_response(400, b"bad request\n", close=True))
+                await writer.drain()
+        finally:
+            writer.close()
+            with suppress(Exception):
+                await writer.wait_closed()
+
+    async def one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection should end."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                raise
+            return False  # the client closed between requests
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, version = lines[0].split(" ")
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                key, _, value = line.partition(":")
+                headers[key.strip().lower()] = value.strip()
+        close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+        body = await _read_body(reader, headers)
+        url = urlsplit(target)
+        query = parse_qs(url.query)
+        if method == "POST":
+            writer.write(_response(200, body, close=close))
+        elif method != "GET":
+            writer.write(_response(405, b"method not allowed\n", close=close))
+        elif url.path == "/":
+            writer.write(_response(200, f"{self.name}\n".encode(), close=close))
+        elif url.path == "/headers":
+            writer.write(_response(200, head, close=close))
+        elif url.path == "/redirect" and "to" in query:
+            extra = {"Location": query["to"][0]}
+            writer.write(_response(302, b"", close=close, extra=extra))
+        elif url.path == "/big" and "bytes" in query:
+            await _stream_zeros(writer, int(query["bytes"][0]), close)
+        else:
+            writer.write(_response(404, b"not found\n", close=close))
+        await writer.drain()
+        return not close
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            total += size
+            if total > BODY_LIMIT:
+                raise ValueError("body too large")
+            if size == 0:
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
+                    pass
+                return b"".join(parts)
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+    length = int(headers.get("content-length", "0"))
+    if not 0 <= length <= BODY_LIMIT:
+        raise ValueError("bad content-length")
+    return await reader.readexactly(length)
+
+
+async def _stream_zeros(writer: asyncio.StreamWriter, count: int, close: bool) -> None:
+    writer.write(_head(200, count, close=close, extra={}))
+    view = memoryview(ZEROS)
+    while count > 0:
+        n = min(count, CHUNK)
+        writer.write(view[:n])
+        count -= n
+        await writer.drain()
+
+
+REASONS = {200: "OK", 302: "Found", 400: "Bad Request", 404: "Not Found", 405: "Not Allowed"}
+
+
+def _head(status: int, length: int, *, close: bool, extra: dict[str, str]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {REASONS[status]}", f"Content-Length: {length}"]
+    lines.append("Content-Type: application/octet-stream")
+    lines.extend(f"{k}: {v}" for k, v in extra.items())
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _response(
+    status: int, body: bytes, *, close: bool, extra: dict[str, str] | None = None
+) -> bytes:
+    return _head(status, len(body), close=close, extra=extra or {}) + body
+
+
+async def main(config: dict[str, Any]) -> None:
+    host = Host(config["name"], config["log"])
+    servers = []
+    for port_text, tls_files in config["ports"].items():
+        tls = None
+        if tls_files is not None:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(tls_files["cert"], tls_files["key"])
+        port = int(port_text)
+
+        async def on_connect(
+            r: asyncio.StreamReader,
+            w: asyncio.StreamWriter,
+            port: int = port,
+            tls: ssl.SSLContext | None = tls,
+        ) -> None:
+            await host.serve(r, w, port, tls)
+
+        servers.append(
+            await asyncio.start_server(
+                on_connect, config["address"], port, limit=HEAD_LIMIT, backlog=1024
+            )
+        )
+    print("ready", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    for server in servers:
+        server.close()
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as f:
+        cfg = json.load(f)
+    _die_with_parent(int(cfg["parent_pid"]))
+    asyncio.run(main(cfg))
