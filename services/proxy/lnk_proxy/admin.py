@@ -1,0 +1,262 @@
+"""The proxy's admin socket: how the controller opens and closes sandboxes' listeners.
+
+A unix socket at `config.admin_socket`, mode 0600 (the controller is root, the socket belongs
+to the proxy's user). Each connection is checked with SO_PEERCRED: any uid but
+`config.controller_uid` is closed with no answer. Then JSON frames (`lnk_shared.unix`), one
+reply per command:
+
+    {"op": "open", "sandbox": ID, "socket": PATH, "secret": S,
+     "grants": {"internet_any": bool, "internet": [host, ...],
+                "lan_any": bool, "lan": [name | address | range, ...]}}
+    {"op": "close", "sandbox": ID}
+    {"op": "ping"}
+
+and the reply `{"ok": true}` or `{"ok": false, "error": "..."}`. Every field is checked as if
+hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a socket path outside the
+run dir or too long for a unix socket, a short secret, grants the spec model would refuse.
+Hosts and `[lan]` entries go through the spec model's own `SpecBuilder`, so the proxy holds a
+grant exactly as a spec would. Closing a sandbox that has no listener is not an error.
+
+Security limitations: the peer's uid is the only credential (as of its connect); this does NOT
+check which process holds it, nor limit how often the controller asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import resource
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lnk_proxy.config import ProxyConfig
+from lnk_proxy.policy import ProxyGrants
+from lnk_proxy.server import ProxyServer
+from lnk_proxy.wire_log import SANDBOX_ID
+from lnk_shared.errors import SpecError
+from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
+from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
+
+__all__ = [
+    "ADMIN_SOCKET_MODE",
+    "CloseCommand",
+    "Command",
+    "OpenCommand",
+    "PingCommand",
+    "handle_admin_connection",
+    "parse_command",
+    "run_proxy",
+    "serve_admin",
+]
+
+log = logging.getLogger(__name__)
+
+ADMIN_SOCKET_MODE = 0o600  # the proxy's user, and root (the controller) past every mode
+ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
+ADMIN_THREADS = 4  # admin connections served at once; the controller uses one at a time
+RESOLVER_THREADS = 32  # lookups in flight at once: one dead DNS server must not stall all
+MAX_SUN_PATH = 107  # sockaddr_un's 108 bytes, one for the NUL
+SECRET = re.compile(r"[A-Za-z0-9_-]{32,256}")  # token_urlsafe(24+): enough entropy, no quoting
+_GRANT_KEYS = frozenset({"internet_any", "internet", "lan_any", "lan"})
+_KEYS = {
+    "open": frozenset({"op", "sandbox", "socket", "grants", "secret"}),
+    "close": frozenset({"op", "sandbox"}),
+    "ping": frozenset({"op"}),
+}
+
+
+@dataclass(frozen=True)
+class OpenCommand:
+    sandbox: str
+    socket: Path
+    grants: ProxyGrants
+    secret: str
+
+
+@dataclass(frozen=True)
+class CloseCommand:
+    sandbox: str
+
+
+@dataclass(frozen=True)
+class PingCommand:
+    pass
+
+
+Command = OpenCommand | CloseCommand | PingCommand
+
+
+def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
+    """A checked command from an untrusted frame; ValueError saying what is wrong."""
+    op = untrusted.get("op")
+    if not isinstance(op, str) or op not in _KEYS:
+        raise ValueError(f"op must be one of {sorted(_KEYS)}")
+    keys = set(untrusted)
+    if keys != _KEYS[op]:
+        missing, extra = sorted(_KEYS[op] - keys), sorted(keys - _KEYS[op])
+        raise ValueError(f"{op}: missing keys {missing}, unknown keys {extra}")
+    if op == "ping":
+        return PingCommand()
+    sandbox = untrusted["sandbox"]
+    if not isinstance(sandbox, str) or not SANDBOX_ID.fullmatch(sandbox):
+        raise ValueError("sandbox must be an id of letters, digits, '-' and '_' (1 to 64)")
+    if op == "close":
+        return CloseCommand(sandbox)
+    secret = untrusted["secret"]
+    if not isinstance(secret, str) or not SECRET.fullmatch(secret):
+        raise ValueError("secret must be 32 to 256 URL-safe base64 characters")
+    return OpenCommand(
+        sandbox=sandbox,
+        socket=_socket_path(untrusted["socket"], run_dir),
+        grants=parse_grants(untrusted["grants"]),
+        secret=secret,
+    )
+
+
+def _socket_path(untrusted: object, run_dir: Path) -> Path:
+    if not isinstance(untrusted, str) or "\x00" in untrusted:
+        raise ValueError("socket must be a path")
+    if len(untrusted.encode("utf-8", "surrogateescape")) > MAX_SUN_PATH:
+        raise ValueError(f"socket: a unix socket's path holds at most {MAX_SUN_PATH} bytes")
+    path = Path(untrusted)
+    if not path.is_absolute() or ".." in path.parts or os.path.normpath(untrusted) != untrusted:
+        raise ValueError("socket must be an absolute, normalized path")
+    if not path.is_relative_to(run_dir) or path == run_dir:
+        raise ValueError(f"socket must be under the run dir {run_dir}")
+    return path
+
+
+def parse_grants(untrusted: object) -> ProxyGrants:
+    """`[internet]` and `[lan]` grants, each entry read by the spec model's own rules."""
+    if not isinstance(untrusted, dict) or set(untrusted) != _GRANT_KEYS:
+        raise ValueError(f"grants must be an object with exactly {sorted(_GRANT_KEYS)}")
+    builder = SpecBuilder(source="admin")
+    for key in ("internet_any", "lan_any"):
+        if not isinstance(untrusted[key], bool):
+            raise ValueError(f"grants.{key} must be true or false")
+    for key, add in (("internet", builder.add_internet), ("lan", builder.add_lan)):
+        entries = untrusted[key]
+        if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
+            raise ValueError(f"grants.{key} must be a list of at most {MAX_ENTRIES} entries")
+        for entry in entries:
+            if not isinstance(entry, str) or entry == "*":
+                raise ValueError(f"grants.{key}: each entry is a string; '*' is {key}_any")
+            try:
+                add(entry, Origin("admin", f"grants.{key}"))
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+    spec = builder.build()
+    return ProxyGrants(
+        internet_any=untrusted["internet_any"],
+        internet=() if untrusted["internet_any"] else spec.internet,
+        lan_any=untrusted["lan_any"],
+        lan=() if untrusted["lan_any"] else spec.lan,
+    )
+
+
+async def _run_command(server: ProxyServer, command: Command) -> dict[str, Any]:
+    try:
+        if isinstance(command, OpenCommand):
+            await server.open_listener(
+                command.sandbox, command.socket, command.grants, command.secret
+            )
+        elif isinstance(command, CloseCommand):
+            await server.close_listener(command.sandbox)
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True}
+
+
+async def handle_admin_connection(
+    server: ProxyServer,
+    sock: socket.socket,
+    config: ProxyConfig,
+    executor: ThreadPoolExecutor | None = None,
+) -> None:
+    """Serve one admin connection: frames until the controller closes it. The blocking frame
+    calls run on `executor` (the loop's default one when None)."""
+    loop = asyncio.get_running_loop()
+    try:
+        cred = peer_cred(sock)
+        if cred.uid != config.controller_uid:
+            log.warning("admin socket: uid %d (pid %d) is not the controller", cred.uid, cred.pid)
+            return
+        sock.setblocking(True)
+        sock.settimeout(ADMIN_TIMEOUT_S)
+        while True:
+            try:
+                untrusted, _ = await loop.run_in_executor(executor, recv_frame, sock)
+            except EOFError:
+                return
+            try:
+                reply = await _run_command(server, parse_command(untrusted, config.run_dir))
+            except ValueError as exc:
+                reply = {"ok": False, "error": str(exc)}
+            await loop.run_in_executor(executor, send_frame, sock, reply)
+    except (OSError, ValueError) as exc:  # a broken frame or peer: close, answer nothing
+        log.warning("admin connection ended: %s", exc)
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a frame read blocked in its thread
+        sock.close()
+
+
+async def serve_admin(server: ProxyServer, config: ProxyConfig) -> None:
+    """Accept admin connections until cancelled. Their frames are read on threads of their
+    own, so a stalled admin peer never holds a thread the resolver needs."""
+    listening = bind_socket(config.admin_socket, mode=ADMIN_SOCKET_MODE)
+    listening.setblocking(False)
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+    executor = ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="lnk-proxy-admin")
+    try:
+        while True:
+            sock, _ = await loop.sock_accept(listening)
+            handler = handle_admin_connection(server, sock, config, executor)
+            task = asyncio.create_task(handler)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        listening.close()
+        with contextlib.suppress(FileNotFoundError):
+            config.admin_socket.unlink()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _raise_descriptor_limit() -> None:
+    """Every tunnel holds two descriptors: take the hard limit the service manager allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        log.info("descriptor limit raised from %d to %d", soft, hard)
+
+
+async def run_proxy(config: ProxyConfig) -> None:
+    """The service: start the server, serve the admin socket until SIGTERM or SIGINT."""
+    _raise_descriptor_limit()
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="lnk-proxy-resolve")
+    )
+    server = ProxyServer(config)
+    await server.start()
+    admin = asyncio.create_task(serve_admin(server, config))
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, admin.cancel)
+    log.info("lnk_proxy ready: admin socket %s", config.admin_socket)
+    try:
+        await admin
+    except asyncio.CancelledError:
+        log.info("lnk_proxy stopping")
+    finally:
+        await server.close()

@@ -1,0 +1,145 @@
+"""The proxy's config: one strict model. An unknown key, a wrong type or an impossible value is
+fatal (`field: message`, exit 2); nothing falls back to a default silently.
+
+Read from `<config dir>/proxy.toml` when it exists; LNK_CONFIG_DIR, LNK_STATE_DIR and
+LNK_RUN_DIR override the three folders, so a test runs an isolated proxy in a temp dir. Paths
+left out are derived from them: the admin socket and the flags folder under the run dir, the
+wire's logs under the state dir.
+
+The two `unsafe_…` settings exist for test boxes only and log a warning when the config loads
+(and the resolver warns on every lookup through the table): `unsafe_public_networks` makes
+special ranges such as 198.18.0.0/15 count as the public internet; `unsafe_dns_table` answers
+names from a JSON file instead of this machine's resolver.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lnk_shared.addresses import IPNetwork
+from lnk_shared.errors import ConfigError
+from lnk_shared.paths import BoxPaths
+
+__all__ = ["ADMIN_SOCKET_NAME", "CONFIG_FILE", "ProxyConfig", "load_config"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "proxy.toml"
+ADMIN_SOCKET_NAME = "proxy-admin.sock"
+MAX_UID = 2**32 - 2  # (uid_t)-1 means "no change" to the kernel: never a real uid
+MAX_CONNECT_TIMEOUT_S = 120.0  # past Linux's own SYN retry budget (~127 s): waiting is useless
+MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descriptors
+MAX_CONNECTIONS = 65_536  # likewise: the proxy's descriptor limit is shared by all sandboxes
+MAX_UNSAFE_NETWORKS = 64  # a test internet needs one or two ranges
+
+
+class ProxyConfig(BaseModel):
+    """Where the proxy keeps things, who may command it, and its per-sandbox limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    config_dir: Path = Field(default=Path("/etc/lnk"), strict=False)
+    state_dir: Path = Field(default=Path("/var/lib/lnk"), strict=False)
+    run_dir: Path = Field(default=Path("/run/lnk"), strict=False)
+    # Derived when absent (`_derived_paths`); the placeholder `.` could never pass `_check`.
+    admin_socket: Path = Field(default=Path(), strict=False)  # <run_dir>/proxy-admin.sock
+    wire_log_dir: Path = Field(default=Path(), strict=False)  # <state_dir>/wire
+    flags_dir: Path = Field(default=Path(), strict=False)  # <run_dir>/flags
+    controller_uid: int = Field(default=0, ge=0, le=MAX_UID)
+    unsafe_public_networks: list[str] = Field(default_factory=list, max_length=MAX_UNSAFE_NETWORKS)
+    unsafe_dns_table: Path | None = Field(default=None, strict=False)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
+    max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
+    max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_paths(cls, data: Any) -> Any:
+        """Fill the paths derived from run_dir and state_dir when they are not given."""
+        if not isinstance(data, dict):
+            return data
+        values = dict(data)
+        run, state = values.get("run_dir", "/run/lnk"), values.get("state_dir", "/var/lib/lnk")
+        if isinstance(run, str | Path):
+            values.setdefault("admin_socket", Path(run) / ADMIN_SOCKET_NAME)
+            values.setdefault("flags_dir", Path(run) / "flags")
+        if isinstance(state, str | Path):
+            values.setdefault("wire_log_dir", Path(state) / "wire")
+        return values
+
+    @field_validator("unsafe_public_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                ipaddress.ip_network(text, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{text!r} is not a network: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> ProxyConfig:
+        names = ("config_dir", "state_dir", "run_dir", "admin_socket", "wire_log_dir", "flags_dir")
+        for name in names:
+            if not getattr(self, name).is_absolute():
+                raise ValueError(f"{name} must be an absolute path")
+        if not self.admin_socket.is_relative_to(self.run_dir):
+            raise ValueError("admin_socket must be under run_dir")
+        if self.unsafe_dns_table is not None and not self.unsafe_dns_table.is_absolute():
+            raise ValueError("unsafe_dns_table must be an absolute path")
+        if self.unsafe_public_networks:
+            log.warning(
+                "unsafe_public_networks=%s: these ranges count as the public internet (a test "
+                "setting; never on a real box)",
+                ", ".join(self.unsafe_public_networks),
+            )
+        if self.unsafe_dns_table is not None:
+            log.warning(
+                "unsafe_dns_table=%s: names are answered from this file, not this machine's "
+                "resolver (a test setting; never on a real box)",
+                self.unsafe_dns_table,
+            )
+        return self
+
+    @property
+    def public_networks(self) -> tuple[IPNetwork, ...]:
+        """`unsafe_public_networks`, parsed (checked when the config loaded)."""
+        return tuple(ipaddress.ip_network(text) for text in self.unsafe_public_networks)
+
+
+def load_config(env: Mapping[str, str] | None = None) -> ProxyConfig:
+    """Load and validate the proxy's config; raise ConfigError naming each bad field."""
+    env = os.environ if env is None else env
+    box = BoxPaths.from_env(env)
+    values: dict[str, Any] = {}
+    path = box.config_dir / CONFIG_FILE
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from None
+    for key, var in (
+        ("config_dir", "LNK_CONFIG_DIR"),
+        ("state_dir", "LNK_STATE_DIR"),
+        ("run_dir", "LNK_RUN_DIR"),
+    ):
+        if env.get(var):
+            values[key] = env[var]
+    values.setdefault("config_dir", str(box.config_dir))
+    try:
+        return ProxyConfig(**values)
+    except ValidationError as exc:
+        lines = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise ConfigError(f"{path}: invalid config:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,143 @@
+"""Resolve a name the policy let through to every address it has, once per request.
+
+`SystemResolver` asks this machine's resolver (`getaddrinfo`, IPv4 and IPv6 together), in
+bounded time; `UnsafeTableResolver` (test boxes only) answers from a JSON file instead, read
+anew on every lookup so a test can change a name's answer. Either way a name with no answer,
+a failed lookup or a timeout gives an empty tuple, which the policy refuses (`no-address`).
+
+Trusts: the caller to pass only a normalized name that `judge_target` accepted; a name the
+policy refused must never reach a resolver (it would leak the name to whoever serves DNS).
+
+Security limitations: this module does NOT
+- judge the answer: every address goes to `judge_addresses`, which refuses the whole answer
+  if any one of them is refused;
+- cache: each request resolves again and is judged again, so a name's next answer (DNS
+  rebinding) is judged too; the caller must dial the address it judged, never the name;
+- cancel a lookup in flight: `getaddrinfo` runs in a worker thread that outlives a timeout
+  (bounded by the system resolver's own timeouts in /etc/resolv.conf); those threads are the
+  loop's default executor (a few), so a dead DNS server slows every sandbox's lookups;
+- see /etc/hosts entries pointing a listed name at this machine any differently: they are
+  answers like any other and judged as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Protocol
+
+from lnk_shared.addresses import IPAddress
+from lnk_shared.hosts import normalize_name
+
+__all__ = [
+    "MAX_ADDRESSES",
+    "RESOLVE_TIMEOUT_S",
+    "Resolver",
+    "SystemResolver",
+    "UnsafeTableResolver",
+    "make_resolver",
+]
+
+log = logging.getLogger(__name__)
+
+RESOLVE_TIMEOUT_S = 5.0  # glibc's default per-server timeout: a slower answer is a dead server
+MAX_ADDRESSES = 64  # far above a real answer; bounds the judging work per request
+MAX_TABLE_BYTES = 1 << 20  # a test table is a few lines; a larger file is a mistake
+
+
+class Resolver(Protocol):
+    async def resolve(self, name: str) -> tuple[IPAddress, ...]:
+        """Every address of `name`, deduplicated, in the resolver's order; () for none."""
+        ...
+
+
+def _dedupe(addresses: list[IPAddress]) -> tuple[IPAddress, ...]:
+    return tuple(dict.fromkeys(addresses))[:MAX_ADDRESSES]
+
+
+class SystemResolver:
+    """This machine's resolver, through the event loop's `getaddrinfo`."""
+
+    def __init__(self, timeout_s: float = RESOLVE_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+
+    async def resolve(self, name: str) -> tuple[IPAddress, ...]:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(
+                    name,
+                    None,
+                    family=socket.AF_UNSPEC,
+                    type=socket.SOCK_STREAM,
+                    proto=socket.IPPROTO_TCP,
+                ),
+                self.timeout_s,
+            )
+        except (OSError, TimeoutError, UnicodeError) as exc:  # gaierror is an OSError
+            log.info("resolving %r gave no address: %s", name[:80], exc)
+            return ()
+        addresses: list[IPAddress] = []
+        for family, _, _, _, sockaddr in infos:
+            if family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                addresses.append(ipaddress.ip_address(sockaddr[0]))
+            except ValueError:
+                log.warning("the resolver answered %r with a non-address: skipped", name[:80])
+        return _dedupe(addresses)
+
+
+class UnsafeTableResolver:
+    """Answers from a JSON object `{"name": ["address", ...]}`: test boxes only.
+
+    Checked on every lookup (a test changes answers while the proxy runs): the file is parsed
+    again whenever its inode, size or modification time changed. Each lookup is logged. A
+    missing, unreadable or malformed table answers nothing, so every name is refused.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._parsed: tuple[tuple[int, int, int], dict[str, tuple[IPAddress, ...]]] | None = None
+
+    async def resolve(self, name: str) -> tuple[IPAddress, ...]:
+        log.warning("unsafe_dns_table: %r answered from %s, not the resolver", name[:80], self.path)
+        try:
+            info = self.path.stat()
+            version = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if self._parsed is None or self._parsed[0] != version:
+                self._parsed = (version, read_table(self.path))
+            table = self._parsed[1]
+        except (OSError, ValueError) as exc:
+            self._parsed = None
+            log.error("unsafe_dns_table %s is unusable, nothing resolves: %s", self.path, exc)
+            return ()
+        return table.get(name, ())
+
+
+def read_table(path: Path) -> dict[str, tuple[IPAddress, ...]]:
+    """The table at `path`, names normalized; ValueError naming what is wrong."""
+    with path.open("rb") as file:
+        raw = file.read(MAX_TABLE_BYTES + 1)
+    if len(raw) > MAX_TABLE_BYTES:
+        raise ValueError(f"over {MAX_TABLE_BYTES} bytes")
+    document = json.loads(raw.decode("utf-8"))
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object of name -> [addresses]")
+    table: dict[str, tuple[IPAddress, ...]] = {}
+    for key, value in document.items():
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key!r}: not a list of address strings")
+        table[normalize_name(key)] = _dedupe([ipaddress.ip_address(v) for v in value])
+    return table
+
+
+def make_resolver(unsafe_dns_table: Path | None) -> Resolver:
+    """The system resolver, or the test table when the config names one."""
+    if unsafe_dns_table is not None:
+        return UnsafeTableResolver(unsafe_dns_table)
+    return SystemResolver()

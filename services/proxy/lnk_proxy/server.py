@@ -1,0 +1,396 @@
+"""The proxy's listeners: one unix socket per sandbox, and every connection through it.
+
+Per connection, per request: read a head (bounded in size by `find_head_end`, in time by
+`HEAD_TIMEOUT_S`), parse it, read the sandbox's stop and pause flags (uncached: a stat each; a
+flag that cannot be checked counts as set), `judge_target`, resolve, `judge_addresses`, dial
+exactly `Allowed.address` with a timeout.
+A CONNECT becomes a tunnel (`conn.tunnel`); a plain http request is forwarded (`forward`), and
+its connection may carry the next request, judged anew. Each refusal is `refusal_response`
+(403, the rule id) and one wire-log line with the reason; each allowed exchange one line when
+it ends.
+
+Wire state: `<flags_dir>/<sandbox>.stop` refuses every request (`stopped`) and, seen by a
+watcher that polls it every `FLAG_POLL_S`, closes every connection of that sandbox, open
+tunnels and requests in flight included. `<sandbox>.pause` refuses new requests and tunnels
+(`paused`), but tunnels and exchanges already open stay open while paused: a pause is
+"nothing new", a stop is "nothing at all".
+
+Trusts: the controller (through `admin`) for the socket path, grants and secret; this
+machine's `ip` for its addresses. The listener's socket is mode 0666 (the sandbox runs as
+another uid): whoever can reach its path can use that sandbox's grants, so the controller must
+keep the path out of every other sandbox's view.
+
+Security limitations: this does NOT
+- authenticate requests: the per-sandbox secret is kept (`secret_matches`) for the page-open
+  endpoint, which is not built here; the socket's reachability is the only credential;
+- look inside tunnels (TLS names, inner Host headers), nor limit bandwidth or time per tunnel;
+- log allowed tunnels until they close (see `wire_log`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import socket
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from lnk_proxy import machine
+from lnk_proxy.config import ProxyConfig
+from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
+from lnk_proxy.forward import BadResponse, forward_http
+from lnk_proxy.http_request import (
+    ProxyRequest,
+    RequestRefused,
+    find_head_end,
+    parse_request_head,
+    refusal_response,
+)
+from lnk_proxy.policy import (
+    Allowed,
+    MachineView,
+    ProxyGrants,
+    Refused,
+    judge_addresses,
+    judge_target,
+)
+from lnk_proxy.resolver import Resolver, make_resolver
+from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
+from lnk_shared.addresses import IPAddress
+
+__all__ = ["FLAG_POLL_S", "HEAD_TIMEOUT_S", "IO_TIMEOUT_S", "LISTENER_MODE", "ProxyServer"]
+
+log = logging.getLogger(__name__)
+
+LISTENER_MODE = 0o666  # the sandbox's uid is not the proxy's; the path itself is the guard
+HEAD_TIMEOUT_S = 60.0  # idle keep-alive plus one head: a slow client frees its slot by then
+IO_TIMEOUT_S = 300.0  # idle bound on each read or write of a plain http exchange (long polls)
+FLAG_POLL_S = 0.5  # how late a stop may close a sandbox's tunnels
+ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connections close
+BAD_GATEWAY = (
+    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 31\r\nConnection: close\r\n\r\nlnk: the origin did not answer\n"
+)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    rule: str
+    reason: str
+
+
+@dataclass(eq=False)
+class _Listener:
+    sandbox: str
+    path: Path
+    grants: ProxyGrants
+    secret: str
+    sock: socket.socket
+    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    background: set[asyncio.Task[None]] = field(default_factory=set)  # accept loop, watcher
+    tunnels: int = 0
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """One allowed request or tunnel, and where its byte counts start."""
+
+    listener: _Listener
+    client: Conn
+    request: ProxyRequest
+    allowed: Allowed
+    target: str  # as the wire's log shows it
+    consumed: int  # the client's bytes read before this request's head
+    sent: int  # the bytes sent to the client before this answer
+
+
+class ProxyServer:
+    """Per-sandbox listeners on one event loop. Call `start` first, `close` last."""
+
+    def __init__(self, config: ProxyConfig, resolver: Resolver | None = None) -> None:
+        self.config = config
+        self.resolver = resolver or make_resolver(config.unsafe_dns_table)
+        self.wire_log = WireLog(config.wire_log_dir)
+        self.machine: MachineView | None = None
+        self._listeners: dict[str, _Listener] = {}
+        self._refresher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Prepare the log folder, read this machine (StateError if it cannot), keep it fresh."""
+        self.wire_log.prepare()
+        await self.refresh_machine(fatal=True)
+        self._refresher = asyncio.create_task(self._refresh_forever())
+
+    async def close(self) -> None:
+        for sandbox in list(self._listeners):
+            await self.close_listener(sandbox)
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+
+    async def refresh_machine(self, *, fatal: bool = False) -> None:
+        try:
+            networks = self.config.public_networks
+            self.machine = await asyncio.to_thread(machine.read_machine_view, networks)
+        except Exception:
+            if fatal or self.machine is None:
+                raise
+            log.exception("reading this machine's addresses failed; the previous view is kept")
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(machine.MACHINE_REFRESH_S)
+            await self.refresh_machine()
+
+    def is_open(self, sandbox: str) -> bool:
+        return sandbox in self._listeners
+
+    def secret_matches(self, sandbox: str, candidate: str) -> bool:
+        """Whether `candidate` is `sandbox`'s proxy secret (constant-time)."""
+        listener = self._listeners.get(sandbox)
+        if listener is None:
+            return False
+        return hmac.compare_digest(listener.secret.encode(), candidate.encode())
+
+    async def open_listener(
+        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str
+    ) -> None:
+        """Bind `socket_path` (mode 0666) and serve `sandbox` there with `grants`.
+        ValueError for a bad id, an id already open, or a path that is not a fresh socket."""
+        if not SANDBOX_ID.fullmatch(sandbox):
+            raise ValueError(f"not a sandbox id: {sandbox!r}")
+        if sandbox in self._listeners:
+            raise ValueError(f"{sandbox} already has a listener: close it first")
+        await self.refresh_machine()
+        sock = bind_listener(socket_path, LISTENER_MODE)
+        listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        self._listeners[sandbox] = listener
+        _spawn(listener.background, self._accept_forever(listener))
+        _spawn(listener.background, self._watch_stop(listener))
+        log.info("listener for %s at %s", sandbox, socket_path)
+
+    async def close_listener(self, sandbox: str) -> bool:
+        """Close `sandbox`'s listener and every connection in flight; False if none was open."""
+        listener = self._listeners.pop(sandbox, None)
+        if listener is None:
+            return False
+        await _cancel_all(listener)  # first: the accept loop still watches the socket
+        listener.sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            listener.path.unlink()
+        log.info("listener for %s closed", sandbox)
+        return True
+
+    async def _accept_forever(self, listener: _Listener) -> None:
+        loop = asyncio.get_running_loop()
+        listener.sock.setblocking(False)
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener.sock)
+            except OSError as exc:
+                log.error("accept on %s failed: %s", listener.path, exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if len(listener.connections) >= self.config.max_connections_per_sandbox:
+                self._refuse_now(listener, sock, "too-many-connections")
+                continue
+            _spawn(listener.connections, self._serve(listener, sock))
+
+    def _refuse_now(self, listener: _Listener, sock: socket.socket, rule: str) -> None:
+        with contextlib.suppress(OSError):
+            sock.setblocking(False)
+            sock.send(refusal_response(rule))
+        sock.close()
+        reason = f"{self.config.max_connections_per_sandbox} connections already open"
+        self.wire_log.write(WireEntry(listener.sandbox, "", "", "refused", rule, reason=reason))
+
+    async def _watch_stop(self, listener: _Listener) -> None:
+        stop_flag = self.config.flags_dir / f"{listener.sandbox}.stop"
+        while True:
+            await asyncio.sleep(FLAG_POLL_S)
+            if _flag_set(stop_flag):
+                for task in list(listener.connections):
+                    task.cancel()
+
+    def _flags(self, sandbox: str) -> _Refusal | None:
+        """The stop and pause flags, read now (never cached)."""
+        for name, rule in (("stop", "stopped"), ("pause", "paused")):
+            if _flag_set(self.config.flags_dir / f"{sandbox}.{name}"):
+                return _Refusal(rule, f"the sandbox's {name} flag is set")
+        return None
+
+    async def _serve(self, listener: _Listener, sock: socket.socket) -> None:
+        client = Conn(sock)
+        try:
+            while await self._one_request(listener, client):
+                pass
+        except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
+            log.debug("%s: connection ended: %s", listener.sandbox, exc)
+        finally:
+            client.close()
+
+    async def _one_request(self, listener: _Listener, client: Conn) -> bool:
+        """Serve one request; True when the connection may carry another."""
+        client.timeout = None
+        consumed = client.received - len(client.buffer)  # this request's bytes start here
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                head = await client.read_head(find_head_end)
+        except TimeoutError:
+            if client.buffer:
+                await self._refuse(listener, client, "", "", _Refusal("head-timeout", "slow"))
+            return False
+        except RequestRefused as exc:
+            await self._refuse(listener, client, "", "", _Refusal(exc.rule, exc.reason))
+            return False
+        if head is None:
+            return False
+        try:
+            request = parse_request_head(head)
+        except RequestRefused as exc:
+            method, _, rest = head.partition(b" ")
+            target = rest.partition(b" ")[0].decode("latin-1")
+            refusal = _Refusal(exc.rule, exc.reason)
+            await self._refuse(listener, client, method.decode("latin-1"), target, refusal)
+            return False
+        target = _shown_target(request)
+        verdict = await self._decide(listener, request)
+        if not isinstance(verdict, Allowed):
+            await self._refuse(listener, client, request.method, target, verdict)
+            return False
+        exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
+        if request.kind == "connect":
+            await self._tunnel(exchange)
+            return False
+        return await self._forward(exchange)
+
+    async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
+        flagged = self._flags(listener.sandbox)
+        if flagged is not None:
+            return flagged
+        if request.kind == "connect" and listener.tunnels >= self.config.max_tunnels_per_sandbox:
+            limit = self.config.max_tunnels_per_sandbox
+            return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
+        target = judge_target(listener.grants, request.host, request.port)
+        if isinstance(target, Refused):
+            return _Refusal(target.rule, target.reason)
+        addresses: Sequence[IPAddress]
+        if target.literal is not None:
+            addresses = (target.literal,)
+        else:
+            addresses = await self.resolver.resolve(target.host)
+        if self.machine is None:
+            raise RuntimeError("ProxyServer.start() was not called: this machine is unknown")
+        verdict = judge_addresses(listener.grants, target, addresses, self.machine)
+        if isinstance(verdict, Refused):
+            return _Refusal(verdict.rule, verdict.reason)
+        return verdict
+
+    async def _refuse(
+        self, listener: _Listener, client: Conn, method: str, target: str, refusal: _Refusal
+    ) -> None:
+        entry = WireEntry(listener.sandbox, method, target, "refused", refusal.rule)
+        self.wire_log.write(replace(entry, reason=refusal.reason))
+        with contextlib.suppress(OSError, TimeoutError):
+            client.timeout = IO_TIMEOUT_S
+            await client.send(refusal_response(refusal.rule))
+
+    def _allowed(self, exchange: _Exchange, error: str) -> None:
+        client, allowed = exchange.client, exchange.allowed
+        up = client.received - len(client.buffer) - exchange.consumed
+        down = client.sent - exchange.sent
+        sandbox, method = exchange.listener.sandbox, exchange.request.method
+        entry = WireEntry(sandbox, method, exchange.target, "allowed", allowed.rule)
+        entry = replace(entry, address=str(allowed.address))
+        self.wire_log.write(replace(entry, up=up, down=down, reason=allowed.reason, error=error))
+
+    async def _dial(self, allowed: Allowed) -> Conn:
+        return Conn(await dial(allowed.address, allowed.port, self.config.connect_timeout_s))
+
+    async def _tunnel(self, exchange: _Exchange) -> None:
+        client, listener, error, dial_failed = exchange.client, exchange.listener, "", False
+        listener.tunnels += 1
+        try:
+            try:
+                upstream = await self._dial(exchange.allowed)
+            except (OSError, TimeoutError) as exc:
+                error, dial_failed = f"dial failed: {exc!r}", True
+                return
+            try:
+                await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                await tunnel(client, upstream)
+            finally:
+                upstream.close()
+        except asyncio.CancelledError:
+            error = "closed: the sandbox was stopped or its listener closed"
+            raise
+        except (OSError, EOFError, TimeoutError) as exc:
+            error = f"ended: {exc!r}"
+        finally:
+            listener.tunnels -= 1
+            self._allowed(exchange, error)  # before the 502: a client reading it sees the line
+            if dial_failed:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await client.send(BAD_GATEWAY)
+
+    async def _forward(self, exchange: _Exchange) -> bool:
+        client, error, reusable = exchange.client, "", False
+        client.timeout = IO_TIMEOUT_S
+        try:
+            upstream = await self._dial(exchange.allowed)
+        except (OSError, TimeoutError) as exc:
+            self._allowed(exchange, f"dial failed: {exc!r}")
+            with contextlib.suppress(OSError, TimeoutError):
+                await client.send(BAD_GATEWAY)
+            return False
+        upstream.timeout = IO_TIMEOUT_S
+        try:
+            reusable = await forward_http(exchange.request, client, upstream)
+        except asyncio.CancelledError:
+            error = "closed: the sandbox was stopped or its listener closed"
+            raise
+        except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
+            error = f"ended: {exc!r}"
+            if client.sent == exchange.sent:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await client.send(BAD_GATEWAY)
+        finally:
+            upstream.close()
+            self._allowed(exchange, error)
+        return reusable
+
+
+def _flag_set(path: Path) -> bool:
+    """Whether a flag file exists; one that cannot be checked (EACCES, ELOOP) counts as set,
+    so a flags folder the proxy cannot read stops sandboxes instead of freeing them."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        log.error("cannot check the flag %s (%s): taken as set", path, exc)
+    return True
+
+
+def _shown_target(request: ProxyRequest) -> str:
+    if request.kind == "connect":
+        return f"{request.host}:{request.port}"
+    return f"http://{request.authority()}{request.path}"
+
+
+def _spawn(tasks: set[asyncio.Task[None]], coroutine: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.create_task(coroutine)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+async def _cancel_all(listener: _Listener) -> None:
+    tasks = [*listener.background, *listener.connections]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,149 @@
+"""The resolver: every address of a name, deduplicated, in bounded time; no answer, a failure
+or a timeout is an empty answer (which the policy refuses). The unsafe table is read anew on
+every lookup and warns each time. No test here sends a DNS query: the system resolver is
+replaced by a fake `getaddrinfo`, except for `localhost`, which /etc/hosts answers."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lnk_proxy.resolver import (
+    MAX_ADDRESSES,
+    SystemResolver,
+    UnsafeTableResolver,
+    make_resolver,
+)
+
+ip = ipaddress.ip_address
+
+
+def info(family: socket.AddressFamily, address: str) -> tuple[Any, ...]:
+    sockaddr: tuple[Any, ...] = (address, 0) if family == socket.AF_INET else (address, 0, 0, 0)
+    return (family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", sockaddr)
+
+
+def with_fake_getaddrinfo(
+    monkeypatch: pytest.MonkeyPatch, fake: Callable[..., Any]
+) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+
+    async def getaddrinfo(self: Any, host: str, port: Any, **kwargs: Any) -> Any:
+        calls.append((host, port, kwargs))
+        return await fake(host)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", getaddrinfo)
+    return calls
+
+
+def test_both_families_are_asked_and_duplicates_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake(host: str) -> list[tuple[Any, ...]]:
+        return [
+            info(socket.AF_INET6, "2001:db8::1"),
+            info(socket.AF_INET, "198.51.100.7"),
+            info(socket.AF_INET, "198.51.100.7"),
+            info(socket.AF_INET6, "2001:db8::1"),
+        ]
+
+    calls = with_fake_getaddrinfo(monkeypatch, fake)
+    answer = asyncio.run(SystemResolver().resolve("example.com"))
+    assert answer == (ip("2001:db8::1"), ip("198.51.100.7"))
+    (_, _, kwargs) = calls[0]
+    assert kwargs["family"] == socket.AF_UNSPEC
+    assert kwargs["type"] == socket.SOCK_STREAM
+
+
+def test_a_name_with_no_answer_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake(host: str) -> list[tuple[Any, ...]]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with_fake_getaddrinfo(monkeypatch, fake)
+    assert asyncio.run(SystemResolver().resolve("nothing.example")) == ()
+
+
+def test_a_slow_resolver_times_out_to_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake(host: str) -> list[tuple[Any, ...]]:
+        await asyncio.sleep(10)
+        return [info(socket.AF_INET, "198.51.100.7")]
+
+    with_fake_getaddrinfo(monkeypatch, fake)
+    assert asyncio.run(SystemResolver(timeout_s=0.05).resolve("slow.example")) == ()
+
+
+def test_a_huge_answer_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake(host: str) -> list[tuple[Any, ...]]:
+        return [info(socket.AF_INET, f"198.51.100.{i}") for i in range(1, 201)]
+
+    with_fake_getaddrinfo(monkeypatch, fake)
+    assert len(asyncio.run(SystemResolver().resolve("many.example"))) == MAX_ADDRESSES
+
+
+def test_localhost_from_the_system_resolver_is_loopback() -> None:
+    answer = asyncio.run(SystemResolver().resolve("localhost"))
+    assert answer
+    assert all(address.is_loopback for address in answer)
+    assert len(set(answer)) == len(answer)
+
+
+def write_table(path: Path, table: object) -> Path:
+    path.write_text(json.dumps(table), encoding="utf-8")
+    return path
+
+
+def test_the_table_answers_every_address(tmp_path: Path) -> None:
+    table = write_table(
+        tmp_path / "dns.json", {"www.Example.COM.": ["198.18.0.2", "2001:db8::2", "198.18.0.2"]}
+    )
+    resolver = UnsafeTableResolver(table)
+    assert asyncio.run(resolver.resolve("www.example.com")) == (ip("198.18.0.2"), ip("2001:db8::2"))
+    assert asyncio.run(resolver.resolve("other.example.com")) == ()
+
+
+def test_the_table_is_read_on_every_lookup(tmp_path: Path) -> None:
+    table = write_table(tmp_path / "dns.json", {"rebind.example": ["198.18.0.2"]})
+    resolver = UnsafeTableResolver(table)
+    assert asyncio.run(resolver.resolve("rebind.example")) == (ip("198.18.0.2"),)
+    write_table(table, {"rebind.example": ["10.77.0.2"]})
+    assert asyncio.run(resolver.resolve("rebind.example")) == (ip("10.77.0.2"),)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        json.dumps(["198.18.0.2"]),
+        json.dumps({"a.example": "198.18.0.2"}),
+        json.dumps({"a.example": ["not an address"]}),
+        json.dumps({"a.example": [1]}),
+        json.dumps({"bad name!": ["198.18.0.2"]}),
+    ],
+)
+def test_a_malformed_table_answers_nothing(tmp_path: Path, content: str) -> None:
+    table = tmp_path / "dns.json"
+    table.write_text(content, encoding="utf-8")
+    assert asyncio.run(UnsafeTableResolver(table).resolve("a.example")) == ()
+
+
+def test_a_missing_table_answers_nothing(tmp_path: Path) -> None:
+    assert asyncio.run(UnsafeTableResolver(tmp_path / "none.json").resolve("a.example")) == ()
+
+
+def test_every_table_lookup_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    table = write_table(tmp_path / "dns.json", {"a.example": ["198.18.0.2"]})
+    with caplog.at_level(logging.WARNING, logger="lnk_proxy.resolver"):
+        asyncio.run(UnsafeTableResolver(table).resolve("a.example"))
+        asyncio.run(UnsafeTableResolver(table).resolve("a.example"))
+    assert sum("unsafe_dns_table" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_make_resolver_picks_the_table_only_when_configured(tmp_path: Path) -> None:
+    assert isinstance(make_resolver(None), SystemResolver)
+    assert isinstance(make_resolver(tmp_path / "dns.json"), UnsafeTableResolver)

@@ -1,0 +1,164 @@
+"""The server in-process, with no traffic anywhere: every request here is refused (loopback is
+never reached), which is what these tests check: flags that cannot be read stop a sandbox, a
+slow head and a flood of connections are cut off, a sandbox id must be a file name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lnk_proxy import server as server_module
+from lnk_proxy.config import ProxyConfig
+from lnk_proxy.policy import ProxyGrants
+from lnk_proxy.server import ProxyServer
+
+SECRET = "x" * 40
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="lnksrv", dir="/tmp"))  # unix socket paths are short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def config_for(base: Path, max_connections: int = 512) -> ProxyConfig:
+    return ProxyConfig(
+        run_dir=base / "run", state_dir=base / "state", max_connections_per_sandbox=max_connections
+    )
+
+
+async def exchange(path: Path, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(request)
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    await writer.wait_closed()
+    return answer
+
+
+def body(answer: bytes) -> bytes:
+    return answer.partition(b"\r\n\r\n")[2]
+
+
+def log_rules(config: ProxyConfig, sandbox: str) -> list[str]:
+    path = config.wire_log_dir / f"{sandbox}.log"
+    return [json.loads(line)["rule"] for line in path.read_text().splitlines()]
+
+
+async def with_listener(
+    config: ProxyConfig, grants: ProxyGrants, sandbox: str = "sbx-1"
+) -> tuple[ProxyServer, Path]:
+    server = ProxyServer(config)
+    await server.start()
+    path = config.run_dir / "sbx" / f"{sandbox}.sock"
+    await server.open_listener(sandbox, path, grants, SECRET)
+    return server, path
+
+
+def test_loopback_is_refused_even_with_every_grant(base: Path) -> None:
+    config = config_for(base)
+
+    async def run() -> bytes:
+        server, path = await with_listener(config, ProxyGrants(internet_any=True, lan_any=True))
+        try:
+            return await exchange(path, b"CONNECT 127.0.0.1:22 HTTP/1.1\r\n\r\n")
+        finally:
+            await server.close()
+
+    assert body(asyncio.run(run())) == b"lnk: refused (never-loopback)\n"
+    assert log_rules(config, "sbx-1") == ["never-loopback"]
+
+
+def test_a_flag_that_cannot_be_read_counts_as_set(base: Path) -> None:
+    config = config_for(base)
+    config.flags_dir.mkdir(parents=True)
+    loop_link = config.flags_dir / "sbx-1.pause"
+    loop_link.symlink_to(loop_link)  # stat() fails with ELOOP
+
+    async def run() -> bytes:
+        server, path = await with_listener(config, ProxyGrants(internet_any=True))
+        try:
+            return await exchange(path, b"CONNECT 127.0.0.1:22 HTTP/1.1\r\n\r\n")
+        finally:
+            await server.close()
+
+    assert body(asyncio.run(run())) == b"lnk: refused (paused)\n"
+
+
+def test_a_slow_head_is_cut_off(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_module, "HEAD_TIMEOUT_S", 0.2)
+    config = config_for(base)
+
+    async def run() -> bytes:
+        server, path = await with_listener(config, ProxyGrants())
+        try:
+            return await exchange(path, b"GET http://a.example/ HTTP/1.1\r\nHost: a.exa")
+        finally:
+            await server.close()
+
+    assert body(asyncio.run(run())) == b"lnk: refused (head-timeout)\n"
+
+
+def test_connections_past_the_limit_are_refused(base: Path) -> None:
+    config = config_for(base, max_connections=2)
+
+    async def run() -> bytes:
+        server, path = await with_listener(config, ProxyGrants())
+        held = [await asyncio.open_unix_connection(str(path)) for _ in range(2)]
+        try:
+            await asyncio.sleep(0.1)
+            return await exchange(path, b"")
+        finally:
+            for _, writer in held:
+                writer.close()
+            await server.close()
+
+    assert body(asyncio.run(run())) == b"lnk: refused (too-many-connections)\n"
+
+
+@pytest.mark.parametrize("sandbox", ["../x", "", "a/b", "x" * 65])
+def test_a_bad_sandbox_id_opens_nothing(base: Path, sandbox: str) -> None:
+    async def run() -> None:
+        server = ProxyServer(config_for(base))
+        await server.start()
+        try:
+            with pytest.raises(ValueError, match="sandbox id"):
+                await server.open_listener(sandbox, base / "s.sock", ProxyGrants(), SECRET)
+        finally:
+            await server.close()
+
+    asyncio.run(run())
+    assert not (base / "s.sock").exists()
+
+
+def test_closing_a_listener_removes_its_socket(base: Path) -> None:
+    async def run() -> tuple[bool, bool]:
+        server, path = await with_listener(config_for(base), ProxyGrants())
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        closed = await server.close_listener("sbx-1")
+        gone = await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        assert not path.exists()
+        assert not await server.close_listener("sbx-1")
+        await server.close()
+        return closed, gone
+
+    assert asyncio.run(run()) == (True, True)
+
+
+def test_the_machine_is_read_at_start(base: Path) -> None:
+    async def run() -> None:
+        server = ProxyServer(config_for(base))
+        await server.start()
+        assert server.machine is not None
+        assert any(a.is_loopback for a in server.machine.local_addresses)
+        await server.close()
+
+    asyncio.run(run())

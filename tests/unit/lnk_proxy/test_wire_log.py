@@ -1,0 +1,128 @@
+"""The wire's log: one JSON line per decision, untrusted texts cleaned of control characters
+and cut at 300 characters, files 0640 appended without following links, bounded in size."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from lnk_proxy import wire_log
+from lnk_proxy.wire_log import LOG_LIMIT, WireEntry, WireLog, format_line
+
+NOW = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+
+
+def entry(**changes: object) -> WireEntry:
+    base: dict[str, object] = {
+        "sandbox": "sbx-0123abcd",
+        "method": "CONNECT",
+        "target": "www.example.com:443",
+        "decision": "allowed",
+        "rule": "allowed-internet",
+        "address": "198.51.100.7",
+        "up": 517,
+        "down": 4242,
+        "reason": "'www.example.com' at 198.51.100.7",
+    }
+    base.update(changes)
+    return WireEntry(**base)  # type: ignore[arg-type]
+
+
+def test_a_line_holds_every_field() -> None:
+    line = format_line(entry(), NOW)
+    assert line.endswith("\n")
+    assert line.count("\n") == 1
+    document = json.loads(line)
+    assert document == {
+        "time": "2030-01-02T03:04:05.678+00:00",
+        "sandbox": "sbx-0123abcd",
+        "method": "CONNECT",
+        "target": "www.example.com:443",
+        "address": "198.51.100.7",
+        "decision": "allowed",
+        "rule": "allowed-internet",
+        "up": 517,
+        "down": 4242,
+        "reason": "'www.example.com' at 198.51.100.7",
+    }
+
+
+def test_an_error_is_logged_only_when_there_is_one() -> None:
+    assert "error" not in json.loads(format_line(entry(), NOW))
+    assert json.loads(format_line(entry(error="dial failed"), NOW))["error"] == "dial failed"
+
+
+def test_a_10_kb_hostname_is_cut_to_300_characters() -> None:
+    host = "a" * 10_000 + ".example"
+    document = json.loads(format_line(entry(target=host, reason=f"{host!r} not listed"), NOW))
+    assert len(document["target"]) == LOG_LIMIT
+    assert document["target"].endswith("…")
+    assert len(document["reason"]) <= 2 * LOG_LIMIT
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "\x1b[31mred\x1b[0m.example",  # terminal colours
+        "evil\x1b]0;title\x07.example",  # terminal title
+        "a\r\nb.example",  # a forged second line
+        "a\u2028b.example",  # a Unicode line separator
+        "\u202eelpmaxe.evil",  # a bidi override
+        "nul\x00.example",
+    ],
+)
+def test_escape_sequences_and_line_breaks_are_removed(hostile: str) -> None:
+    line = format_line(entry(target=hostile, method=hostile, reason=hostile, error=hostile), NOW)
+    assert line.count("\n") == 1
+    document = json.loads(line)
+    for key in ("target", "method", "reason", "error"):
+        assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in document[key])
+        assert "\u2028" not in document[key]
+        assert "\u202e" not in document[key]
+
+
+@pytest.mark.parametrize("sandbox", ["", "../etc", "a/b", ".hidden", "x" * 65, "sbx\n1"])
+def test_a_bad_sandbox_id_is_refused(sandbox: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sandbox id"):
+        format_line(entry(sandbox=sandbox), NOW)
+    with pytest.raises(ValueError, match="sandbox id"):
+        WireLog(tmp_path).write(entry(sandbox=sandbox))
+
+
+def test_lines_are_appended_to_the_sandbox_file_with_mode_0640(tmp_path: Path) -> None:
+    log = WireLog(tmp_path / "wire")
+    log.prepare()
+    old = os.umask(0o077)
+    try:
+        log.write(entry())
+        log.write(entry(decision="refused", rule="not-listed", address=""))
+    finally:
+        os.umask(old)
+    path = tmp_path / "wire" / "sbx-0123abcd.log"
+    lines = path.read_text(encoding="ascii").splitlines()
+    assert [json.loads(line)["decision"] for line in lines] == ["allowed", "refused"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "wire").stat().st_mode) == 0o750
+
+
+def test_a_link_planted_at_the_log_is_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    log = WireLog(tmp_path)
+    (tmp_path / "sbx-1.log").symlink_to(victim)
+    log.write(entry(sandbox="sbx-1"))
+    assert victim.read_text() == "untouched\n"
+
+
+def test_a_full_log_drops_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_log, "MAX_LOG_BYTES", 1000)
+    log = WireLog(tmp_path)
+    for _ in range(20):
+        log.write(entry())
+    size = (tmp_path / "sbx-0123abcd.log").stat().st_size
+    assert 0 < size <= 1000
