@@ -56,7 +56,7 @@ class Proxy:
         self.process = process
         self.run_dir = base / "run"
         self.flags = self.run_dir / "flags"
-        self.admin_socket = self.run_dir / "proxy-admin.sock"
+        self.admin_socket = self.run_dir / "proxy" / "admin.sock"
         self.wire = base / "state" / "wire"
 
     def admin(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +67,7 @@ class Proxy:
             return recv_frame(sock)[0]
 
     def socket_of(self, sandbox: str) -> Path:
-        return self.run_dir / "sbx" / f"{sandbox}.sock"
+        return self.run_dir / "proxy" / "sbx" / f"{sandbox}.sock"
 
     def open(self, sandbox: str, **grants: Any) -> Path:
         document = {"internet_any": False, "internet": [], "lan_any": False, "lan": []}
@@ -674,8 +674,12 @@ def test_bad_admin_commands_get_an_error(proxy: Proxy) -> None:
     assert reply["ok"] is False
 
 
-def test_the_listener_socket_is_mode_0666(proxy: Proxy) -> None:
-    assert proxy.socket_of(MAIN).stat().st_mode & 0o777 == 0o666
+def test_sockets_are_reached_only_through_the_proxys_0700_folder(proxy: Proxy) -> None:
+    assert proxy.socket_of(MAIN).stat().st_mode & 0o777 == 0o666  # the sandbox is another uid
+    assert proxy.admin_socket.stat().st_mode & 0o777 == 0o600
+    for folder in (proxy.run_dir / "proxy", proxy.socket_of(MAIN).parent):
+        info = folder.stat()
+        assert (info.st_mode & 0o777, info.st_uid) == (0o700, PROXY_UID)
 
 
 def test_the_proxy_refuses_to_run_as_root(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The proxy's admin socket: how the controller opens and closes sandboxes' listeners.
 
-A unix socket at `config.admin_socket`, mode 0600 (the controller is root, the socket belongs
-to the proxy's user). Each connection is checked with SO_PEERCRED: any uid but
+A unix socket at `config.admin_socket`, mode 0600 in a folder of mode 0700 (the controller is
+root, both belong to the proxy's user). Each connection is checked with SO_PEERCRED: any uid but
 `config.controller_uid` is closed with no answer. Then JSON frames (`lnk_shared.unix`), one
 reply per command:
 
@@ -59,6 +59,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ADMIN_SOCKET_MODE = 0o600  # the proxy's user, and root (the controller) past every mode
+PROXY_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor the listeners
 ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
 ADMIN_THREADS = 4  # admin connections served at once; the controller uses one at a time
 RESOLVER_THREADS = 32  # lookups in flight at once: one dead DNS server must not stall all
@@ -211,7 +212,7 @@ async def handle_admin_connection(
 async def serve_admin(server: ProxyServer, config: ProxyConfig) -> None:
     """Accept admin connections until cancelled. Their frames are read on threads of their
     own, so a stalled admin peer never holds a thread the resolver needs."""
-    listening = bind_socket(config.admin_socket, mode=ADMIN_SOCKET_MODE)
+    listening = bind_socket(config.admin_socket, mode=ADMIN_SOCKET_MODE, dir_mode=PROXY_DIR_MODE)
     listening.setblocking(False)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()

@@ -3,8 +3,9 @@ fatal (`field: message`, exit 2); nothing falls back to a default silently.
 
 Read from `<config dir>/proxy.toml` when it exists; LNK_CONFIG_DIR, LNK_STATE_DIR and
 LNK_RUN_DIR override the three folders, so a test runs an isolated proxy in a temp dir. Paths
-left out are derived from them: the admin socket and the flags folder under the run dir, the
-wire's logs under the state dir.
+left out are derived from them: the admin socket in the proxy's own folder `<run_dir>/proxy`
+(mode 0700: the proxy, and root, reach what is in it), the flags folder `<run_dir>/flags`
+(the controller's), the wire's logs under `<state_dir>/wire`.
 
 The two `unsafe_…` settings exist for test boxes only and log a warning when the config loads
 (and the resolver warns on every lookup through the table): `unsafe_public_networks` makes
@@ -28,12 +29,13 @@ from lnk_shared.addresses import IPNetwork
 from lnk_shared.errors import ConfigError
 from lnk_shared.paths import BoxPaths
 
-__all__ = ["ADMIN_SOCKET_NAME", "CONFIG_FILE", "ProxyConfig", "load_config"]
+__all__ = ["ADMIN_SOCKET_NAME", "CONFIG_FILE", "PROXY_RUN_DIR", "ProxyConfig", "load_config"]
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "proxy.toml"
-ADMIN_SOCKET_NAME = "proxy-admin.sock"
+PROXY_RUN_DIR = "proxy"  # under run_dir: the proxy's own folder (admin socket, listeners)
+ADMIN_SOCKET_NAME = "admin.sock"
 MAX_UID = 2**32 - 2  # (uid_t)-1 means "no change" to the kernel: never a real uid
 MAX_CONNECT_TIMEOUT_S = 120.0  # past Linux's own SYN retry budget (~127 s): waiting is useless
 MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descriptors
@@ -50,7 +52,7 @@ class ProxyConfig(BaseModel):
     state_dir: Path = Field(default=Path("/var/lib/lnk"), strict=False)
     run_dir: Path = Field(default=Path("/run/lnk"), strict=False)
     # Derived when absent (`_derived_paths`); the placeholder `.` could never pass `_check`.
-    admin_socket: Path = Field(default=Path(), strict=False)  # <run_dir>/proxy-admin.sock
+    admin_socket: Path = Field(default=Path(), strict=False)  # <run_dir>/proxy/admin.sock
     wire_log_dir: Path = Field(default=Path(), strict=False)  # <state_dir>/wire
     flags_dir: Path = Field(default=Path(), strict=False)  # <run_dir>/flags
     controller_uid: int = Field(default=0, ge=0, le=MAX_UID)
@@ -69,7 +71,7 @@ class ProxyConfig(BaseModel):
         values = dict(data)
         run, state = values.get("run_dir", "/run/lnk"), values.get("state_dir", "/var/lib/lnk")
         if isinstance(run, str | Path):
-            values.setdefault("admin_socket", Path(run) / ADMIN_SOCKET_NAME)
+            values.setdefault("admin_socket", Path(run) / PROXY_RUN_DIR / ADMIN_SOCKET_NAME)
             values.setdefault("flags_dir", Path(run) / "flags")
         if isinstance(state, str | Path):
             values.setdefault("wire_log_dir", Path(state) / "wire")

@@ -45,7 +45,7 @@ BUFFER_SIZE = 1024 * 1024  # reads this large keep a tunnel near direct speed (s
 POOL_KEEP = 8  # idle buffers kept for reuse (8 MiB); more are freed after use
 LARGE_BUFFERS = 32  # large buffers out at once (32 MiB): what stalled peers can pin, at most
 SMALL_BUFFER_SIZE = 64 * 1024  # past that, each direction reads this much at a time
-LISTENER_DIR_MODE = 0o755  # a folder made for a listener: others traverse it, never write it
+LISTENER_DIR_MODE = 0o700  # a folder made for listeners: a sandbox reaches its own by a bind
 BACKLOG = 128  # connections waiting for accept: a burst of clients in one sandbox
 READ_CHUNK = 64 * 1024  # one read while parsing heads and chunk lines: a head's budget and more
 
@@ -259,7 +259,7 @@ async def tunnel(client: Conn, upstream: Conn) -> None:
 
 def bind_listener(path: Path, mode: int) -> socket.socket:
     """A listening socket at `path`, its mode set to `mode` after bind. A missing folder is
-    made (mode 0755); an existing one is left as its owner (the controller) set it. A stale
+    made (mode 0700); an existing one is left as its owner set it. A stale
     socket is replaced; anything else there is a ValueError."""
     if not path.is_absolute():
         raise ValueError(f"{path} is not an absolute path")

@@ -17,8 +17,9 @@ tunnels and requests in flight included. `<sandbox>.pause` refuses new requests 
 
 Trusts: the controller (through `admin`) for the socket path, grants and secret; this
 machine's `ip` for its addresses. The listener's socket is mode 0666 (the sandbox runs as
-another uid): whoever can reach its path can use that sandbox's grants, so the controller must
-keep the path out of every other sandbox's view.
+another uid): whoever can reach its path can use that sandbox's grants. Put it in the proxy's
+own 0700 folder (`<run_dir>/proxy/...`, made 0700 when missing) and bind it into the sandbox:
+on the host only root and the proxy reach it, and no other sandbox may be given its path.
 
 Security limitations: this does NOT
 - authenticate requests: the per-sandbox secret is kept (`secret_matches`) for the page-open

@@ -36,7 +36,7 @@ def test_no_file_gives_the_defaults(env: dict[str, str], config_dir: Path) -> No
     cfg = load_config(env)
     assert cfg.config_dir == config_dir
     assert cfg.run_dir == Path("/run/lnk")
-    assert cfg.admin_socket == Path("/run/lnk/proxy-admin.sock")
+    assert cfg.admin_socket == Path("/run/lnk/proxy/admin.sock")
     assert cfg.flags_dir == Path("/run/lnk/flags")
     assert cfg.wire_log_dir == Path("/var/lib/lnk/wire")
     assert cfg.controller_uid == 0
@@ -50,7 +50,7 @@ def test_derived_paths_follow_the_folders_from_the_environment(
 ) -> None:
     env |= {"LNK_RUN_DIR": str(tmp_path / "run"), "LNK_STATE_DIR": str(tmp_path / "state")}
     cfg = load_config(env)
-    assert cfg.admin_socket == tmp_path / "run" / "proxy-admin.sock"
+    assert cfg.admin_socket == tmp_path / "run" / "proxy" / "admin.sock"
     assert cfg.flags_dir == tmp_path / "run" / "flags"
     assert cfg.wire_log_dir == tmp_path / "state" / "wire"
 

@@ -141,7 +141,7 @@ def test_a_listener_gets_its_mode_and_a_missing_folder_is_made(short_dir: Path) 
     sock = bind_listener(path, 0o666)
     try:
         assert stat.S_IMODE(path.stat().st_mode) == 0o666
-        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     finally:
         sock.close()
 
