@@ -1,8 +1,7 @@
 """`lnk box up|down|status`: the box's services on this machine as background processes (the
-embedded default, no systemd needed), each under its own identity.
-
-Today the box has one service, the controller (root). The proxy (its own system user) and the
-bridges join this list when they exist.
+embedded default, no systemd needed), each under its own identity: the proxy as its own system
+user (`lnk-proxy`, made here if missing), the controller as root. The proxy starts first, since
+the controller refuses to launch a sandbox with a network while the proxy does not answer.
 """
 
 from __future__ import annotations
@@ -34,7 +33,11 @@ class Service:
     user: str
 
 
-SERVICES = (Service("controller", "lnk_controller", "controller.sock", "root"),)
+PROXY_USER = "lnk-proxy"  # the proxy's system user: never root, never a sandbox's uid
+SERVICES = (
+    Service("proxy", "lnk_proxy", "proxy/admin.sock", PROXY_USER),
+    Service("controller", "lnk_controller", "controller.sock", "root"),
+)
 
 
 def register(groups: Any) -> None:
@@ -66,6 +69,8 @@ def _running_pid(box: BoxPaths, service: Service) -> int | None:
 
 
 def _answers(box: BoxPaths, service: Service) -> bool:
+    if service.name == "proxy":
+        return _proxy_answers(box.run_dir / service.socket)
     from lnk_shared.api_client import api_request
 
     try:
@@ -73,6 +78,65 @@ def _answers(box: BoxPaths, service: Service) -> bool:
     except (StateError, OSError):
         return False
     return status == 200
+
+
+def _proxy_answers(path: Path) -> bool:
+    import socket
+
+    from lnk_shared.unix import recv_frame, send_frame
+
+    if os.geteuid() != 0:  # only the controller's uid may talk to it: a socket is all we see
+        return path.exists()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2)
+            sock.connect(str(path))
+            send_frame(sock, {"op": "ping"})
+            answer, _ = recv_frame(sock)
+    except (OSError, EOFError, ValueError):
+        return False
+    return answer.get("ok") is True
+
+
+def _prepare_proxy(box: BoxPaths) -> list[str]:
+    """Make the proxy's user and folders; return the command prefix that runs as that user."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PROXY_USER)
+    except KeyError:
+        subprocess.run(
+            [
+                "/usr/sbin/useradd",
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                "--user-group",
+                PROXY_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(PROXY_USER)
+    for path, owner, mode in (
+        (box.run_dir / "proxy", entry.pw_uid, 0o700),  # the proxy's own: listeners, admin
+        (box.run_dir / "flags", 0, 0o755),  # written by the controller, read by the proxy
+        (box.state_dir / "wire", entry.pw_uid, 0o750),  # the wire's log, outside every sandbox
+    ):
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, owner, entry.pw_gid if owner else 0)
+        os.chmod(path, mode)
+    return [
+        "/usr/bin/setpriv",
+        f"--reuid={entry.pw_uid}",
+        f"--regid={entry.pw_gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--",
+    ]
 
 
 def _require_root() -> None:
@@ -94,10 +158,12 @@ def cmd_up(_args: argparse.Namespace) -> int:
             print(f"{service.name}: already running")
             continue
         log_path = logs / f"{service.name}.log"
+        as_user = _prepare_proxy(box) if service.name == "proxy" else []
+        box.state_dir.chmod(0o755)  # the proxy reaches its wire folder through it
         with open(log_path, "ab") as log:
             os.fchmod(log.fileno(), 0o600)
             process = subprocess.Popen(
-                [sys.executable, "-m", service.module],
+                [*as_user, sys.executable, "-m", service.module],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

@@ -282,7 +282,7 @@ for user in host_users.list_lnk_users():
 
 
 @contextmanager
-def _private_box(config: str = "") -> Iterator[PrivateBox]:
+def _private_box(config: str = "", proxy_config: str = "") -> Iterator[PrivateBox]:
     tag = secrets.token_hex(4)
     first = UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
     box = PrivateBox(
@@ -303,6 +303,8 @@ def _private_box(config: str = "") -> Iterator[PrivateBox]:
     (box.config_dir / "controller.toml").write_text(
         f"uid_first = {box.uid_first}\nuid_last = {box.uid_last}\n{config}\n"
     )
+    if proxy_config:
+        (box.config_dir / "proxy.toml").write_text(proxy_config + "\n")
     try:
         up = box.lnk("box", "up")
         if up.returncode != 0:
@@ -336,5 +338,6 @@ def _private_box(config: str = "") -> Iterator[PrivateBox]:
 
 @pytest.fixture
 def private_box() -> Callable[..., AbstractContextManager[PrivateBox]]:
-    """`with private_box("lease_seconds = 2") as box:` a box of its own with that config."""
+    """`with private_box("lease_seconds = 2") as box:` a box of its own with that controller
+    config (and `proxy_config=` for its proxy's)."""
     return _private_box

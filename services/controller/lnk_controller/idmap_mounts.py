@@ -49,6 +49,7 @@ __all__ = [
     "StagedMount",
     "check_support",
     "make_userns_fd",
+    "stage_bind",
     "stage_idmapped",
     "stage_tmpfs",
     "unmount",
@@ -65,6 +66,7 @@ _SYS_MOUNT_SETATTR = 442
 
 _OPEN_TREE_CLONE = 1  # a detached copy of the mount, not the mount itself
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC  # no leak into children
+_AT_FDCWD = -100  # a path relative to the current folder (absolute here)
 _AT_EMPTY_PATH = 0x1000  # act on the fd itself (no path lookup, so no TOCTOU)
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4  # the mount to move is the fd; the target is never followed
 _FSOPEN_CLOEXEC = 1  # no leak into children
@@ -317,6 +319,25 @@ def stage_idmapped(
             if fd >= 0:
                 os.close(fd)
     return StagedMount(source_name, str(target), read_only, noexec)
+
+
+def stage_bind(source: Path, target: Path) -> StagedMount:
+    """Attach a plain (not idmapped) clone of the file at `source` at `target`: how a proxy
+    listener in the proxy's 0700 folder becomes reachable for the sandbox's bwrap to bind."""
+    parent_fd = _open_staging(target)
+    tree_fd = -1
+    try:
+        try:
+            flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC
+            tree_fd = _syscall("open_tree", _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), flags)
+        except OSError as exc:
+            raise StateError(f"cannot clone the mount of {source}: {exc}") from exc
+        _attach(tree_fd, parent_fd, target, is_dir=False)
+    finally:
+        for fd in (tree_fd, parent_fd):
+            if fd >= 0:
+                os.close(fd)
+    return StagedMount(str(source), str(target), False, True)
 
 
 def stage_tmpfs(

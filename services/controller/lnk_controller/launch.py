@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import host_users, landlock, proxy_link, seccomp
+from lnk_controller import host_users, idmap_mounts, landlock, proxy_link, seccomp
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
@@ -283,7 +283,10 @@ class Launcher:
         if grants.spec.has_proxy:
             self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
             listener = proxy_link.open_listener(cfg, row.id, grants)
-            binds.append(Bind(str(listener), proxy_link.PROXY_SOCKET_INSIDE, False))
+            staged_socket = Path(row.staging_dir) / "proxy.sock"
+            self.store.add_mount(row.id, str(staged_socket))
+            idmap_mounts.stage_bind(listener, staged_socket)
+            binds.append(Bind(str(staged_socket), proxy_link.PROXY_SOCKET_INSIDE, False))
             relay = {
                 "relay_socket": proxy_link.PROXY_SOCKET_INSIDE,
                 "relay_port": proxy_link.PROXY_PORT,

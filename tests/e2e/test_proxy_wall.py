@@ -1,0 +1,150 @@
+"""The proxy as a sandbox's one way out, end to end: a real box (`lnk box up` starts the proxy
+as its own user and the controller), a real sandbox whose relay serves the proxy on
+127.0.0.1, and the test internet (`net.py`) as the only hosts there are. The proxy's resolver
+is the test table and 198.18.0.0/15 counts as public only in this box's config."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from net import OTHER, PRIVATE, WWW, TestInternet
+
+RunningBox = Any  # tests/e2e/conftest.py
+pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+LNK = "/opt/lnk/venv/bin/lnk"
+CURL = ["curl", "-sS", "--max-time", "10"]
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[Any]:
+    with TestInternet() as net:
+        yield net
+
+
+@pytest.fixture
+def netbox(running_box: RunningBox, private_box: Any, internet: Any) -> Iterator[Any]:
+    proxy_config = (
+        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
+        f'unsafe_dns_table = "{internet.dns_file}"'
+    )
+    with private_box(proxy_config=proxy_config) as box:
+        yield box
+
+
+def _in_sandbox(
+    running_box: RunningBox, box: Any, ca_dir: Path, *flags: str, script: str
+) -> subprocess.CompletedProcess[str]:
+    owner = running_box.owner
+    env = {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
+    argv = [
+        "/usr/bin/setpriv",
+        f"--reuid={owner.uid}",
+        f"--regid={owner.gid}",
+        "--init-groups",
+        "--",
+        LNK,
+        "sandbox",
+        "run",
+        "--yes",
+        f"--read={ca_dir}",
+        "--command=curl",
+        *flags,
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ]
+    return subprocess.run(
+        argv, env=env, cwd=str(owner.home), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def ca_dir(internet: Any) -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="lnk-ca-", dir="/srv"))
+    folder.chmod(0o755)
+    shutil.copy(internet.ca_file, folder / "ca.pem")
+    (folder / "ca.pem").chmod(0o644)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_allowed_host_is_reached_over_http_and_https(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    before = internet.accepted(internet.www)
+    result = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--internet-host={WWW}",
+        script=f"curl -sS --max-time 10 http://{WWW}/ && "
+        f"curl -sS --max-time 10 --cacert {ca_dir}/ca.pem https://{WWW}/",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(WWW) == 2
+    assert internet.accepted(internet.www) == before + 2
+
+
+def test_an_unlisted_host_is_refused_and_never_dialed(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    before = internet.accepted(internet.other)
+    result = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--internet-host={WWW}",
+        script=f"curl -sS --max-time 10 -w '%{{http_code}}' http://{OTHER}/",
+    )
+    assert "403" in result.stdout and "not-listed" in result.stdout
+    assert internet.accepted(internet.other) == before
+
+
+def test_a_public_name_answering_a_private_address_is_refused(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    before = internet.accepted(internet.nas)
+    result = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--internet-host={PRIVATE}",
+        script=f"curl -sS --max-time 10 -w '%{{http_code}}' http://{PRIVATE}/",
+    )
+    assert "403" in result.stdout and "internet-not-public" in result.stdout
+    assert internet.accepted(internet.nas) == before
+
+
+def test_egress_around_the_proxy_reaches_nothing(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    before = internet.accepted(internet.www)
+    result = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--internet-host={WWW}",
+        script=f"curl -sS --max-time 5 --noproxy '*' http://{internet.www.address}/; echo rc=$?",
+    )
+    assert f"{WWW}" not in result.stdout.replace("rc=", "")
+    assert "rc=0" not in result.stdout
+    assert internet.accepted(internet.www) == before
+
+
+def test_the_proxy_runs_as_its_own_user(netbox: Any) -> None:
+    pid = int((netbox.run_dir / "proxy.pid").read_text())
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
+    assert uid not in (0,) and uid < 100_000
+    time.sleep(0)
