@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +46,48 @@ def register(groups: Any) -> None:
         sub.add_argument("id")
         sub.set_defaults(handler=cmd_action, action=name)
 
+    wire = commands.add_parser("wire", help="the proxy's decisions for a sandbox, one a line")
+    wire.add_argument("id")
+    wire.add_argument("--follow", action="store_true", help="keep printing until it ends")
+    wire.add_argument("--json", action="store_true", help="the log's own JSON lines")
+    wire.set_defaults(handler=cmd_wire)
+
     lease = commands.add_parser("lease", help="extend a sandbox's lease from now")
     lease.add_argument("id")
     lease.add_argument("--seconds", type=int, required=True)
     lease.set_defaults(handler=cmd_lease)
+
+
+FOLLOW_INTERVAL_S = 0.5  # how often --follow asks for new lines
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _wire_line(raw: str) -> str:
+    """One decision for a person; the text came from a sandbox's requests, so no control
+    character reaches the terminal whatever the log holds."""
+    try:
+        doc = json.loads(raw)
+        text = (
+            f"{doc['time']}  {doc['decision']:<8} {doc['rule']:<22} {doc['method']} "
+            f"{doc['target']} {('-> ' + doc['address']) if doc.get('address') else ''} "
+            f"up {doc['up']} down {doc['down']}"
+        )
+    except (ValueError, KeyError, TypeError):
+        text = raw
+    return _CONTROL.sub("?", text)
+
+
+def cmd_wire(args: argparse.Namespace) -> int:
+    offset = 0
+    while True:
+        doc = _call("GET", f"/v1/sandboxes/{args.id}/wire?offset={offset}")
+        for raw in doc["lines"]:
+            print(_CONTROL.sub("?", raw) if args.json else _wire_line(raw), flush=True)
+        offset = doc["offset"]
+        if not args.follow or (doc["ended"] and not doc["lines"]):
+            return EXIT_OK
+        if not doc["lines"]:
+            time.sleep(FOLLOW_INTERVAL_S)
 
 
 def cmd_lease(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ is the test table and 198.18.0.0/15 counts as public only in this box's config."
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tempfile
@@ -148,3 +149,78 @@ def test_the_proxy_runs_as_its_own_user(netbox: Any) -> None:
         uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
     assert uid not in (0,) and uid < 100_000
     time.sleep(0)
+
+
+def test_the_wire_log_shows_each_decision_to_its_owner(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    long_name = "a" * 250 + ".\x1b[31m" + "b" * 250 + ".example"
+    result = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--internet-host={WWW}",
+        script=f"curl -sS --max-time 10 http://{WWW}/ >/dev/null; "
+        f"curl -sS --max-time 10 'http://{OTHER}/' >/dev/null; "
+        f"curl -sS --max-time 10 -x http://127.0.0.1:3128 'http://{long_name}/' >/dev/null;"
+        " echo $LNK_SANDBOX_ID",
+    )
+    sandbox_id = result.stdout.strip().splitlines()[-1]
+    env = {
+        **running_box.owner_env(),
+        **{k: v for k, v in netbox.env.items() if k.startswith("LNK_")},
+    }
+    owner = running_box.owner
+    wire = subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            f"--reuid={owner.uid}",
+            f"--regid={owner.gid}",
+            "--init-groups",
+            "--",
+            LNK,
+            "sandbox",
+            "wire",
+            sandbox_id,
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert wire.returncode == 0, wire.stderr
+    lines = [json.loads(line) for line in wire.stdout.splitlines()]
+    assert [(d["decision"], d["rule"]) for d in lines][:2] == [
+        ("allowed", "allowed-internet"),
+        ("refused", "not-listed"),
+    ]
+    assert all(len(d["target"]) <= 300 and "\x1b" not in d["target"] for d in lines)
+    human = subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            f"--reuid={owner.uid}",
+            f"--regid={owner.gid}",
+            "--init-groups",
+            "--",
+            LNK,
+            "sandbox",
+            "wire",
+            sandbox_id,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert "not-listed" in human.stdout and "\x1b" not in human.stdout
+    other = subprocess.run(
+        [LNK, "sandbox", "wire", sandbox_id],
+        env={**netbox.env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert other.returncode == 0  # root sees every sandbox's

@@ -9,6 +9,7 @@ sees all. Unknown or foreign sandboxes get the same 404, so ids of others are no
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ from lnk_shared.unix import peer_cred
 __all__ = ["PeerCredProtocol", "make_app"]
 
 PEER_MARK = "peercred"  # scope["client"] = (PEER_MARK, uid) for every connection
+WIRE_CHUNK = 256 * 1024  # bytes of the wire's log per answer; a follower asks again
 
 
 class PeerCredProtocol(H11Protocol):
@@ -115,6 +117,25 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
             )
         store.extend_lease(sandbox_id, body.seconds)
         return out(store.get(sandbox_id) or row)
+
+    @app.get("/v1/sandboxes/{sandbox_id}/wire")
+    def wire(sandbox_id: str, uid: Caller, offset: int = 0) -> dict[str, Any]:
+        """The wire's log from byte `offset`: whole lines only, at most WIRE_CHUNK bytes."""
+        row = own(sandbox_id, uid)
+        if offset < 0:
+            raise HTTPException(status_code=422, detail="offset must not be negative")
+        path = cfg.state_dir / "wire" / f"{row.id}.log"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {"lines": [], "offset": offset, "ended": row.state == "ended"}
+        try:
+            data = os.pread(fd, WIRE_CHUNK, offset)
+        finally:
+            os.close(fd)
+        whole = data[: data.rfind(b"\n") + 1]
+        lines = [line.decode("ascii", "replace") for line in whole.splitlines()]
+        return {"lines": lines, "offset": offset + len(whole), "ended": row.state == "ended"}
 
     @app.get("/v1/specs")
     def specs(uid: Caller) -> list[dict[str, Any]]:
