@@ -224,3 +224,85 @@ def test_the_wire_log_shows_each_decision_to_its_owner(
         check=False,
     )
     assert other.returncode == 0  # root sees every sandbox's
+
+
+def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    owner = running_box.owner
+    env = {
+        **running_box.owner_env(),
+        **{k: v for k, v in netbox.env.items() if k.startswith("LNK_")},
+    }
+    as_owner = [
+        "/usr/bin/setpriv",
+        f"--reuid={owner.uid}",
+        f"--regid={owner.gid}",
+        "--init-groups",
+        "--",
+        LNK,
+    ]
+    before = internet.accepted(internet.www)
+    client = subprocess.Popen(
+        [
+            *as_owner,
+            "sandbox",
+            "run",
+            "--yes",
+            f"--read={ca_dir}",
+            "--command=curl",
+            "--command=sleep",
+            f"--internet-host={WWW}",
+            "--",
+            "/bin/sh",
+            "-c",
+            f"sleep 2; curl -sS --max-time 10 http://{WWW}/",
+        ],
+        env=env,
+        cwd=str(owner.home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        rows: list[dict[str, Any]] = []
+        while not rows and time.monotonic() < deadline:
+            listed = subprocess.run(
+                [*as_owner, "sandbox", "list", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            rows = [r for r in json.loads(listed.stdout or "[]") if r["state"] == "running"]
+            time.sleep(0.1)
+        assert rows, "the sandbox never showed as running"
+        sandbox_id = rows[0]["id"]
+        paused = subprocess.run(
+            [*as_owner, "sandbox", "pause", sandbox_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert paused.returncode == 0, paused.stderr
+        assert (netbox.run_dir / "flags" / f"{sandbox_id}.pause").exists()
+        time.sleep(3)  # past its sleep: frozen, it makes no request
+        assert internet.accepted(internet.www) == before
+        resumed = subprocess.run(
+            [*as_owner, "sandbox", "resume", sandbox_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        out, err = client.communicate(timeout=30)
+        assert client.returncode == 0, err
+        assert WWW in out
+        assert internet.accepted(internet.www) == before + 1
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
