@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
+from lnk_shared.discovery import DETECT, JudgeContext, context_for, resolve_spec
 from lnk_shared.errors import EXIT_OK
 from lnk_shared.grants import Grants, ResolvedSpec
 from lnk_shared.opens import describe, grants_document
@@ -20,7 +20,9 @@ __all__ = ["grants_from_arguments", "show"]
 
 def _resolve(args: argparse.Namespace) -> tuple[ResolvedSpec, JudgeContext]:
     spec = spec_from_arguments(args)
-    ctx = context_for(os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source)
+    ctx = context_for(
+        os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source, cloud=DETECT
+    )
     return resolve_spec(spec, ctx, path_env=os.environ.get("PATH", "")), ctx
 
 

@@ -17,6 +17,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lnk_shared.cloud import detect_cloud
 from lnk_shared.errors import SpecError
 from lnk_shared.grants import LinkHop, ResolvedFd, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import AGENT_FOLDERS, SOCKET_DIRS, USER_SETTINGS_DIR, BoxPaths
@@ -24,6 +25,7 @@ from lnk_shared.spec import PathEntry, Spec
 
 __all__ = [
     "DEFAULT_PATH",
+    "DETECT",
     "MAX_LINK_HOPS",
     "JudgeContext",
     "PathNotFound",
@@ -32,6 +34,7 @@ __all__ = [
     "resolve_spec",
 ]
 
+DETECT = object()  # context_for(cloud=DETECT): read the machine's firmware
 MAX_LINK_HOPS = 40  # the kernel's own limit on links in one lookup (MAXSYMLINKS)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -138,6 +141,7 @@ class JudgeContext:
     agent_folders: tuple[str, ...]
     socket_dirs: tuple[str, ...]
     spec_file: str | None = None
+    cloud: str | None = None  # "aws", "gcp", "azure" when the firmware says so
     spec_links: tuple[str, ...] = ()
 
 
@@ -157,8 +161,10 @@ def context_for(
     box: BoxPaths,
     spec_file: str | None = None,
     home: str | None = None,
+    cloud: str | object | None = None,
 ) -> JudgeContext:
-    """Build the rules' context for the user `uid`, resolving every protected path."""
+    """Build the rules' context for the user `uid`, resolving every protected path. `cloud`
+    is what the firmware says unless given (tests pass it; `DETECT` reads DMI)."""
     if home is None:
         try:
             home = pwd.getpwuid(uid).pw_dir
@@ -180,6 +186,7 @@ def context_for(
         socket_dirs=tuple(dict.fromkeys(sockets)),
         spec_file=spec_real,
         spec_links=spec_links,
+        cloud=detect_cloud() if cloud is DETECT else (cloud if isinstance(cloud, str) else None),
     )
 
 

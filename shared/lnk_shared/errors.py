@@ -12,6 +12,7 @@
     │   ├── PortRefused               a localhost port no sandbox may have
     │   ├── CommandRefused            a [commands] entry that could run written code
     │   ├── LinkRefused               a link not owned by root on the way to a grant
+    │   ├── CloudLanRefused           every private range, on a cloud's machine
     │   └── LaunchRefused             a capability the wall needs is missing
     ├── NotConfirmedError         exit 1: what a spec opens was not accepted
     └── StateError                exit 1: the box's state (database, run dir) is unusable
@@ -27,6 +28,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_USAGE",
+    "CloudLanRefused",
     "CommandRefused",
     "ConfigError",
     "LaunchRefused",
@@ -134,6 +136,10 @@ class CommandRefused(RefusedError):
 
 class LinkRefused(RefusedError):
     rule = "link-owner"
+
+
+class CloudLanRefused(RefusedError):
+    rule = "lan-on-cloud"
 
 
 class LaunchRefused(RefusedError):

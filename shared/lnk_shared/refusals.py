@@ -12,10 +12,12 @@ owner's credentials for that). Project dot entries that do not exist yet are lis
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from lnk_shared.discovery import JudgeContext
 from lnk_shared.errors import (
+    CloudLanRefused,
     CommandRefused,
     LinkRefused,
     OutsideCodeRefused,
@@ -143,6 +145,31 @@ def _check_command(p: ResolvedPath, spec: ResolvedSpec, ctx: JudgeContext) -> Re
     return None
 
 
+# A range holding one of these is "every private network": on a cloud, the cloud's network.
+_PRIVATE_BLOCKS = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+)
+
+
+def _check_lan_on_cloud(spec: ResolvedSpec, ctx: JudgeContext) -> RefusedError | None:
+    if ctx.cloud is None:
+        return None
+    why = (
+        f"this machine is on {ctx.cloud}, whose private ranges are the cloud's network: "
+        "list the hosts or addresses it may reach"
+    )
+    if spec.lan_any:
+        return CloudLanRefused('[lan] hosts = ["*"]', why)
+    for entry in spec.lan:
+        net = entry.network
+        if net is not None and any(
+            net.version == block.version and block.subnet_of(net)  # type: ignore[arg-type]
+            for block in _PRIVATE_BLOCKS
+        ):
+            return CloudLanRefused(f"[lan] {entry}", why)
+    return None
+
+
 def find_refusals(spec: ResolvedSpec, ctx: JudgeContext) -> list[RefusedError]:
     """Every rule the spec breaks, in a stable order (settings first)."""
     found: list[RefusedError | None] = []
@@ -156,6 +183,7 @@ def find_refusals(spec: ResolvedSpec, ctx: JudgeContext) -> list[RefusedError]:
         if write:
             found.append(_check_outside_code(p, key, ctx))
             found.append(_check_self_widening(p, key, ctx))
+    found.append(_check_lan_on_cloud(spec, ctx))
     for p in spec.commands:
         found.append(_check_links(p, "commands.allow"))
         found.append(_check_settings(p, "commands.allow", False, ctx))

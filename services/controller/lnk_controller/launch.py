@@ -40,7 +40,7 @@ from lnk_controller.spawn import (
 )
 from lnk_controller.staging import hidden_mount_points, stage_sandbox, wanted_paths
 from lnk_controller.wall import Bind
-from lnk_shared.discovery import DEFAULT_PATH, context_for, resolve_path, resolve_spec
+from lnk_shared.discovery import DEFAULT_PATH, DETECT, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
 from lnk_shared.grants import Grants
 from lnk_shared.opens import describe, describe_changes
@@ -139,7 +139,9 @@ class Launcher:
             with_fds.append(FdGrant(fds[request.with_fds[grant.fd]], grant.write))
         spec = dataclasses.replace(spec, with_fds=tuple(with_fds))
         env = {"PATH": request.path_env or DEFAULT_PATH}
-        ctx = context_for(owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source)
+        ctx = context_for(
+            owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=DETECT
+        )
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         grants = judge(resolved, ctx)
 
