@@ -78,7 +78,7 @@ class ResolvedSpec:
     def has_proxy(self) -> bool:
         """Whether the sandbox reaches anything through the filtering proxy."""
         return not self.network_host and bool(
-            self.internet_any or self.internet or self.lan_any or self.lan
+            self.internet_any or self.internet or self.lan_any or self.lan or self.ports
         )
 
 

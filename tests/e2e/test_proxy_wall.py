@@ -306,3 +306,66 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
         if client.poll() is None:
             client.kill()
             client.wait()
+
+
+class _CountingServer:
+    """A loopback HTTP server on this machine counting its connections (a `[localhost]` port)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        counter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"served on the host\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            def verify_request(self, request: Any, address: Any) -> bool:
+                counter.accepted += 1
+                return True
+
+        self.accepted = 0
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def test_a_localhost_port_is_served_inside_and_others_are_not(
+    running_box: RunningBox, netbox: Any, ca_dir: Path
+) -> None:
+    granted, other = _CountingServer(), _CountingServer()
+    try:
+        result = _in_sandbox(
+            running_box,
+            netbox,
+            ca_dir,
+            f"--port={granted.port}",
+            script=(
+                f"curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{granted.port}/; "
+                f"curl -sS --max-time 5 http://127.0.0.1:{granted.port}/; "
+                f"curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{other.port}/; "
+                f"curl -sS --max-time 5 -w ' %{{http_code}}' http://127.0.0.1:{other.port}/"
+            ),
+        )
+        assert result.stdout.count("served on the host") == 2, (result.stdout, result.stderr)
+        assert granted.accepted == 2
+        assert "403" in result.stdout and "never-loopback" in result.stdout
+        assert other.accepted == 0
+    finally:
+        granted.close()
+        other.close()

@@ -48,6 +48,8 @@ def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
             raise LaunchRefused("confiner policy", f"a line without a value: {line!r}")
         if key in ("read", "write", "execute"):
             _list(policy, key).append(value)
+        elif key == "relay_localhost":
+            _list(policy, key).append(_number(key, value))
         elif key in ("tcp_connect", "tcp_bind"):
             ports = _list(policy, key)
             if value != "-":
@@ -115,7 +117,9 @@ def confine(policy: dict[str, object]) -> None:
     if isinstance(relay_socket, str) and isinstance(relay_port, int):
         from lnk_controller.relay import start_relay
 
-        start_relay(relay_socket, relay_port)  # before the unix-socket block: its one exception
+        localhost = policy.get("relay_localhost", [])
+        ports = [p for p in localhost if isinstance(p, int)] if isinstance(localhost, list) else []
+        start_relay(relay_socket, relay_port, ports)  # before the unix-socket block
     if policy.get("block_unix_sockets", True):
         seccomp.block_unix_sockets()
 

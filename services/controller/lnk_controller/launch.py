@@ -291,7 +291,8 @@ class Launcher:
             binds.append(Bind(str(staged_socket), proxy_link.PROXY_SOCKET_INSIDE, False))
             relay = {
                 "relay_socket": proxy_link.PROXY_SOCKET_INSIDE,
-                "relay_port": proxy_link.PROXY_PORT,
+                "relay_port": proxy_link.relay_port(grants.spec.ports),
+                "relay_localhost": list(grants.spec.ports),
             }
         cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else home
         env = {
@@ -303,7 +304,7 @@ class Launcher:
             "TMPDIR": "/tmp",
             "LNK_SANDBOX_ID": row.id,
             **request.env,
-            **(proxy_link.proxy_env() if relay else {}),
+            **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
         }
         policy = confiner_policy(
             reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible],

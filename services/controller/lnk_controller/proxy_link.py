@@ -27,6 +27,7 @@ __all__ = [
     "close_listener",
     "open_listener",
     "proxy_env",
+    "relay_port",
     "set_flag",
 ]
 
@@ -70,6 +71,7 @@ def open_listener(cfg: ControllerConfig, sandbox_id: str, grants: Grants) -> Pat
                 "internet": [str(h) for h in spec.internet],
                 "lan_any": spec.lan_any,
                 "lan": [str(e) for e in spec.lan],
+                "localhost_ports": list(spec.ports),
             },
             "secret": secrets.token_hex(SECRET_BYTES),
         },
@@ -116,9 +118,17 @@ def clear_flags(cfg: ControllerConfig, sandbox_id: str) -> None:
         set_flag(cfg, sandbox_id, flag, False)
 
 
-def proxy_env() -> dict[str, str]:
+def relay_port(localhost_ports: tuple[int, ...]) -> int:
+    """The relay's port: PROXY_PORT unless a `[localhost]` port takes it, then the next free."""
+    port = PROXY_PORT
+    while port in localhost_ports:
+        port += 1
+    return port
+
+
+def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
     """What common clients read to use a proxy (curl, pip, git, Python, Node, gRPC)."""
-    url = f"http://127.0.0.1:{PROXY_PORT}"
+    url = f"http://127.0.0.1:{port}"
     names = (
         "HTTP_PROXY",
         "HTTPS_PROXY",

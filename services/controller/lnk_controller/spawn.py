@@ -119,6 +119,7 @@ def encode_policy(policy: dict[str, Any]) -> str:
     if policy.get("relay_socket"):
         lines.append(f"relay_socket\t{policy['relay_socket']}")
         lines.append(f"relay_port\t{policy['relay_port']}")
+        lines += [f"relay_localhost\t{port}" for port in policy.get("relay_localhost", [])]
     if policy["unsafe_pretend_abi"] is not None:
         lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
     return "\n".join(lines) + "\n"

@@ -65,6 +65,7 @@ ADMIN_THREADS = 4  # admin connections served at once; the controller uses one a
 RESOLVER_THREADS = 32  # lookups in flight at once: one dead DNS server must not stall all
 MAX_SUN_PATH = 107  # sockaddr_un's 108 bytes, one for the NUL
 SECRET = re.compile(r"[A-Za-z0-9_-]{32,256}")  # token_urlsafe(24+): enough entropy, no quoting
+MAX_PORT = 65535
 _GRANT_KEYS = frozenset({"internet_any", "internet", "lan_any", "lan"})
 _KEYS = {
     "open": frozenset({"op", "sandbox", "socket", "grants", "secret"}),
@@ -136,8 +137,19 @@ def _socket_path(untrusted: object, run_dir: Path) -> Path:
 
 def parse_grants(untrusted: object) -> ProxyGrants:
     """`[internet]` and `[lan]` grants, each entry read by the spec model's own rules."""
-    if not isinstance(untrusted, dict) or set(untrusted) != _GRANT_KEYS:
-        raise ValueError(f"grants must be an object with exactly {sorted(_GRANT_KEYS)}")
+    if not isinstance(untrusted, dict) or not (
+        _GRANT_KEYS <= set(untrusted) <= _GRANT_KEYS | {"localhost_ports"}
+    ):
+        raise ValueError(
+            f"grants must be an object with {sorted(_GRANT_KEYS)} (and localhost_ports)"
+        )
+    ports = untrusted.get("localhost_ports", [])
+    if (
+        not isinstance(ports, list)
+        or len(ports) > MAX_ENTRIES
+        or not all(type(p) is int and 1 <= p <= MAX_PORT for p in ports)
+    ):
+        raise ValueError("grants.localhost_ports must be a list of port numbers")
     builder = SpecBuilder(source="admin")
     for key in ("internet_any", "lan_any"):
         if not isinstance(untrusted[key], bool):
@@ -159,6 +171,7 @@ def parse_grants(untrusted: object) -> ProxyGrants:
         internet=() if untrusted["internet_any"] else spec.internet,
         lan_any=untrusted["lan_any"],
         lan=() if untrusted["lan_any"] else spec.lan,
+        localhost_ports=frozenset(ports),
     )
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "TargetDecision",
     "Verdict",
     "judge_addresses",
+    "judge_localhost",
     "judge_target",
 ]
 
@@ -90,6 +91,7 @@ class Rule(enum.StrEnum):
 
     ALLOWED_INTERNET = "allowed-internet"
     ALLOWED_LAN = "allowed-lan"
+    ALLOWED_LOCALHOST_PORT = "allowed-localhost-port"
     BAD_HOST = "bad-host"
     BAD_PORT = "bad-port"
     NOT_LISTED = "not-listed"
@@ -127,6 +129,7 @@ class ProxyGrants:
     internet: tuple[HostPattern, ...] = ()
     lan_any: bool = False
     lan: tuple[LanEntry, ...] = ()
+    localhost_ports: frozenset[int] = frozenset()  # [localhost] ports: raw to this machine
 
     def __post_init__(self) -> None:
         for entry in self.lan:
@@ -147,6 +150,7 @@ class ProxyGrants:
             internet=spec.internet,
             lan_any=spec.lan_any,
             lan=spec.lan,
+            localhost_ports=frozenset(spec.ports),
         )
 
 
@@ -201,6 +205,22 @@ class Allowed:
 
 TargetDecision = Target | Refused
 Verdict = Allowed | Refused
+
+
+# How a request names this machine's loopback when it asks for a `[localhost]` port.
+LOCALHOST_FORMS = {"localhost": "127.0.0.1", "127.0.0.1": "127.0.0.1", "::1": "::1", "[::1]": "::1"}
+
+
+def judge_localhost(grants: ProxyGrants, host_text: str, port: int) -> Allowed | None:
+    """A `[localhost]` port: `localhost`, `127.0.0.1` or `::1` on a listed port is forwarded raw
+    to that port of this machine's loopback (whatever serves it, with its whole API: a known
+    gap the spec states). Anything else is None, and the ordinary rules refuse this machine."""
+    address = LOCALHOST_FORMS.get(host_text.lower().rstrip("."))
+    if address is None or port not in grants.localhost_ports:
+        return None
+    return Allowed(
+        ipaddress.ip_address(address), port, Rule.ALLOWED_LOCALHOST_PORT, f"[localhost] port {port}"
+    )
 
 
 def judge_target(grants: ProxyGrants, host_text: str, port: int) -> TargetDecision:

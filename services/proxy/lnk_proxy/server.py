@@ -58,6 +58,7 @@ from lnk_proxy.policy import (
     ProxyGrants,
     Refused,
     judge_addresses,
+    judge_localhost,
     judge_target,
 )
 from lnk_proxy.resolver import Resolver, make_resolver
@@ -277,6 +278,9 @@ class ProxyServer:
         if request.kind == "connect" and listener.tunnels >= self.config.max_tunnels_per_sandbox:
             limit = self.config.max_tunnels_per_sandbox
             return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
+        local = judge_localhost(listener.grants, request.host, request.port)
+        if local is not None:
+            return local
         target = judge_target(listener.grants, request.host, request.port)
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
