@@ -645,7 +645,7 @@ def test_the_admin_socket_answers_only_the_controller(proxy: Proxy) -> None:
         "import socket,sys\n"
         f"sys.path[:0] = {[str(CHECKOUT / s) for s in SOURCES]!r}\n"
         "from lnk_shared.unix import send_frame, recv_frame\n"
-        "s = socket.socket(socket.AF_UNIX); s.settimeout(5)\n"
+        "s = socket.socket(socket.AF_UNIX); s.settimeout(15)\n"
         f"s.connect({str(proxy.admin_socket)!r})\n"
         "send_frame(s, {'op': 'close', 'sandbox': 'sbx-main'})\n"
         "try:\n    print(recv_frame(s)[0])\n"
