@@ -185,6 +185,7 @@ class ProxyServer:
         listener.sock.close()
         with contextlib.suppress(FileNotFoundError):
             listener.path.unlink()
+        self.wire_log.close(sandbox)  # after the cancelled exchanges wrote their lines
         log.info("listener for %s closed", sandbox)
         return True
 
