@@ -8,17 +8,14 @@ LNK_RUN_DIR override the three folders, so a test runs an isolated box in a temp
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lnk_shared.errors import ConfigError
 from lnk_shared.paths import BoxPaths
+from lnk_shared.service_config import load_service_config
 
 __all__ = ["CONFIG_FILE", "ControllerConfig", "load_config"]
 
@@ -104,29 +101,4 @@ class ControllerConfig(BaseModel):
 
 def load_config(env: Mapping[str, str] | None = None) -> ControllerConfig:
     """Load and validate the controller's config; raise ConfigError naming each bad field."""
-    env = os.environ if env is None else env
-    box = BoxPaths.from_env(env)
-    values: dict[str, Any] = {}
-    path = box.config_dir / CONFIG_FILE
-    try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from None
-    for key, var in (
-        ("config_dir", "LNK_CONFIG_DIR"),
-        ("state_dir", "LNK_STATE_DIR"),
-        ("run_dir", "LNK_RUN_DIR"),
-    ):
-        if env.get(var):
-            values[key] = env[var]
-    values.setdefault("config_dir", str(box.config_dir))
-    try:
-        return ControllerConfig(**values)
-    except ValidationError as exc:
-        lines = [
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
-            for err in exc.errors()
-        ]
-        raise ConfigError(f"{path}: invalid config:\n  " + "\n  ".join(lines)) from None
+    return load_service_config(ControllerConfig, CONFIG_FILE, env)

@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lnk_shared.addresses import IPNetwork
-from lnk_shared.errors import ConfigError
-from lnk_shared.paths import BoxPaths
+from lnk_shared.service_config import load_service_config
 
 __all__ = ["ADMIN_SOCKET_NAME", "CONFIG_FILE", "PROXY_RUN_DIR", "ProxyConfig", "load_config"]
 
@@ -119,29 +116,4 @@ class ProxyConfig(BaseModel):
 
 def load_config(env: Mapping[str, str] | None = None) -> ProxyConfig:
     """Load and validate the proxy's config; raise ConfigError naming each bad field."""
-    env = os.environ if env is None else env
-    box = BoxPaths.from_env(env)
-    values: dict[str, Any] = {}
-    path = box.config_dir / CONFIG_FILE
-    try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read as TOML: {exc}") from None
-    for key, var in (
-        ("config_dir", "LNK_CONFIG_DIR"),
-        ("state_dir", "LNK_STATE_DIR"),
-        ("run_dir", "LNK_RUN_DIR"),
-    ):
-        if env.get(var):
-            values[key] = env[var]
-    values.setdefault("config_dir", str(box.config_dir))
-    try:
-        return ProxyConfig(**values)
-    except ValidationError as exc:
-        lines = [
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
-            for err in exc.errors()
-        ]
-        raise ConfigError(f"{path}: invalid config:\n  " + "\n  ".join(lines)) from None
+    return load_service_config(ProxyConfig, CONFIG_FILE, env)
