@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from net import OTHER, PRIVATE, WWW, TestInternet
+from net import NAS, OTHER, PRIVATE, WWW, TestInternet
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -369,3 +369,48 @@ def test_a_localhost_port_is_served_inside_and_others_are_not(
     finally:
         granted.close()
         other.close()
+
+
+def test_lan_rules_hold_from_inside_a_sandbox(
+    running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
+) -> None:
+    """A listed LAN name and a listed LAN range are reached; `[internet] *` never reaches the
+    LAN, by name or by literal; a LAN literal outside the listed range is refused."""
+    nas = internet.nas.address
+    before = internet.accepted(internet.nas)
+    listed = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--lan-host={NAS}",
+        f"--lan-host={internet.lan_subnet}",
+        script=f"curl -sS --max-time 10 http://{NAS}/ && curl -sS --max-time 10 http://{nas}/",
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count(NAS) == 2
+    assert internet.accepted(internet.nas) == before + 2
+
+    before = internet.accepted(internet.nas)
+    internet_only = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        "--internet-host=*",
+        script=(
+            f"curl -sS --max-time 10 -w ' %{{http_code}}\\n' http://{NAS}/; "
+            f"curl -sS --max-time 10 -w ' %{{http_code}}\\n' http://{nas}/; "
+            f"curl -sS --max-time 10 -w ' %{{http_code}}\\n' http://{PRIVATE}/"
+        ),
+    )
+    assert internet_only.stdout.count("403") == 3, internet_only.stdout
+    assert internet.accepted(internet.nas) == before
+
+    other_lan = str(internet.lan_subnet.network_address + 77)
+    narrow = _in_sandbox(
+        running_box,
+        netbox,
+        ca_dir,
+        f"--lan-host={nas}",
+        script=f"curl -sS --max-time 10 -w ' %{{http_code}}' http://{other_lan}/",
+    )
+    assert "403" in narrow.stdout and "literal-not-allowed" in narrow.stdout, narrow.stdout
