@@ -40,18 +40,32 @@ def netbox(running_box: RunningBox, private_box: Any, internet: Any) -> Iterator
         yield box
 
 
-def _in_sandbox(
-    running_box: RunningBox, box: Any, ca_dir: Path, *flags: str, script: str
-) -> subprocess.CompletedProcess[str]:
+def _owner_env(running_box: RunningBox, box: Any) -> dict[str, str]:
+    """The owner's environment, pointed at `box`."""
+    return {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
+
+
+def _as_owner(running_box: RunningBox, *args: str) -> list[str]:
+    """`lnk ARGS` run as the owner (setpriv drops root)."""
     owner = running_box.owner
-    env = {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
-    argv = [
+    return [
         "/usr/bin/setpriv",
         f"--reuid={owner.uid}",
         f"--regid={owner.gid}",
         "--init-groups",
         "--",
         LNK,
+        *args,
+    ]
+
+
+def _in_sandbox(
+    running_box: RunningBox, box: Any, ca_dir: Path, *flags: str, script: str
+) -> subprocess.CompletedProcess[str]:
+    owner = running_box.owner
+    env = _owner_env(running_box, box)
+    argv = [
+        *_as_owner(running_box),
         "sandbox",
         "run",
         "--yes",
@@ -166,24 +180,9 @@ def test_the_wire_log_shows_each_decision_to_its_owner(
         " echo $LNK_SANDBOX_ID",
     )
     sandbox_id = result.stdout.strip().splitlines()[-1]
-    env = {
-        **running_box.owner_env(),
-        **{k: v for k, v in netbox.env.items() if k.startswith("LNK_")},
-    }
-    owner = running_box.owner
+    env = _owner_env(running_box, netbox)
     wire = subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={owner.uid}",
-            f"--regid={owner.gid}",
-            "--init-groups",
-            "--",
-            LNK,
-            "sandbox",
-            "wire",
-            sandbox_id,
-            "--json",
-        ],
+        _as_owner(running_box, "sandbox", "wire", sandbox_id, "--json"),
         env=env,
         capture_output=True,
         text=True,
@@ -198,17 +197,7 @@ def test_the_wire_log_shows_each_decision_to_its_owner(
     ]
     assert all(len(d["target"]) <= 300 and "\x1b" not in d["target"] for d in lines)
     human = subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={owner.uid}",
-            f"--regid={owner.gid}",
-            "--init-groups",
-            "--",
-            LNK,
-            "sandbox",
-            "wire",
-            sandbox_id,
-        ],
+        _as_owner(running_box, "sandbox", "wire", sandbox_id),
         env=env,
         capture_output=True,
         text=True,
@@ -230,18 +219,8 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
     running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
 ) -> None:
     owner = running_box.owner
-    env = {
-        **running_box.owner_env(),
-        **{k: v for k, v in netbox.env.items() if k.startswith("LNK_")},
-    }
-    as_owner = [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        LNK,
-    ]
+    env = _owner_env(running_box, netbox)
+    as_owner = _as_owner(running_box)
     before = internet.accepted(internet.www)
     client = subprocess.Popen(
         [
