@@ -25,6 +25,7 @@ import logging
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -256,15 +257,30 @@ def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        (mode,) = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
-        if str(mode).lower() != "wal":
-            raise sqlite3.OperationalError(f"cannot switch the journal to WAL (it stays {mode})")
+        _switch_to_wal(cursor)
         # WAL with NORMAL: a commit reaches the OS at once (a controller crash loses nothing)
         # but is not fsynced until a checkpoint, so launches do not wait on the disk. A power
         # loss may drop the last records; reconcile then finds their users by name and cleans.
         cursor.execute("PRAGMA synchronous = NORMAL")
     finally:
         cursor.close()
+
+
+def _switch_to_wal(cursor: sqlite3.Cursor) -> None:
+    # Switching the journal takes an exclusive lock, and SQLite returns SQLITE_BUSY at once,
+    # without calling the busy handler, when two fresh connections race for it: retry within
+    # the same budget the busy handler would have had.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            (mode,) = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+            break
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    if str(mode).lower() != "wal":
+        raise sqlite3.OperationalError(f"cannot switch the journal to WAL (it stays {mode})")
 
 
 def _on_begin(conn: Connection) -> None:

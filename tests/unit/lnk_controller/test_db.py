@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,6 +205,31 @@ _OPEN_AND_WRITE = textwrap.dedent(
 )
 
 
+def test_switching_to_wal_waits_for_a_writer_instead_of_failing_at_once(db_path: Path) -> None:
+    # SQLite answers a journal switch with SQLITE_BUSY at once, busy handler or not, while
+    # another connection holds a write lock on a rollback-journal file: the race two fresh
+    # controllers (or a controller and `lnk`) run into when they create the database together.
+    db_path.parent.mkdir(mode=0o700)
+    writer = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        os.chmod(db_path, 0o600)
+        writer.execute("CREATE TABLE held (i INTEGER)")
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("INSERT INTO held VALUES (1)")
+        release = threading.Timer(0.3, writer.execute, ("COMMIT",))
+        release.start()
+        engine = db.open_database(db_path)
+        release.join()
+    finally:
+        writer.close()
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("SELECT i FROM held").scalar() == 1
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.parametrize("attempt", range(5))
 def test_two_processes_opening_a_fresh_database_at_once_both_succeed(
     tmp_path: Path, attempt: int
@@ -221,8 +248,9 @@ def test_two_processes_opening_a_fresh_database_at_once_both_succeed(
         assert child.stdin is not None
         child.stdin.write(b"g")
         child.stdin.flush()
-    for child in children:
-        _, err = child.communicate(timeout=120)
+    # Reap every child before judging any, so a failure leaves no process behind.
+    errors = [child.communicate(timeout=120)[1] for child in children]
+    for child, err in zip(children, errors, strict=True):
         assert child.returncode == 0, err.decode(errors="replace")
 
     engine = db.open_database(path)
