@@ -1,0 +1,93 @@
+"""The agent's side of a bridge call: sign it with the agent's own key, send it over the
+bridge's unix socket, read the one reply.
+
+A call is one frame (`lnk_shared.unix`) holding the signed wire object of `lnk_shared.proofs`,
+whose body is the call's arguments as compact JSON; the reply is `{"ok": true, "result": ...}`
+or `{"ok": false, "error": "..."}`, raised here as `BridgeError`.
+
+What this does NOT do: keep the key from anyone who can read the key file (that is the
+sandbox's wall), or retry a call (a retried append could land twice; the store's expected
+sequence number makes that a conflict, not a duplicate).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from lnk_shared.errors import LnkError, StateError
+from lnk_shared.proofs import DEFAULT_MAX_LIFETIME_S, sign_call
+from lnk_shared.unix import recv_frame, send_frame
+
+__all__ = ["BridgeError", "ProofSigner", "call_bridge", "encode_body", "load_private_key"]
+
+CALL_TIMEOUT_S = 30.0  # a store call waits at most for SQLite's busy budget
+
+
+class BridgeError(LnkError):
+    """The bridge answered with a refusal or an error; the message is the bridge's."""
+
+
+def encode_body(args: dict[str, Any]) -> bytes:
+    return json.dumps(args, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """The agent's private key from its PEM (PKCS#8) file; `StateError` naming the file."""
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise StateError(f"cannot read the agent's key {path}: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise StateError(f"{path} is not an Ed25519 private key")
+    return key
+
+
+@dataclass(frozen=True)
+class ProofSigner:
+    agent: str
+    key: Ed25519PrivateKey
+    audience: str
+    lifetime_s: int = DEFAULT_MAX_LIFETIME_S
+
+    def sign(self, action: str, body: bytes, now: float | None = None) -> dict[str, Any]:
+        return sign_call(
+            self.key,
+            agent=self.agent,
+            audience=self.audience,
+            action=action,
+            body=body,
+            now=time.time() if now is None else now,
+            lifetime_s=self.lifetime_s,
+        )
+
+
+def call_bridge(
+    path: Path,
+    signer: ProofSigner,
+    action: str,
+    args: dict[str, Any],
+    *,
+    timeout: float = CALL_TIMEOUT_S,
+) -> Any:
+    """One signed call; the bridge's result, or `BridgeError` with its message."""
+    frame = signer.sign(action, encode_body(args))
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            send_frame(sock, frame)
+            reply, _ = recv_frame(sock)
+    except (OSError, EOFError, ValueError) as exc:
+        raise StateError(f"cannot reach the bridge at {path}: {exc}") from None
+    if reply.get("ok") is True:
+        return reply.get("result")
+    error = reply.get("error")
+    raise BridgeError(error if isinstance(error, str) else "the bridge answered with an error")
