@@ -26,8 +26,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from lnk_cli import box_commands, sandbox_commands, spec_commands
+# Each command group and the module that registers it. Only the group a command names is
+# imported: `lnk sandbox run` starts a sandbox, and every module it does not need is time
+# spent before the sandbox exists.
+GROUPS = {
+    "sandbox": "lnk_cli.sandbox_commands",
+    "spec": "lnk_cli.spec_commands",
+    "box": "lnk_cli.box_commands",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `only` a known group name, a parser holding just that group."""
+    import importlib
 
     parser = _Parser(
         prog="lnk",
@@ -37,16 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lnk {VERSION}")
     groups = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
-    sandbox_commands.register(groups)
-    spec_commands.register(groups)
-    box_commands.register(groups)
+    for name, module in GROUPS.items():
+        if only is None or only == name:
+            importlib.import_module(module).register(groups)
     return parser
 
 
 def run(argv: Sequence[str]) -> int:
     try:
-        parser = build_parser()
-        args = parser.parse_args(list(argv))
+        words = list(argv)
+        parser = build_parser(words[0] if words and words[0] in GROUPS else None)
+        args = parser.parse_args(words)
         handler = getattr(args, "handler", None)
         if handler is None:
             parser.print_help(sys.stderr)

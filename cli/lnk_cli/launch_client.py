@@ -14,13 +14,17 @@ import struct
 import sys
 import termios
 import tty
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 from lnk_shared.errors import LnkError, NotConfirmedError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
+
+# typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 __all__ = ["run_in_sandbox"]
 
@@ -159,10 +163,10 @@ def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = 
             if number >= 0:
                 request["with_fds"][str(number)] = len(fds)
                 fds.append(number)
-        run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
+        run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(str(run_dir / LAUNCH_SOCKET))
+            sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))
         except OSError:
             sock.close()
             raise StateError(

@@ -8,11 +8,16 @@ import os
 import re
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.spec_flags import add_spec_arguments
+
+# typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 __all__ = ["register"]
 
@@ -97,6 +102,8 @@ def cmd_lease(args: argparse.Namespace) -> int:
 
 
 def _api_socket() -> Path:
+    from pathlib import Path
+
     return Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
 
 

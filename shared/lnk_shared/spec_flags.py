@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
+
+# typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # the spec model is imported when a spec is built, not to add the flags
     from lnk_shared.spec import Spec, SpecBuilder

@@ -14,11 +14,16 @@ import os
 import socket
 import stat
 import struct
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections import namedtuple
 
 from lnk_shared.errors import StateError
+
+# typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, NamedTuple
 
 __all__ = [
     "MAX_FDS",
@@ -36,11 +41,15 @@ _HEADER = struct.Struct(">I")
 _CRED = struct.Struct("3i")
 
 
-@dataclass(frozen=True)
-class PeerCred:
-    pid: int
-    uid: int
-    gid: int
+if TYPE_CHECKING:
+
+    class PeerCred(NamedTuple):
+        pid: int
+        uid: int
+        gid: int
+
+else:  # the same, without importing typing (or dataclasses) into `lnk sandbox run`
+    PeerCred = namedtuple("PeerCred", "pid uid gid")
 
 
 def peer_cred(sock: socket.socket) -> PeerCred:

@@ -57,8 +57,10 @@ def _clean(
     problems: list[str] = []
     try:
         host_users.kill_uid_processes(row.host_uid)
+        killed = True
     except StateError as exc:
         problems.append(str(exc))
+        killed = False
     for target in reversed(json.loads(row.mounts_json)):
         try:
             if target.startswith(PLACEHOLDER):
@@ -83,7 +85,7 @@ def _clean(
         home=os.path.join(cfg.homes_dir, row.host_name),
     )
     try:
-        host_users.remove_user(user)
+        host_users.remove_user(user, processes_killed=killed)
     except StateError as exc:
         problems.append(str(exc))
     proxy_link.clear_flags(cfg, sandbox_id)

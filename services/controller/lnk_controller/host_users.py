@@ -294,13 +294,15 @@ def _remove_home(user: HostUser) -> None:
         os.close(parent)
 
 
-def remove_user(user: HostUser) -> None:
+def remove_user(user: HostUser, *, processes_killed: bool = False) -> None:
     """Kill the uid's processes, remove the home (never through a link), then the lines.
 
     Removing a user that is already (partly) gone is fine. The caller must not start processes
-    of the uid meanwhile.
+    of the uid meanwhile; one that has just killed them (a scan found none left) says so with
+    `processes_killed`, saving a second scan of /proc.
     """
-    kill_uid_processes(user.uid)
+    if not processes_killed:
+        kill_uid_processes(user.uid)
     try:
         if user.home:
             _remove_home(user)
