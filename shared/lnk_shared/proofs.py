@@ -50,6 +50,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from lnk_shared.errors import LnkError
 
 __all__ = [
+    "AGENT_ID",
     "DEFAULT_MAX_LIFETIME_S",
     "DEFAULT_MAX_SKEW_S",
     "MAGIC",
@@ -57,6 +58,7 @@ __all__ = [
     "NONCE_BYTES",
     "PROOF_FIELDS",
     "PROOF_VERSION",
+    "REFUSAL",
     "AgentKey",
     "CallContext",
     "KeyRefused",

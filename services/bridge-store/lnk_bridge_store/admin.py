@@ -1,0 +1,184 @@
+"""The store bridge's admin socket: how the controller opens and closes agents' sockets and
+delivers messages to an agent's inbox.
+
+A unix socket at `config.admin_socket`, mode 0600 in the bridge's own folder (mode 0700).
+Each connection is checked with SO_PEERCRED: any uid but `config.controller_uid` is closed
+with no answer. Then JSON frames (`lnk_shared.unix`), one reply per command:
+
+    {"op": "open", "agent": NAME, "public_key": B64(32 bytes), "host_uid": UID}
+    {"op": "close", "agent": NAME}
+    {"op": "send", "agent": NAME, "sender": LABEL, "message": TEXT}
+    {"op": "ping"}
+
+and `{"ok": true, ...}` (open adds `"socket": PATH`) or `{"ok": false, "error": "..."}`. Every
+field is checked as hostile (`parse_command`, pure); a public key goes through
+`lnk_shared.proofs.enroll_public_key`, so a small-order or non-canonical key is never used.
+
+Security limitations: the peer's uid is the only credential (as of its connect); this does NOT
+check which process holds it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from lnk_bridge_store.limits import HOLDER
+from lnk_bridge_store.server import BridgeServer
+from lnk_bridge_store.store import StoreRefused
+from lnk_shared.errors import LnkError
+from lnk_shared.proofs import AGENT_ID, AgentKey, KeyRefused, enroll_public_key
+from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
+
+__all__ = [
+    "ADMIN_SOCKET_MODE",
+    "CloseAgent",
+    "OpenAgent",
+    "Ping",
+    "SendMessage",
+    "parse_command",
+    "serve_admin",
+]
+
+log = logging.getLogger(__name__)
+
+ADMIN_SOCKET_MODE = 0o600  # the bridge's user, and root (the controller) past every mode
+BRIDGE_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor agents' sockets
+ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
+MIN_AGENT_UID = 1  # never root: an agent runs as a fresh unprivileged host user
+MAX_UID = 2**32 - 2
+_KEYS = {
+    "open": frozenset({"op", "agent", "public_key", "host_uid"}),
+    "close": frozenset({"op", "agent"}),
+    "send": frozenset({"op", "agent", "sender", "message"}),
+    "ping": frozenset({"op"}),
+}
+
+
+@dataclass(frozen=True)
+class OpenAgent:
+    key: AgentKey
+
+
+@dataclass(frozen=True)
+class CloseAgent:
+    agent: str
+
+
+@dataclass(frozen=True)
+class SendMessage:
+    agent: str
+    sender: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Ping:
+    pass
+
+
+Command = OpenAgent | CloseAgent | SendMessage | Ping
+
+
+def parse_command(untrusted: dict[str, Any], own_uid: int) -> Command:
+    """A checked command from an untrusted frame; ValueError saying what is wrong."""
+    op = untrusted.get("op")
+    if not isinstance(op, str) or op not in _KEYS:
+        raise ValueError(f"op must be one of {sorted(_KEYS)}")
+    keys = set(untrusted)
+    if keys != _KEYS[op]:
+        missing, extra = sorted(_KEYS[op] - keys), sorted(keys - _KEYS[op])
+        raise ValueError(f"{op}: missing keys {missing}, unknown keys {extra}")
+    if op == "ping":
+        return Ping()
+    agent = untrusted["agent"]
+    if not isinstance(agent, str) or not AGENT_ID.fullmatch(agent):
+        raise ValueError(f"agent must match {AGENT_ID.pattern}")
+    if op == "close":
+        return CloseAgent(agent)
+    if op == "send":
+        sender, message = untrusted["sender"], untrusted["message"]
+        if not isinstance(sender, str) or not HOLDER.fullmatch(sender):
+            raise ValueError(f"sender must match {HOLDER.pattern}")
+        if not isinstance(message, str):
+            raise ValueError("message must be text")
+        return SendMessage(agent, sender, message)
+    uid = untrusted["host_uid"]
+    if type(uid) is not int or not MIN_AGENT_UID <= uid <= MAX_UID or uid == own_uid:
+        raise ValueError("host_uid must be an unprivileged uid that is not the bridge's own")
+    raw = untrusted["public_key"]
+    try:
+        decoded = base64.b64decode(raw, validate=True) if isinstance(raw, str) else b""
+        public_key = enroll_public_key(decoded)
+    except (binascii.Error, ValueError, KeyRefused) as exc:
+        raise ValueError(f"public_key: {exc}") from None
+    return OpenAgent(AgentKey(agent, public_key, uid))
+
+
+def run_command(server: BridgeServer, command: Command) -> dict[str, Any]:
+    try:
+        if isinstance(command, OpenAgent):
+            return {"ok": True, "socket": str(server.open_agent(command.key))}
+        if isinstance(command, CloseAgent):
+            server.close_agent(command.agent)
+        elif isinstance(command, SendMessage):
+            sent = server.store.send(command.agent, command.sender, command.message)
+            return {"ok": True, "id": sent}
+    except StoreRefused as exc:
+        return {"ok": False, "error": str(exc)}
+    except (OSError, LnkError) as exc:
+        log.error("admin: %s", exc)
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True}
+
+
+def handle_admin_connection(server: BridgeServer, sock: socket.socket) -> None:
+    """Serve one admin connection: frames until the controller closes it."""
+    try:
+        cred = peer_cred(sock)
+        if cred.uid != server.config.controller_uid:
+            log.warning("admin socket: uid %d (pid %d) is not the controller", cred.uid, cred.pid)
+            return
+        sock.settimeout(ADMIN_TIMEOUT_S)
+        while True:
+            try:
+                untrusted, _ = recv_frame(sock)
+            except EOFError:
+                return
+            try:
+                reply = run_command(server, parse_command(untrusted, os.geteuid()))
+            except ValueError as exc:
+                reply = {"ok": False, "error": str(exc)}
+            send_frame(sock, reply)
+    except (OSError, ValueError, RecursionError) as exc:
+        log.warning("admin connection ended: %s", exc)
+    finally:
+        sock.close()
+
+
+def serve_admin(server: BridgeServer, stop: threading.Event) -> None:
+    """Accept admin connections until `stop` is set; each on a thread of its own."""
+    config = server.config
+    listening = bind_socket(config.admin_socket, mode=ADMIN_SOCKET_MODE, dir_mode=BRIDGE_DIR_MODE)
+    listening.settimeout(0.2)
+    try:
+        while not stop.is_set():
+            try:
+                sock, _ = listening.accept()
+            except TimeoutError:
+                continue
+            sock.settimeout(ADMIN_TIMEOUT_S)
+            threading.Thread(
+                target=handle_admin_connection, args=(server, sock), daemon=True
+            ).start()
+    finally:
+        listening.close()
+        with contextlib.suppress(FileNotFoundError):
+            config.admin_socket.unlink()

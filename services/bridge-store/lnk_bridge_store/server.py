@@ -1,0 +1,226 @@
+"""The agents' sockets: one per agent, each call verified (`lnk_shared.proofs`) then served.
+
+Each agent's socket is `<bridge dir>/agents/<agent>.sock`, mode 0666 in a folder of mode 0700
+that only the bridge's user (and root) can enter: on the host no one else reaches it; the
+controller binds it into that agent's sandbox. A connection is accepted on one agent's socket
+and `SO_PEERCRED` is read once; each frame on it is a signed call (`lnk_shared.proofs`), checked
+for that socket's agent and that peer uid, then parsed (`calls`) and served (`store`).
+
+Outward: a proof that fails, or a frame that cannot be read (too big, not UTF-8, not JSON,
+duplicate keys, too deep), gets `{"ok": false, "error": REFUSAL}` and the connection is
+closed; the reason is logged. A verified call the store refuses gets the store's message and a
+`code` (`conflict`, `stale-token`, `limit`, `refused`).
+
+Security limitations: this does NOT limit the rate of calls of an agent (only concurrent
+connections per agent, `MAX_CONNECTIONS_PER_AGENT`) and trusts the controller's word (admin
+socket) for each agent's key and host uid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lnk_bridge_store.calls import (
+    AUDIENCE_OF,
+    Acquire,
+    Append,
+    CallRefused,
+    InboxAck,
+    InboxRead,
+    Read,
+    Release,
+    Renew,
+    Request,
+    parse_request,
+)
+from lnk_bridge_store.config import StoreConfig
+from lnk_bridge_store.store import Store, StoreRefused
+from lnk_shared.errors import StateError
+from lnk_shared.proofs import (
+    REFUSAL,
+    AgentKey,
+    CallContext,
+    ProofPolicy,
+    ProofRefused,
+    VerifiedCall,
+    verify_call,
+)
+from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
+
+__all__ = ["AGENT_SOCKET_MODE", "BridgeServer"]
+
+log = logging.getLogger(__name__)
+
+AGENT_SOCKET_MODE = 0o666  # the sandbox's uid is not the bridge's; the 0700 folder is the guard
+AGENTS_DIR_MODE = 0o700
+MAX_CONNECTIONS_PER_AGENT = 16  # a harness and its tools; more is a flood of threads
+IDLE_TIMEOUT_S = 120.0  # a connection with no frame for this long is closed
+ACCEPT_POLL_S = 0.5  # how soon a closed agent's accept thread notices
+
+
+@dataclass
+class _Agent:
+    key: AgentKey
+    path: Path
+    listening: socket.socket
+    connections: set[socket.socket] = field(default_factory=set)
+
+
+class BridgeServer:
+    """The store bridge: agents' sockets, their calls, the store."""
+
+    def __init__(self, config: StoreConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self.policies = {
+            audience: ProofPolicy(audience, config.max_skew_s, config.max_lifetime_s)
+            for audience in ("store", "inbox")
+        }
+        self._agents: dict[str, _Agent] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.config.bridge_dir / "agents"
+
+    def socket_path(self, agent: str) -> Path:
+        return self.agents_dir / f"{agent}.sock"
+
+    # --- the controller's commands ---
+
+    def open_agent(self, key: AgentKey) -> Path:
+        """Bind (or rebind) the agent's socket for `key`; its path."""
+        self.close_agent(key.agent)
+        path = self.socket_path(key.agent)
+        listening = bind_socket(path, mode=AGENT_SOCKET_MODE, dir_mode=AGENTS_DIR_MODE)
+        listening.settimeout(ACCEPT_POLL_S)
+        entry = _Agent(key, path, listening)
+        with self._lock:
+            self._agents[key.agent] = entry
+        threading.Thread(
+            target=self._accept, args=(entry,), name=f"agent-{key.agent}", daemon=True
+        ).start()
+        log.info("agent %s: socket %s open for uid %s", key.agent, path, key.host_uid)
+        return path
+
+    def close_agent(self, agent: str) -> None:
+        """Close the agent's socket and its connections; nothing when it has none."""
+        with self._lock:
+            entry = self._agents.pop(agent, None)
+        if entry is None:
+            return
+        entry.listening.close()
+        with contextlib.suppress(FileNotFoundError):
+            entry.path.unlink()
+        for conn in list(entry.connections):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        log.info("agent %s: socket closed", agent)
+
+    def close_all(self) -> None:
+        for agent in list(self._agents):
+            self.close_agent(agent)
+
+    def key_for(self, agent: str) -> AgentKey | None:
+        with self._lock:
+            entry = self._agents.get(agent)
+        return None if entry is None else entry.key
+
+    # --- agents' connections ---
+
+    def _accept(self, entry: _Agent) -> None:
+        while True:
+            try:
+                conn, _ = entry.listening.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed by close_agent
+            with self._lock:
+                full = len(entry.connections) >= MAX_CONNECTIONS_PER_AGENT
+                if not full:
+                    entry.connections.add(conn)
+            if full:
+                log.warning(
+                    "agent %s: over %d connections", entry.key.agent, len(entry.connections)
+                )
+                conn.close()
+                continue
+            threading.Thread(target=self._serve, args=(entry, conn), daemon=True).start()
+
+    def _serve(self, entry: _Agent, conn: socket.socket) -> None:
+        agent = entry.key.agent
+        try:
+            uid = peer_cred(conn).uid
+            conn.settimeout(IDLE_TIMEOUT_S)
+            while True:
+                try:
+                    untrusted, _ = recv_frame(conn)
+                except EOFError:
+                    return
+                except (ValueError, RecursionError) as exc:
+                    log.warning("agent %s: refused an unreadable frame: %s", agent, exc)
+                    send_frame(conn, {"ok": False, "error": REFUSAL})
+                    return
+                reply = self.handle(untrusted, CallContext(agent, uid, time.time()))
+                send_frame(conn, reply)
+                if reply.get("error") == REFUSAL:
+                    return
+        except OSError as exc:
+            log.info("agent %s: connection ended: %s", agent, exc)
+        finally:
+            with self._lock:
+                entry.connections.discard(conn)
+            conn.close()
+
+    def handle(self, untrusted: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        """One call: verified, parsed, served; the reply frame."""
+        try:
+            call = self.verify(untrusted, context)
+        except ProofRefused as exc:
+            log.warning("agent %s: refused: %s", context.socket_agent, exc.reason)
+            return {"ok": False, "error": REFUSAL}
+        try:
+            if AUDIENCE_OF.get(call.action) != untrusted.get("audience"):
+                raise CallRefused(f"action {call.action!r} belongs to another bridge")
+            result = self.serve(call.agent, parse_request(call.action, call.body))
+        except CallRefused as exc:
+            return {"ok": False, "error": str(exc), "code": "invalid"}
+        except StoreRefused as exc:
+            return {"ok": False, "error": str(exc), "code": exc.code}
+        except StateError as exc:
+            log.error("agent %s: %s", call.agent, exc)
+            return {"ok": False, "error": "the store is unavailable; try again", "code": "state"}
+        return {"ok": True, "result": result}
+
+    def verify(self, untrusted: dict[str, Any], context: CallContext) -> VerifiedCall:
+        """The proof's whole check (`lnk_shared.proofs.verify_call`), with this bridge's
+        policy for the audience the call names (itself signed)."""
+        policy = self.policies.get(str(untrusted.get("audience")), self.policies["store"])
+        return verify_call(
+            untrusted, policy=policy, context=context, key_for=self.key_for, nonces=self.store
+        )
+
+    def serve(self, agent: str, request: Request) -> Any:
+        if isinstance(request, Append):
+            return {"last_seq": self.store.append(agent, request)}
+        if isinstance(request, Read):
+            return self.store.read(agent, request)
+        if isinstance(request, Acquire):
+            return self.store.acquire(agent, request)
+        if isinstance(request, Renew):
+            return self.store.renew(agent, request)
+        if isinstance(request, Release):
+            return self.store.release(agent, request)
+        if isinstance(request, InboxRead):
+            return {"messages": self.store.inbox_read(agent, request.after_id, request.limit)}
+        if isinstance(request, InboxAck):
+            return {"acknowledged": self.store.inbox_ack(agent, request.through_id)}
+        raise CallRefused(f"no handler for {type(request).__name__}")
