@@ -49,6 +49,9 @@ def register(groups: Any) -> None:
     commands.add_parser("status", help="each service, its socket, its pid").set_defaults(
         handler=cmd_status
     )
+    from lnk_cli import authorize_command  # keys let in through the SSH gate
+
+    authorize_command.register(commands)
 
 
 def _pidfile(box: BoxPaths, service: Service) -> Path:

@@ -62,6 +62,10 @@ def register(groups: Any) -> None:
     lease.add_argument("--seconds", type=int, required=True)
     lease.set_defaults(handler=cmd_lease)
 
+    from lnk_cli import enter_command  # the SSH gate's forced command
+
+    enter_command.register(commands)
+
 
 FOLLOW_INTERVAL_S = 0.5  # how often --follow asks for new lines
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -1,0 +1,116 @@
+"""`lnk box authorize`: root lets a key into a box user's account, through the gate only.
+
+Judges every part of the line before it is written (the key, the spec, the folder, the box),
+makes the user a box user (`sshd_dropin.harden_user`), then adds the line to the user's
+root-owned file (`key_store`). Nothing is written when anything is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lnk_shared.discovery import real_or_planned
+from lnk_shared.errors import SpecError, UsageError
+from lnk_shared.paths import BoxPaths
+from lnk_ssh_gate.authorized_keys import (
+    MAX_KEY_BYTES,
+    KeyRefused,
+    check_folder,
+    forced_command,
+    key_line,
+    parse_public_key,
+)
+from lnk_ssh_gate.gate_paths import GatePathRefused, check_line_path, check_root_owned_path
+from lnk_ssh_gate.key_store import KeyStore
+from lnk_ssh_gate.sshd_dropin import harden_user
+
+__all__ = ["Authorized", "authorize", "default_lnk"]
+
+
+@dataclass(frozen=True)
+class Authorized:
+    fingerprint: str
+    path: Path
+    line: str
+    changes: list[str]
+
+
+def default_lnk() -> str:
+    """The `lnk` of the install this runs from (/opt/lnk/venv/bin/lnk on a box)."""
+    return str(Path(sys.prefix) / "bin" / "lnk")
+
+
+def _read_key(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_KEY_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read the key {path}: {exc.strerror}") from None
+    if b"\x00" in data:
+        raise KeyRefused(path, "it holds NUL: not a public key")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KeyRefused(path, "it is not text: give the .pub file") from None
+
+
+def _real(path: str, what: str, *, want_dir: bool) -> None:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror}") from None
+    if want_dir and not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{what} {path} is not a folder")
+    if not want_dir and not stat.S_ISREG(info.st_mode):
+        raise SpecError("not a regular file", source=path)
+    if os.path.realpath(path) != path:
+        raise GatePathRefused(
+            f"{what} {path}",
+            f"it passes through a link (really {os.path.realpath(path)}): write the real path, "
+            "so what the line names cannot be moved under it",
+        )
+
+
+def authorize(
+    *,
+    user: str,
+    spec: str,
+    folder: str,
+    key_file: str,
+    run_dir: str | None,
+    store: KeyStore,
+    lnk: str | None = None,
+) -> Authorized:
+    command = forced_command(lnk or default_lnk(), spec, folder, run_dir)  # checks each path
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise UsageError(f"there is no user {user!r} on this machine") from None
+    if entry.pw_uid == 0:
+        raise UsageError("root is not a box user: the gate is for unprivileged users")
+    _real(spec, "the spec", want_dir=False)
+    _real(folder, "the folder", want_dir=True)
+    if run_dir is not None:
+        check_root_owned_path(Path(check_line_path(run_dir, "the box's run dir")), "the run dir")
+    box = BoxPaths.from_env()
+    protected = [
+        (real_or_planned(entry.pw_dir), f"{user}'s home, whose dot files run at each login"),
+        ("/etc", "the machine's settings"),
+        *[(real_or_planned(str(d)), "the box's own folder") for d in box.all()],
+        (real_or_planned(str(store.directory)), "the keys' folder"),
+        (spec, "the spec: a session that wrote it would widen its next one"),
+    ]
+    if run_dir is not None:
+        protected.append((real_or_planned(run_dir), "the box's run dir"))
+    check_folder(folder, protected)
+    key = parse_public_key(_read_key(key_file), key_file)
+    line = key_line(key, command)
+    store.refuse_duplicate(user, key)  # before the user is changed; `add` checks again, locked
+    changes = harden_user(user)
+    path = store.add(user, key, line)
+    return Authorized(key.fingerprint, path, line, changes)
