@@ -21,6 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 from sshd import BoxUser, GateSshd, free_port
 
@@ -317,3 +318,390 @@ def test_tunnel_w_is_refused(sshd: GateSshd, user: BoxUser) -> None:
     assert "ran" not in result.stdout
     assert result.returncode != 0
     assert "tunnel" in result.stderr.lower()
+
+
+# -- scp and sftp: inside F only ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["-O", "-s"], ids=["scp-protocol", "sftp-protocol"])
+def test_scp_both_ways_works_inside_the_folder(
+    sshd: GateSshd, user: BoxUser, tmp_path: Path, protocol: str
+) -> None:
+    payload = secrets.token_hex(16)
+    local = tmp_path / "up.txt"
+    local.write_text(payload)
+    name = f"scp-{protocol[1:]}-{secrets.token_hex(3)}.txt"
+    target = f"{user.name}@127.0.0.1:{user.folder}/{name}"
+    up = subprocess.run(
+        ["scp", protocol, *sshd.client_options(user), str(local), target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert up.returncode == 0, up.stderr
+    assert (user.folder / name).read_text() == payload
+    assert (user.folder / name).stat().st_uid == user.uid  # the box user's, not the sandbox's
+    back = tmp_path / "down.txt"
+    down = subprocess.run(
+        ["scp", protocol, *sshd.client_options(user), target, str(back)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert down.returncode == 0, down.stderr
+    assert back.read_text() == payload
+
+
+@pytest.mark.parametrize("protocol", ["-O", "-s"], ids=["scp-protocol", "sftp-protocol"])
+def test_scp_cannot_read_shadow_or_write_outside_the_folder(
+    sshd: GateSshd, user: BoxUser, tmp_path: Path, protocol: str
+) -> None:
+    local = tmp_path / "x"
+    local.write_text("pwned\n")
+    shadow = subprocess.run(
+        [
+            "scp",
+            protocol,
+            *sshd.client_options(user),
+            f"{user.name}@127.0.0.1:/etc/shadow",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shadow.returncode != 0
+    assert not (tmp_path / "s").exists()
+    before = _home_state(user)
+    for outside in (f"{user.home}/.bashrc", f"{user.home}/.profile", f"{sshd.data}/planted"):
+        result = subprocess.run(
+            [
+                "scp",
+                protocol,
+                *sshd.client_options(user),
+                str(local),
+                f"{user.name}@127.0.0.1:{outside}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode != 0, outside
+    assert _home_state(user) == before
+    assert not (sshd.data / "planted").exists()
+
+
+def _sftp(sshd: GateSshd, user: BoxUser, batch: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sftp", *sshd.client_options(user), "-b", "-", f"{user.name}@127.0.0.1"],
+        input=batch,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_path: Path) -> None:
+    payload = secrets.token_hex(16)
+    (tmp_path / "in.txt").write_text(payload)
+    name = f"sftp-{secrets.token_hex(3)}.txt"
+    ok = _sftp(
+        sshd,
+        user,
+        f"put {tmp_path}/in.txt {user.folder}/{name}\nget {user.folder}/{name} {tmp_path}/out.txt\n",
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert (user.folder / name).read_text() == payload
+    assert (tmp_path / "out.txt").read_text() == payload
+    assert _sftp(sshd, user, f"get /etc/shadow {tmp_path}/shadow\n").returncode != 0
+    assert not (tmp_path / "shadow").exists()
+    before = _home_state(user)
+    for outside in (f"{user.home}/.bashrc", f"{user.home}/.ssh/authorized_keys", f"{sshd.data}/x"):
+        assert _sftp(sshd, user, f"put {tmp_path}/in.txt {outside}\n").returncode != 0
+    assert not (sshd.data / "x").exists()
+    assert _sftp(sshd, user, f"mkdir {user.home}/.ssh\n").returncode != 0
+    assert _home_state(user) == before
+
+
+# -- the box user's login files and the key file stay out of reach --------------------------------
+
+
+def _home_state(user: BoxUser) -> dict[str, bytes]:
+    """Every file under the box user's home, with its bytes."""
+    state = {}
+    for path in sorted(user.home.rglob("*")):
+        if path.is_file():
+            state[str(path)] = path.read_bytes()
+        else:
+            state[str(path)] = b"<dir>"
+    return state
+
+
+def test_a_session_cannot_write_login_files_or_the_key_file(sshd: GateSshd, user: BoxUser) -> None:
+    home = user.home
+    keys = sshd.keys_dir / user.name
+    before, key_line = _home_state(user), keys.read_bytes()
+    script = "; ".join(
+        f"(echo pwned >> {path}) 2>/dev/null && echo wrote {path}"
+        for path in (
+            f"{home}/.bashrc",
+            f"{home}/.profile",
+            f"{home}/.pam_environment",
+            f"{home}/.ssh/authorized_keys",
+            f"{home}/.ssh/rc",
+            str(keys),
+        )
+    )
+    result = sshd.ssh(user, command=f"{script}; mkdir -p {home}/.ssh 2>/dev/null; echo done")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "done"
+    assert "wrote" not in result.stdout  # what it wrote, if anything, was the sandbox's own
+    assert _home_state(user) == before
+    assert keys.read_bytes() == key_line
+
+
+# -- terminal -------------------------------------------------------------------------------------
+
+
+def _shell(sshd: GateSshd, user: BoxUser, width: int = 80, height: int = 24) -> tuple[Any, Any]:
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # noqa: S507 (a test's own sshd)
+    client.connect(
+        "127.0.0.1",
+        port=sshd.port,
+        username=user.name,
+        key_filename=str(user.key),
+        allow_agent=False,
+        look_for_keys=False,
+        timeout=WAIT_S,
+    )
+    channel = client.invoke_shell(term="xterm", width=width, height=height)
+    channel.settimeout(WAIT_S)
+    return client, channel
+
+
+def _read_until(channel: Any, pattern: str, seen: list[str]) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while not re.search(pattern, "".join(seen)):
+        if time.monotonic() > deadline:
+            pytest.fail(f"never saw {pattern!r} in {''.join(seen)!r}")
+        if channel.recv_ready():
+            seen.append(channel.recv(65536).decode(errors="replace"))
+        else:
+            time.sleep(0.02)
+    return "".join(seen)
+
+
+def test_a_shell_with_a_pty_gets_the_terminal_job_control_and_window_size(
+    sshd: GateSshd, user: BoxUser
+) -> None:
+    client, channel = _shell(sshd, user, width=100, height=30)
+    try:
+        seen: list[str] = []
+        _read_until(channel, r"\$ $", seen)  # the prompt: typed-ahead input may be dropped
+        channel.send(b"tty; stty size; echo mark-$((6*7))\n")
+        text = _read_until(channel, r"mark-42", seen)
+        assert "not a tty" not in text, text
+        assert "30 100" in text
+        assert "no job control" not in text
+        channel.send(b"sleep 30 & jobs; kill %1; echo jobs-done\n")
+        text = _read_until(channel, r"jobs-done\r?\n", seen)
+        assert re.search(r"\[1\]\+?\s+Running\s+sleep 30", text), text
+        channel.resize_pty(width=120, height=40)
+        time.sleep(0.3)  # SIGWINCH reaches the client, which resizes the sandbox's pty
+        channel.send(b"stty size; echo size-done\n")
+        text = _read_until(channel, r"40 120", seen)
+        channel.send(b"exit 7\n")
+        deadline = time.monotonic() + WAIT_S
+        while not channel.exit_status_ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert channel.recv_exit_status() == 7
+    finally:
+        client.close()
+
+
+PTS_PROBE = "import os; print(os.major(os.fstat(0).st_rdev), os.isatty(0))"
+PTY_SLAVE_MAJORS = range(136, 144)  # Linux's Unix98 pty secondaries (devices.txt)
+
+
+def test_ssh_tt_gets_a_pts_in_the_sandbox(sshd: GateSshd, user: BoxUser) -> None:
+    """bwrap binds the session's terminal at /dev/console (its /dev/pts is a new instance),
+    so `tty` names /dev/console; the device itself is a pts, which the probe checks."""
+    result = sshd.ssh(user, "-tt", command=f"tty; id -u; python3 -c '{PTS_PROBE}'")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.replace("\r", "").splitlines()
+    assert lines[0] in ("/dev/console",) or lines[0].startswith("/dev/pts/"), result.stdout
+    assert int(lines[1]) != user.uid
+    major, isatty = lines[2].split()
+    assert int(major) in PTY_SLAVE_MAJORS
+    assert isatty == "True"
+
+
+TIOCSTI_PROBE = (
+    "import errno, fcntl, os, termios\n"
+    "for fd in (0, 1, 2):\n"
+    "    try:\n"
+    '        fcntl.ioctl(fd, termios.TIOCSTI, b"X")\n'
+    '        print(fd, "pushed")\n'
+    "    except OSError as exc:\n"
+    "        print(fd, errno.errorcode[exc.errno])\n"
+    "try:\n"
+    '    os.open("/dev/tty", os.O_RDWR)\n'
+    '    print("tty opened")\n'
+    "except OSError as exc:\n"
+    '    print("tty", errno.errorcode[exc.errno])\n'
+)
+
+
+def test_a_command_without_a_pty_has_no_terminal_and_tiocsti_fails(
+    sshd: GateSshd, user: BoxUser
+) -> None:
+    result = sshd.ssh(user, "-T", command=f"tty; python3 -c '{TIOCSTI_PROBE}'")
+    assert result.returncode != 0 or "not a tty" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0] == "not a tty"
+    assert "pushed" not in result.stdout
+    assert "tty opened" not in result.stdout  # a new session: no controlling terminal
+
+
+# -- the spec, at each session ------------------------------------------------------------------
+
+
+def test_a_spec_edited_between_sessions_rules_the_next_one(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    edited = sshd.add_user(spec_text())
+    authorize(running_box, sshd, edited)
+    data = sshd.data / f"shared-{edited.name}"
+    data.mkdir(mode=0o755)
+    (data / "notes.txt").write_text("from the admin\n")
+    first = sshd.ssh(edited, command=f"cat {data}/notes.txt")
+    assert first.returncode != 0
+    assert "from the admin" not in first.stdout
+    edited.spec.write_text(spec_text(extra=f'[folders]\nread = ["{data}"]\n'))
+    second = sshd.ssh(edited, command=f"cat {data}/notes.txt")  # no question asked: root chose
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "from the admin\n"
+    edited.spec.write_text(spec_text(commands=["id"]))
+    third = sshd.ssh(edited, command=f"cat {data}/notes.txt")
+    assert third.returncode != 0
+    assert "/bin/bash" in third.stderr
+
+
+def test_read_home_still_hides_the_box_settings_and_agents(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    reader = sshd.add_user(spec_text(extra='[folders]\nread = ["~"]\n'))
+    authorize(running_box, sshd, reader)
+    secret = secrets.token_hex(8)
+    for rel in ("visible.txt", ".lnk/settings", "Link/Agents/a1/key"):
+        path = reader.home / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{secret}\n")
+    subprocess.run(["chown", "-R", f"{reader.uid}:{reader.gid}", str(reader.home)], check=True)
+    visible = sshd.ssh(reader, command=f"cat {reader.home}/visible.txt")
+    assert visible.stdout == f"{secret}\n", visible.stderr
+    hidden = sshd.ssh(
+        reader, command=f"cat {reader.home}/.lnk/settings {reader.home}/Link/Agents/a1/key"
+    )
+    assert secret not in hidden.stdout
+    assert hidden.returncode != 0
+
+
+def _enter_as(user: BoxUser, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            f"--reuid={user.uid}",
+            f"--regid={user.gid}",
+            "--init-groups",
+            "--",
+            str(LNK),
+            "sandbox",
+            "enter",
+            *args,
+        ],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_check_prints_the_grants_and_runs_nothing(
+    running_box: RunningBox, sshd: GateSshd, user: BoxUser
+) -> None:
+    mark = user.folder / f"ran-{secrets.token_hex(3)}"
+    result = _enter_as(
+        user,
+        "--spec",
+        str(user.spec),
+        "--folder",
+        str(user.folder),
+        "--run-dir",
+        str(running_box.run_dir),
+        "--check",
+        env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": f"touch {mark}"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(rf"^\s+write\s+{re.escape(str(user.folder))}$", result.stdout, re.M)
+    assert re.search(r"^\s+run\s+/bin/bash", result.stdout, re.M), result.stdout
+    assert re.search(r"^hash: [0-9a-f]{64}$", result.stdout, re.M)
+    time.sleep(0.5)
+    assert not mark.exists()
+
+
+# -- fail closed ----------------------------------------------------------------------------------
+
+
+def test_a_spec_that_does_not_let_bash_run_is_refused_before_anything_runs(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    nobash = sshd.add_user(spec_text(commands=["touch", "id"]))
+    authorize(running_box, sshd, nobash)
+    mark = nobash.folder / "ran"
+    for command in (f"touch {mark}", None):
+        result = sshd.ssh(nobash, command=command)
+        assert result.returncode != 0
+        assert "/bin/bash" in result.stderr and "[commands]" in result.stderr
+    sftp = _sftp(sshd, nobash, "ls\n")
+    assert sftp.returncode != 0
+    assert not mark.exists()
+
+
+def test_a_spec_that_writes_elsewhere_is_refused(running_box: RunningBox, sshd: GateSshd) -> None:
+    other = sshd.data / f"other-{secrets.token_hex(3)}"
+    other.mkdir()
+    writer = sshd.add_user(spec_text(extra=f'[folders]\nwrite = ["{other}"]\n'))
+    os.chown(other, writer.uid, writer.gid)
+    authorize(running_box, sshd, writer)
+    result = sshd.ssh(writer, command=f"touch {other}/x {writer.folder}/x")
+    assert result.returncode == 3
+    assert "session-writes" in result.stderr
+    assert list(other.iterdir()) == [] and list(writer.folder.iterdir()) == []
+
+
+def test_a_box_that_is_down_is_a_clear_refusal(running_box: RunningBox, sshd: GateSshd) -> None:
+    down = sshd.root / "box-that-is-down"
+    down.mkdir(mode=0o755)
+    lost = sshd.add_user(spec_text())
+    authorize(running_box, sshd, lost, "--run-dir", str(down))
+    result = sshd.ssh(lost, command=f"touch {lost.folder}/x")
+    assert result.returncode == 1
+    assert "the box is not running" in result.stderr
+    assert list(lost.folder.iterdir()) == []
+
+
+def test_an_over_long_command_is_refused(sshd: GateSshd, user: BoxUser) -> None:
+    mark = user.folder / f"long-{secrets.token_hex(3)}"
+    result = sshd.ssh(user, command=f"touch {mark}; : " + "x" * 70_000)
+    assert result.returncode == 2
+    assert "over the limit" in result.stderr
+    assert not mark.exists()
