@@ -413,7 +413,8 @@ def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_pa
     ok = _sftp(
         sshd,
         user,
-        f"put {tmp_path}/in.txt {user.folder}/{name}\nget {user.folder}/{name} {tmp_path}/out.txt\n",
+        f"put {tmp_path}/in.txt {user.folder}/{name}\n"
+        f"get {user.folder}/{name} {tmp_path}/out.txt\n",
     )
     assert ok.returncode == 0, ok.stderr
     assert (user.folder / name).read_text() == payload
@@ -470,7 +471,7 @@ def test_a_session_cannot_write_login_files_or_the_key_file(sshd: GateSshd, user
 
 def _shell(sshd: GateSshd, user: BoxUser, width: int = 80, height: int = 24) -> tuple[Any, Any]:
     client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # noqa: S507 (a test's own sshd)
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the test's own sshd
     client.connect(
         "127.0.0.1",
         port=sshd.port,
