@@ -64,6 +64,12 @@ CONFINER_BOOT = (
     "from lnk_controller.confiner import main; sys.exit(main(sys.argv[2:]))"
 )
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
+# `lnk sandbox check`: the box's own probe program, started like the confiner (same Python,
+# same site-packages). The caller chooses only its arguments, never the program.
+PROBE_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from lnk_cli.check.probes import main; sys.exit(main(sys.argv[2:]))"
+)
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,13 @@ class Launcher:
                 *describe_changes(known.grants_json, grants),
             )
         return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines)
+
+    def probe_request(self, request: LaunchRequest) -> LaunchRequest:
+        """A check's request with the probe program in front of its arguments: the box's own
+        Python (granted as a command for this launch only, as a user could grant it) running
+        `lnk_cli.check.probes`, whatever the caller sent."""
+        argv = (str(self.cfg.python), "-I", "-S", "-c", PROBE_BOOT, SITE_PACKAGES, *request.argv)
+        return dataclasses.replace(request, argv=argv)
 
     def paths_to_open(self, judged: Judged) -> list[str]:
         """The folders and programs the client must pass open (as the owner) to be bound."""

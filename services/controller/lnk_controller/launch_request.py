@@ -24,6 +24,7 @@ _FIELDS = {
     "type",
     "argv",
     "dry",
+    "check",
     "cwd",
     "path_env",
     "flags",
@@ -55,6 +56,9 @@ class LaunchRequest:
     spec_fd: int | None
     grant_fds: dict[str, int]  # real path -> index of an O_PATH descriptor the owner opened
     with_fds: dict[int, int]  # the caller's fd number -> index of the descriptor received
+    # `lnk sandbox check`: argv is the probe's arguments; the controller runs its own probe
+    # program in the sandbox the spec makes, without asking or remembering the spec.
+    check: bool = False
 
 
 def _str(value: Any, what: str, limit: int = 4096) -> str:
@@ -77,6 +81,9 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
     dry = untrusted.get("dry", False)
     if type(dry) is not bool:
         raise ValueError("dry must be true or false")
+    check = untrusted.get("check", False)
+    if type(check) is not bool or (check and dry):
+        raise ValueError("check must be true or false, and not with dry")
     argv = untrusted.get("argv")
     if not isinstance(argv, list) or (not argv and not dry) or len(argv) > MAX_ARGS:
         raise ValueError(f"argv must be a list of 1 to {MAX_ARGS} strings")
@@ -145,4 +152,5 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
         spec_fd=spec_index,
         grant_fds=grants,
         with_fds=with_fds,
+        check=check,
     )

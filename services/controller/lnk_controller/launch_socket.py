@@ -8,6 +8,8 @@ The dialogue, one JSON frame at a time:
     server -> {"type": "open", "paths": [...]}      (folders and programs to bind)
     client -> {"type": "opened", "grants": {path: i}}  + those paths opened O_PATH, as the owner
     server -> {"type": "approved", "hash": H, "already": B}   (a "dry" request: nothing runs)
+A "check" request (`lnk sandbox check`) skips the question and remembers nothing: its argv is
+only the arguments of the box's own probe program, which the controller puts in front.
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
@@ -95,9 +97,13 @@ class LaunchServer:
     def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
         launcher = self._launcher
         t0 = time.perf_counter()
+        if request.check:
+            request = launcher.probe_request(request)
         judged = launcher.judge(request, owner_uid, fds)
         t1 = time.perf_counter()
-        if judged.approval_lines is not None:
+        # A check runs only the box's probes: it neither asks nor remembers the spec, so
+        # checking a spec never approves it for a run.
+        if judged.approval_lines is not None and not request.check:
             if not request.yes:
                 send_frame(
                     conn,

@@ -261,3 +261,13 @@ def test_variable_values_with_control_or_shell_characters_are_dropped(value: str
 def test_no_descriptors_means_no_valid_stdio(fd_count: int) -> None:
     with pytest.raises(ValueError, match=r"fds\.stdin"):
         parse_launch_request(hostile(("fds", "stdin"), 2), fd_count)
+
+
+def test_a_check_request_is_marked_and_is_never_also_dry() -> None:
+    assert parse_launch_request(valid(), FD_COUNT).check is False
+    assert parse_launch_request(hostile(("check",), True), FD_COUNT).check is True
+    both = hostile(("check",), True) | {"dry": True}
+    with pytest.raises(ValueError, match="check"):
+        parse_launch_request(both, FD_COUNT)
+    with pytest.raises(ValueError, match="check"):
+        parse_launch_request(hostile(("check",), "yes"), FD_COUNT)

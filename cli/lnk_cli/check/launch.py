@@ -1,0 +1,198 @@
+"""The check's launch: one "check" request on the controller's launch socket, the probes'
+output read from pipes while it runs, and a way to end it early.
+
+The request carries the spec (its file as a descriptor, its flags) exactly as `lnk sandbox run`
+sends it, with `check: true` and the plan as the only arguments: the controller puts its own
+probe program in front, judges the spec as for a run, neither asks nor remembers it, and builds
+the sandbox the same way. stdin is /dev/null, stdout and stderr are pipes to this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import selectors
+import signal
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from lnk_cli.launch_client import LAUNCH_SOCKET, _open_as_owner
+from lnk_shared.errors import EXIT_ERROR, LnkError, SpecError, StateError
+from lnk_shared.spec_flags import flags_document
+from lnk_shared.unix import recv_frame, send_frame
+
+__all__ = ["CheckRun", "RemoteError", "run_probes"]
+
+MAX_OUTPUT = 8 * 1024 * 1024  # bytes of the probes' output kept; more is a hostile sandbox
+READ_CHUNK = 65536
+STOP_WAIT_S = 10.0  # after an interrupt: how long the controller may take to end the sandbox
+
+
+class RemoteError(LnkError):
+    """The controller refused or failed the launch; its exit code and words are kept."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
+@dataclass
+class CheckRun:
+    sandbox_id: str = ""
+    status: int | None = None
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+
+
+def _request(args: argparse.Namespace, plan: str, fds: list[int]) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "type": "launch",
+        "check": True,
+        "argv": [plan],
+        "cwd": os.getcwd(),
+        "path_env": os.environ.get("PATH", ""),
+        "flags": flags_document(args),
+        "env": {},
+        "terminal": None,
+        "yes": False,
+        "dry": False,
+        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
+        "with_fds": {},
+    }
+    if args.spec:
+        try:
+            fd = os.open(args.spec, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise SpecError(
+                f"cannot open the spec file: {exc.strerror}", source=args.spec
+            ) from None
+        request["fds"]["spec"] = len(fds)
+        fds.append(fd)
+    for item in args.with_fd:
+        text = str(item)
+        if text[:1].isdigit():
+            request["with_fds"][text.partition(":")[0]] = len(fds)
+            fds.append(os.dup(int(text.partition(":")[0])))
+    return request
+
+
+def _connect() -> socket.socket:
+    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))
+    except OSError:
+        sock.close()
+        raise StateError(
+            f"the box is not running (no launch socket in {run_dir}); start it with `lnk box up`"
+        ) from None
+    return sock
+
+
+def _until_started(sock: socket.socket, run: CheckRun) -> None:
+    while True:
+        message, extra = recv_frame(sock, want_fds=True)
+        for fd in extra:
+            os.close(fd)
+        kind = message.get("type")
+        if kind == "open":
+            _open_as_owner(sock, message.get("paths"))
+        elif kind == "started":
+            run.sandbox_id = str(message.get("id", ""))
+            return
+        elif kind == "error":
+            code = message.get("exit")
+            raise RemoteError(str(message.get("message")), code if type(code) is int else 1)
+        else:
+            raise StateError(f"unexpected answer from the controller: {kind!r}")
+
+
+def _collect(sock: socket.socket, out_r: int, err_r: int, run: CheckRun) -> None:
+    """Read both pipes until the exit frame arrives (a full pipe would stall the probes)."""
+    selector = selectors.DefaultSelector()
+    buffers = {out_r: run.stdout, err_r: run.stderr}
+    for fd in (out_r, err_r):
+        selector.register(fd, selectors.EVENT_READ)
+    selector.register(sock, selectors.EVENT_READ)
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is sock:
+                    message, extra = recv_frame(sock)
+                    for fd in extra:
+                        os.close(fd)
+                    if message.get("type") == "error":
+                        code = message.get("exit")
+                        raise RemoteError(
+                            str(message.get("message")), code if type(code) is int else 1
+                        )
+                    status = message.get("status")
+                    run.status = status if type(status) is int else EXIT_ERROR
+                    _drain(buffers)
+                    return
+                fd = int(key.fd)
+                data = os.read(fd, READ_CHUNK)
+                if not data:
+                    selector.unregister(fd)
+                elif len(buffers[fd]) < MAX_OUTPUT:
+                    buffers[fd] += data
+    finally:
+        selector.close()
+
+
+def _drain(buffers: dict[int, bytearray]) -> None:
+    for fd, kept in buffers.items():
+        os.set_blocking(fd, False)
+        with contextlib.suppress(BlockingIOError, OSError):
+            while len(kept) < MAX_OUTPUT and (data := os.read(fd, READ_CHUNK)):
+                kept.extend(data)
+
+
+def _stop(sock: socket.socket) -> None:
+    """An interrupt: ask the sandbox to end and wait (bounded) until the controller says it has,
+    so nothing of it runs while the bait is removed."""
+    with contextlib.suppress(OSError):
+        send_frame(sock, {"type": "signal", "signal": int(signal.SIGTERM)})
+    sock.settimeout(STOP_WAIT_S)
+    with contextlib.suppress(OSError, EOFError, ValueError):
+        while recv_frame(sock)[0].get("type") not in ("exit", "error"):
+            pass
+
+
+def run_probes(args: argparse.Namespace, plan: str) -> CheckRun:
+    """Run the probes in the sandbox the arguments describe; return their output."""
+    run = CheckRun()
+    fds: list[int] = []
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    fds += [null, out_w, err_w]
+    started = False
+    sock: socket.socket | None = None
+    try:
+        request = _request(args, plan, fds)
+        sock = _connect()
+        send_frame(sock, request, fds)
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+        _until_started(sock, run)
+        started = True
+        _collect(sock, out_r, err_r, run)
+        return run
+    except (EOFError, ConnectionError) as exc:
+        raise StateError(
+            f"the controller ended the check without an answer ({exc}); see its log"
+        ) from None
+    except BaseException:
+        if started and sock is not None and run.status is None:
+            _stop(sock)
+        raise
+    finally:
+        for fd in (*fds, out_r, err_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if sock is not None:
+            sock.close()

@@ -1,0 +1,518 @@
+"""What `lnk sandbox check` tries, and what each try should come to under the spec's grants.
+
+`build_plan` turns the judged grants (as the caller sees them, `lnk spec show`'s view) and the
+bait set up outside into a list of `Probe`s. Each probe has the step the sandbox runs
+(`probes.py`; paths, ports and nonces only, never a secret), what a person reads as "tried",
+the expected verdict and the outside evidence `verdicts.py` weighs with the sandbox's answer.
+
+Expected: `allowed` when a grant opens it, `known gap` for what the wall documents it does not
+stop (a `[localhost]` port's server, the ELF loader, dot entries below the top of a written
+folder), `refused` for everything else. A probe whose try would send traffic off this machine
+because a grant allows it (a route in host mode, a wildcard or `*` host) is not tried: it is
+reported `allowed` with "not tried" and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from lnk_cli.check.bait import PREFIX, Bait
+from lnk_shared.grants import Grants
+from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+from lnk_shared.refusals import inside
+
+__all__ = [
+    "ALLOWED",
+    "INTERNET_PROBE",
+    "KNOWN_GAP",
+    "LEAKED",
+    "LOADERS",
+    "REFUSED",
+    "UNGRANTED_CANDIDATES",
+    "Evidence",
+    "Probe",
+    "build_plan",
+]
+
+REFUSED, ALLOWED, KNOWN_GAP, LEAKED = "refused", "allowed", "known gap", "leaked"
+INTERNET_PROBE = "1.1.1.1"  # the seed's "http://1.1.1.1": never dialed off this machine
+HTTP_PORT = 80
+HTTPS_PORT = 443
+MAX_NETWORKS = 4  # of this machine's networks, how many get a neighbour asked for
+# Programs whose output shows they ran (they print their argument); the first not granted is
+# the "exec of an ungranted program" probe. The box's Python is granted for the check itself.
+UNGRANTED_CANDIDATES = ("/usr/bin/basename", "/usr/bin/echo", "/usr/bin/printf")
+LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
+HOME_RC_FILES = (".bashrc", ".profile", ".bash_profile", ".zshrc", ".bash_login")
+SANDBOX_TMP = "/tmp"  # noqa: S108 - the sandbox's own private, noexec /tmp
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the outside checks for one probe. `kind` says which fact:
+
+    secret     the bait's secret appears in what the sandbox sent back (`value`)
+    names      the sandbox's listing holds a name the real folder holds (`names`)
+    created    `path` exists after the run (it did not before)
+    marked     `path`'s mtime is the probe's mark (`value` = the mtime before, to restore)
+    server     the bait server accepted a connection carrying the probe's id (or none)
+    wire       the proxy's wire log holds an allowed decision for `value` (a target)
+    abstract   the abstract socket accepted a connection
+    confiner   the confiner's folder changed (`value` = its state before)
+    privilege  the status the probe read shows privilege, or the owner's uid (`value`)
+    inside     nothing outside can see it: the sandbox's answer only
+    """
+
+    kind: str
+    value: Any = None
+    path: str = ""
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: str
+    tried: str
+    expected: str
+    step: dict[str, Any] | None  # None: not tried (see `not_tried`)
+    evidence: tuple[Evidence, ...] = ()
+    not_tried: str = ""  # why it was not tried
+    leftovers: tuple[str, ...] = ()  # paths the step may make, removed after the run
+
+
+@dataclass
+class _Context:
+    grants: Grants
+    bait: Bait
+    nonce: str
+    readable: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+
+    def add(self, probe: Probe) -> None:
+        step = probe.step
+        if step is not None:
+            step = {"id": probe.id, **step}
+        self.probes.append(
+            Probe(
+                probe.id,
+                probe.tried,
+                probe.expected,
+                step,
+                probe.evidence,
+                probe.not_tried,
+                probe.leftovers,
+            )
+        )
+
+    def visible(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(inside(real, r) for r in self.readable) and not any(
+            inside(real, h) for h in self.hidden
+        )
+
+    def name(self) -> str:
+        return f"{PREFIX}{self.nonce}-{secrets.token_hex(3)}"
+
+
+def _expect(granted: bool) -> str:
+    return ALLOWED if granted else REFUSED
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def _files(c: _Context) -> None:
+    home = c.bait.home
+    for bait in c.bait.files:
+        shown = bait.path.replace(home, "~", 1) if bait.path.startswith(home + "/") else bait.path
+        c.add(
+            Probe(
+                bait.id,
+                f"read {shown}",
+                _expect(c.visible(bait.path)),
+                {"kind": "read", "path": bait.path},
+                (Evidence("secret", bait.secret),),
+            )
+        )
+    c.add(
+        Probe(
+            "list.ssh",
+            "list ~/.ssh",
+            _expect(c.visible(c.bait.ssh_dir)),
+            {"kind": "list", "path": c.bait.ssh_dir},
+            (Evidence("names", names=tuple(c.bait.ssh_names)),),
+        )
+    )
+
+
+def _write_or_create(c: _Context, ident: str, tried: str, path: str, expected: str) -> None:
+    """Open an existing file for writing (its mtime marked), or create what is missing (with
+    each missing folder on the way): both are seen outside."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        info = os.lstat(path)
+        c.add(
+            Probe(
+                ident,
+                tried,
+                expected,
+                {"kind": "open_write", "path": path},
+                (Evidence("marked", (info.st_atime_ns, info.st_mtime_ns), path=path),),
+            )
+        )
+        return
+    target = os.path.join(path, c.name()) if os.path.isdir(path) else path
+    missing: list[str] = []
+    walk = os.path.dirname(target)
+    while not os.path.lexists(walk):
+        missing.append(walk)
+        walk = os.path.dirname(walk)
+    outermost = missing[-1] if missing else target
+    c.add(
+        Probe(
+            ident,
+            tried,
+            expected,
+            {"kind": "create", "path": target, "dirs": list(reversed(missing)), "content": c.nonce},
+            (Evidence("created", path=outermost),),
+            leftovers=(outermost,),
+        )
+    )
+
+
+def _writes(c: _Context) -> None:
+    home = c.bait.home
+    _write_or_create(
+        c, "write.home", "write a new file in ~", os.path.join(home, c.name()), REFUSED
+    )
+    for rc in HOME_RC_FILES:
+        _write_or_create(c, f"write.home:~/{rc}", f"write ~/{rc}", os.path.join(home, rc), REFUSED)
+    for folder in sorted({w.real for w in c.grants.spec.write if w.is_dir}):
+        _write_or_create(
+            c, f"write.folder:{folder}", f"write a new file in {folder}", folder, ALLOWED
+        )
+        for entry in PROJECT_RUN_DOT_ENTRIES:
+            path = os.path.join(folder, entry)
+            _write_or_create(c, f"write.dot:{path}", f"write {path}", path, REFUSED)
+        deep = os.path.join(folder, c.name(), ".envrc")
+        tried = f"write a .envrc below the top of {folder}"
+        _write_or_create(c, f"write.deep-dot:{folder}", tried, deep, KNOWN_GAP)
+
+
+def _confiner(c: _Context, confiner_dir: str) -> None:
+    file = os.path.join(confiner_dir, "confiner.py")
+    c.add(
+        Probe(
+            "confiner",
+            f"write into or replace {confiner_dir}",
+            REFUSED,
+            {"kind": "confiner", "dir": confiner_dir, "file": file, "name": c.name()},
+            (Evidence("confiner", folder_state(confiner_dir, file), path=confiner_dir),),
+        )
+    )
+
+
+def folder_state(folder: str, file: str) -> list[object]:
+    """What replacing or writing the folder would change: identities, times and names."""
+    state: list[object] = []
+    for path in (folder, file):
+        try:
+            info = os.lstat(path)
+            state.append([info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size])
+        except OSError as exc:
+            state.append(exc.strerror)
+    try:
+        state.append(sorted(os.listdir(folder)))
+    except OSError as exc:
+        state.append(exc.strerror)
+    return state
+
+
+# -- network ----------------------------------------------------------------------------------
+
+
+def _server(c: _Context) -> None:
+    server = c.bait.server
+    assert server is not None
+    port = server.port
+    tries = [("127.0.0.1", "127.0.0.1")]
+    if any(lis.host == "::1" for lis in server.listeners):
+        tries.append(("::1", "::1"))
+    tries.append(("::ffff:127.0.0.1", "::ffff:127.0.0.1"))
+    for lis in server.listeners:
+        if lis.host not in ("127.0.0.1", "::1"):
+            tries.append(("machine", lis.host))
+    for label, host in tries:
+        c.add(
+            Probe(
+                f"server:{label}",
+                f"connect to the bait server at {host} port {port}",
+                REFUSED,
+                {"kind": "tcp", "host": host, "port": port},
+                (Evidence("server"),),
+            )
+        )
+    c.add(
+        Probe(
+            "abstract-socket",
+            "connect to an abstract unix socket outside",
+            REFUSED,
+            {"kind": "abstract", "name": server.abstract_name},
+            (Evidence("abstract"),),
+        )
+    )
+
+
+def _machine_forms(address: str | None, port: int) -> list[str]:
+    """This machine as a proxy target: loopback in every spelling, IPv4 in IPv6's forms."""
+    forms = [
+        "127.0.0.1",
+        "localhost",
+        "[::1]",
+        "0.0.0.0",  # noqa: S104 - a target name, nothing binds it
+        "[::ffff:127.0.0.1]",
+        "[::ffff:7f00:1]",
+        "[::127.0.0.1]",
+        "[64:ff9b::7f00:1]",
+        "[2002:7f00:1::]",
+        "2130706433",
+        "0x7f000001",
+        "127.1",
+        "0177.0.0.1",
+    ]
+    if address:
+        forms += [address, f"[::ffff:{address}]"]
+    return [f"{f}:{port}" for f in forms]
+
+
+def _lan_covers(grants: Grants, address: ipaddress.IPv4Address) -> bool:
+    spec = grants.spec
+    return spec.lan_any or any(
+        e.network is not None and e.network.version == 4 and address in e.network for e in spec.lan
+    )
+
+
+def _neighbours(c: _Context) -> list[str]:
+    found = []
+    for iface in c.bait.machine:
+        net = iface.network
+        if net.num_addresses < 4 or iface.ip.is_loopback:
+            continue
+        other = net.network_address + 1
+        if other == iface.ip:
+            other += 1
+        found.append(str(other))
+    return found[:MAX_NETWORKS]
+
+
+def _network(c: _Context) -> None:
+    spec = c.grants.spec
+    c.add(
+        Probe(
+            "internet:direct",
+            f"reach http://{INTERNET_PROBE} directly (a route to it)",
+            _expect(spec.network_host),
+            {"kind": "route", "host": INTERNET_PROBE, "port": HTTP_PORT},
+            (Evidence("inside"),),
+        )
+    )
+    server = c.bait.server
+    assert server is not None
+    if spec.has_proxy:
+        _proxy(c, server.port)
+    for port in spec.ports:
+        c.add(
+            Probe(
+                f"port:{port}",
+                f"reach this machine's port {port} ([localhost] ports)",
+                KNOWN_GAP,
+                {"kind": "tcp", "host": "127.0.0.1", "port": port},
+                (Evidence("inside"),),
+            )
+        )
+
+
+def _ask(c: _Context, ident: str, target: str, why: str, *, expected: str = REFUSED) -> None:
+    """Ask the proxy for `target` (CONNECT host:port, or GET when `ident` says get)."""
+    method = "GET" if ":get-" in ident else "CONNECT"
+    shown = f"GET http://{target}/" if method == "GET" else f"CONNECT {target}"
+    evidence = (Evidence("wire", target), Evidence("server"))
+    step = {"kind": "proxy", "method": method, "target": target}
+    c.add(Probe(ident, f"{shown} through the proxy ({why})", expected, step, evidence))
+
+
+def _not_tried(c: _Context, ident: str, tried: str, why: str) -> None:
+    c.add(Probe(ident, tried, ALLOWED, None, not_tried=why))
+
+
+def _proxy(c: _Context, bait_port: int) -> None:
+    spec = c.grants.spec
+    direct = f"{INTERNET_PROBE}:{HTTP_PORT}"
+    _ask(c, "proxy:tunnel-1.1.1.1", direct, "the internet by address")
+    _ask(c, "proxy:get-1.1.1.1", direct, "the internet by address")
+    mapped = f"[::ffff:{INTERNET_PROBE}]:{HTTP_PORT}"
+    _ask(c, "proxy:mapped-1.1.1.1", mapped, "IPv4 written as IPv6")
+    machine = str(c.bait.machine[0].ip) if c.bait.machine else None
+    for target in _machine_forms(machine, bait_port):
+        _ask(c, f"proxy:machine:{target}", target, "this machine, the bait server's port")
+    for neighbour in _neighbours(c):
+        target = f"{neighbour}:{HTTP_PORT}"
+        ident = f"proxy:network:{target}"
+        if _lan_covers(c.grants, ipaddress.IPv4Address(neighbour)):
+            _not_tried(c, ident, f"CONNECT {target}", "[lan] lists it")
+        else:
+            _ask(c, ident, target, "this machine's network")
+    unlisted = f"{PREFIX}{c.nonce}.invalid:{HTTPS_PORT}"
+    if spec.internet_any:
+        _not_tried(c, "proxy:unlisted", f"CONNECT {unlisted}", "[internet] * lists every host")
+    else:
+        _ask(c, "proxy:unlisted", unlisted, "a host not listed")
+    for host in spec.internet:
+        ident = f"internet-host:{host}"
+        if host.wildcard:
+            _not_tried(c, ident, f"CONNECT {host}", "a wildcard names no one host")
+            continue
+        target = f"{host.name}:{host.port or HTTPS_PORT}"
+        _ask(c, ident, target, "[internet] lists it", expected=ALLOWED)
+    for entry in spec.lan:
+        ident = f"lan-host:{entry}"
+        if entry.network is not None and entry.network.num_addresses > 1:
+            _not_tried(c, ident, f"reach {entry}", "a range names no one host")
+            continue
+        shown = str(entry)
+        target = f"[{shown}]:{HTTP_PORT}" if ":" in shown else f"{shown}:{HTTP_PORT}"
+        _ask(c, ident, target, "[lan] lists it", expected=ALLOWED)
+
+
+# -- processes and the kernel -----------------------------------------------------------------
+
+
+def _processes(c: _Context) -> None:
+    outside = c.bait.outside
+    assert outside is not None
+    c.add(
+        Probe(
+            "environ",
+            f"read the environment of a program outside (pid {outside.pid}; /proc, ps e)",
+            REFUSED,
+            {"kind": "environ", "pid": outside.pid},
+            (Evidence("secret", c.bait.outside_secret),),
+        )
+    )
+    c.add(
+        Probe(
+            "privilege",
+            "hold a capability, lack no_new_privs or seccomp, or be the owner's uid",
+            REFUSED,
+            {"kind": "privilege"},
+            (Evidence("privilege", os.getuid()),),
+        )
+    )
+    for call, what in (
+        ("unshare_user", "make a user namespace"),
+        ("unshare_mount", "make a mount namespace"),
+        ("mount", "mount a tmpfs on /tmp"),
+        ("keyctl", "make a kernel keyring"),
+        ("bpf", "load a BPF program"),
+        ("perf_event_open", "open a perf event"),
+        ("userfaultfd", "open a userfaultfd"),
+        ("io_uring_setup", "set up an io_uring"),
+    ):
+        c.add(
+            Probe(
+                f"kernel:{call}",
+                what,
+                REFUSED,
+                {"kind": "kernel", "call": call},
+                (Evidence("inside"),),
+            )
+        )
+
+
+def _exec(c: _Context) -> None:
+    spec = c.grants.spec
+    granted = {p.real for p in spec.commands}
+    anything = spec.commands_any
+    marker = f"ran-{c.nonce}"
+    program = next(
+        (
+            p
+            for p in UNGRANTED_CANDIDATES
+            if os.path.realpath(p) not in granted and os.path.exists(p)
+        ),
+        None,
+    )
+    if program is None:
+        return
+    inside = (Evidence("inside"),)
+    c.add(
+        Probe(
+            "exec:ungranted",
+            f"run {program}, not granted",
+            _expect(anything),
+            {"kind": "exec", "argv": [program, marker], "marker": marker},
+            inside,
+        )
+    )
+    loader = next((p for p in LOADERS if os.path.exists(p)), None)
+    if loader is not None:
+        c.add(
+            Probe(
+                "exec:loader",
+                f"run {program} through {loader}",
+                ALLOWED if anything else KNOWN_GAP,
+                {"kind": "exec", "argv": [loader, program, marker], "marker": marker},
+                inside,
+            )
+        )
+    copy = os.path.join(SANDBOX_TMP, c.name())
+    c.add(
+        Probe(
+            "exec:tmp-copy",
+            f"run a copy of {program} written to /tmp",
+            _expect(anything),
+            {
+                "kind": "exec",
+                "argv": [copy, marker],
+                "marker": marker,
+                "copy_from": program,
+                "copy_to": copy,
+            },
+            inside,
+        )
+    )
+    c.add(
+        Probe(
+            "exec:memfd",
+            f"run a copy of {program} from a memfd",
+            _expect(anything),
+            {
+                "kind": "exec",
+                "argv": ["memfd", marker],
+                "marker": marker,
+                "copy_from": program,
+                "memfd": True,
+            },
+            inside,
+        )
+    )
+
+
+def build_plan(grants: Grants, bait: Bait, confiner_dir: str) -> list[Probe]:
+    """Every probe for this spec and this bait, in the order they run and are reported."""
+    spec = grants.spec
+    c = _Context(grants, bait, secrets.token_hex(6))
+    c.readable = [p.real for p in (*spec.read, *spec.write)]
+    c.hidden = list(grants.hidden)
+    _files(c)
+    _writes(c)
+    _confiner(c, confiner_dir)
+    _server(c)
+    _network(c)
+    _processes(c)
+    _exec(c)
+    return c.probes

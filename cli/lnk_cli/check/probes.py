@@ -1,0 +1,349 @@
+"""The probe program that runs INSIDE the sandbox `lnk sandbox check` makes.
+
+The controller starts it as the box's own Python (`-I -S`, standard library only, like the
+confiner) with one argument: the plan, a JSON list of steps built outside (`plan.py`). The plan
+holds paths, ports, names and nonces, never a bait's secret: what the sandbox reads back is
+compared with the secrets outside. Each step is tried once and its outcome printed; the whole
+result is one JSON document on stdout, `{"results": {step id: {"outcome", "detail", "data"}}}`.
+
+`outcome` is "through" when the attempt got through from where the probe stands (the file was
+read, the connection made, the syscall returned success), "stopped" otherwise, with `detail`
+naming the error. This module decides nothing: the verdicts are made outside (`verdicts.py`),
+on these outcomes, the data, and what the outside saw. Everything here is read back as hostile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["KERNEL_CALLS", "main", "run_step"]
+
+READ_LIMIT = 4096  # bytes of a bait file sent back: a secret is 64 hex characters
+LIST_LIMIT = 200  # names of a listed folder sent back
+ENVIRON_LIMIT = 65536  # bytes of other processes' environments sent back
+NET_TIMEOUT_S = 3.0  # loopback answers at once; the proxy refuses at once
+EXEC_TIMEOUT_S = 5.0  # an ungranted program that does run prints one line and ends
+PROXY_HEAD_LIMIT = 1024  # a refusal is a status line, a few headers and one short body line
+MARKER_TIME = 86_400  # the mtime a write-open sets (1970-01-02): seen outside if it got through
+
+# Syscalls by number (no libc wrapper in Python), per architecture the box supports.
+KERNEL_CALLS: dict[str, dict[str, tuple[int, tuple[int, ...]]]] = {
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create=1): makes a keyring
+    "keyctl": {"x86_64": (250, (0, -4, 1)), "aarch64": (219, (0, -4, 1))},
+    # bpf(BPF_PROG_LOAD, NULL, 0)
+    "bpf": {"x86_64": (321, (5, 0, 0)), "aarch64": (280, (5, 0, 0))},
+    # perf_event_open(NULL, 0, -1, -1, 0)
+    "perf_event_open": {"x86_64": (298, (0, 0, -1, -1, 0)), "aarch64": (241, (0, 0, -1, -1, 0))},
+    # userfaultfd(0)
+    "userfaultfd": {"x86_64": (323, (0,)), "aarch64": (282, (0,))},
+}
+IO_URING_SETUP = 425  # the same number on every architecture (generic table)
+IO_URING_PARAMS = 120  # bytes of struct io_uring_params
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+
+
+def _errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno)) if exc.errno else str(exc)
+
+
+def _through(detail: str = "", data: object = "") -> dict[str, Any]:
+    return {"outcome": "through", "detail": detail, "data": data}
+
+
+def _stopped(detail: str, data: object = "") -> dict[str, Any]:
+    return {"outcome": "stopped", "detail": detail, "data": data}
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def _read(step: dict[str, Any]) -> dict[str, Any]:
+    fd = os.open(step["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, READ_LIMIT)
+    finally:
+        os.close(fd)
+    return _through("read", data.decode("latin-1"))
+
+
+def _list(step: dict[str, Any]) -> dict[str, Any]:
+    names = sorted(os.listdir(step["path"]))[:LIST_LIMIT]
+    return _through(f"{len(names)} entries", names)
+
+
+def _create(step: dict[str, Any]) -> dict[str, Any]:
+    path = step["path"]
+    for folder in step.get("dirs", []):  # missing folders on the way, outermost first
+        os.mkdir(folder, 0o755)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, step["content"].encode())
+    finally:
+        os.close(fd)
+    return _through("created")
+
+
+def _open_write(step: dict[str, Any]) -> dict[str, Any]:
+    """Open an existing file for writing, and mark its mtime: nothing of its content changes,
+    yet the outside sees the mark if the wall let it through."""
+    fd = os.open(step["path"], os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.utime(fd, (MARKER_TIME, MARKER_TIME))
+    finally:
+        os.close(fd)
+    return _through("opened for writing")
+
+
+def _confiner(step: dict[str, Any]) -> dict[str, Any]:
+    """Write into, or replace, the folder the confiner runs from."""
+    folder, file = step["dir"], step["file"]
+    got: list[str] = []
+    errors: list[str] = []
+
+    def attempt(name: str, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+            got.append(name)
+        except OSError as exc:
+            errors.append(f"{name}: {_errno_name(exc)}")
+
+    new = os.path.join(folder, step["name"])
+    attempt("create a file", lambda: os.close(os.open(new, os.O_WRONLY | os.O_CREAT, 0o644)))
+    attempt("open it for writing", lambda: os.close(os.open(file, os.O_WRONLY | os.O_APPEND)))
+    attempt("rename the folder", lambda: os.rename(folder, folder + "." + step["name"]))
+    attempt("remove the file", lambda: os.unlink(file))
+    if got:
+        return _through(", ".join(got))
+    return _stopped("; ".join(errors))
+
+
+# -- network ----------------------------------------------------------------------------------
+
+
+def _tcp(step: dict[str, Any]) -> dict[str, Any]:
+    address = (step["host"], step["port"])
+    with (
+        socket.create_connection(address, timeout=NET_TIMEOUT_S) as s,
+        contextlib.suppress(OSError),
+    ):
+        s.sendall(f"lnk-check {step['id']}\n".encode())
+    return _through("connected")
+
+
+def _route(step: dict[str, Any]) -> dict[str, Any]:
+    """Is there a way to `host`? A UDP connect only looks up the route (no packet leaves); only
+    when there is none is a TCP connect tried, which then fails before sending anything."""
+    host, port = step["host"], step["port"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        try:
+            udp.connect((host, port))
+        except OSError as exc:
+            route_error = _errno_name(exc)
+        else:
+            return _through("a route exists (not dialed: it would leave this machine)")
+    try:
+        with socket.create_connection((host, port), timeout=NET_TIMEOUT_S):
+            return _through("connected")
+    except OSError as exc:
+        return _stopped(f"no route ({route_error}); connect: {_errno_name(exc)}")
+
+
+def _proxy_address() -> tuple[str, int] | None:
+    url = os.environ.get("HTTP_PROXY", "")
+    if not url.startswith("http://"):
+        return None
+    host, _, port = url[len("http://") :].rstrip("/").rpartition(":")
+    return (host, int(port)) if port.isdigit() else None
+
+
+def _proxy(step: dict[str, Any]) -> dict[str, Any]:
+    address = _proxy_address()
+    if address is None:
+        return _stopped("no proxy in this sandbox (HTTP_PROXY unset)")
+    target = step["target"]
+    if step["method"] == "CONNECT":
+        head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+    else:
+        head = f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(address, timeout=NET_TIMEOUT_S) as s:
+        s.sendall(head.encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer and len(answer) < PROXY_HEAD_LIMIT:
+            chunk = s.recv(PROXY_HEAD_LIMIT)
+            if not chunk:
+                break
+            answer += chunk
+        status = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status.split()
+        code = parts[1] if len(parts) > 1 and parts[1].isdigit() else "none"
+        if code == "200" and step["method"] == "CONNECT":
+            with contextlib.suppress(OSError):
+                s.sendall(f"lnk-check {step['id']}\n".encode())
+        else:
+            with contextlib.suppress(OSError, TimeoutError):
+                s.settimeout(0.5)
+                answer += s.recv(PROXY_HEAD_LIMIT)
+    body = answer.split(b"\r\n\r\n", 1)[-1][:200].decode("latin-1").strip()
+    detail = f"{code} {body}".strip()
+    if code == "403":
+        return _stopped(detail, code)
+    return _through(detail, code)
+
+
+def _abstract(step: dict[str, Any]) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(NET_TIMEOUT_S)
+        s.connect("\0" + step["name"])
+    return _through("connected")
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+def _environ(step: dict[str, Any]) -> dict[str, Any]:
+    """The outside program's environment: its /proc entry by its pid outside, every process
+    the sandbox can see, and `ps e` when it may run."""
+    found: list[str] = []
+    errors: list[str] = []
+    own = {str(os.getpid()), "self", "thread-self"}
+    candidates = [str(step["pid"])] + [p for p in os.listdir("/proc") if p.isdigit()]
+    for pid in dict.fromkeys(candidates):
+        if pid in own:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                found.append(f.read(ENVIRON_LIMIT).decode("latin-1"))
+        except OSError as exc:
+            errors.append(f"{pid}: {_errno_name(exc)}")
+    try:
+        ps = subprocess.run(
+            ["/usr/bin/ps", "axe"],
+            capture_output=True,
+            timeout=EXEC_TIMEOUT_S,
+            check=False,
+        )
+        found.append(ps.stdout[:ENVIRON_LIMIT].decode("latin-1"))
+    except (OSError, subprocess.SubprocessError) as exc:
+        errors.append(f"ps: {exc}")
+    data = "\n".join(found)[:ENVIRON_LIMIT]
+    return _through("read " + (", ".join(errors[:3]) or "all"), data)
+
+
+def _exec(step: dict[str, Any]) -> dict[str, Any]:
+    argv = list(step["argv"])
+    if step.get("copy_to"):  # a copy of a program in a place the sandbox may write
+        with open(step["copy_from"], "rb") as f:
+            data = f.read()
+        fd = os.open(step["copy_to"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    if step.get("memfd"):
+        with open(step["copy_from"], "rb") as f:
+            data = f.read()
+        mfd = os.memfd_create("lnk-check", 0)
+        os.write(mfd, data)
+        argv[0] = f"/proc/self/fd/{mfd}"
+        result = subprocess.run(
+            argv, capture_output=True, timeout=EXEC_TIMEOUT_S, check=False, pass_fds=(mfd,)
+        )
+        os.close(mfd)
+    else:
+        result = subprocess.run(argv, capture_output=True, timeout=EXEC_TIMEOUT_S, check=False)
+    out = result.stdout.decode("latin-1")
+    if step["marker"] in out:
+        return _through("it ran")
+    err = result.stderr.decode("latin-1").strip().splitlines()
+    return _stopped(f"status {result.returncode}: {err[-1][:120] if err else ''}".strip())
+
+
+def _privilege(step: dict[str, Any]) -> dict[str, Any]:
+    with open("/proc/self/status", encoding="ascii") as f:
+        fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+    keep = ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff")
+    data = {k: fields.get(k, "").strip() for k in (*keep, "CapBnd", "CapAmb")}
+    return _through("read its own status", data)
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _errno_result(result: int) -> dict[str, Any]:
+    if result == -1:
+        return _stopped(errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno())))
+    return _through(f"returned {result}")
+
+
+def _kernel(step: dict[str, Any]) -> dict[str, Any]:
+    libc = _libc()
+    call = step["call"]
+    if call == "unshare_user":
+        return _errno_result(libc.unshare(CLONE_NEWUSER))
+    if call == "unshare_mount":
+        return _errno_result(libc.unshare(CLONE_NEWNS))
+    if call == "mount":
+        return _errno_result(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+    if call == "io_uring_setup":
+        params = ctypes.create_string_buffer(IO_URING_PARAMS)
+        return _errno_result(
+            libc.syscall(ctypes.c_long(IO_URING_SETUP), ctypes.c_long(4), ctypes.byref(params))
+        )
+    number, args = KERNEL_CALLS[call][os.uname().machine]
+    return _errno_result(libc.syscall(*(ctypes.c_long(a) for a in (number, *args))))
+
+
+STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "read": _read,
+    "list": _list,
+    "create": _create,
+    "open_write": _open_write,
+    "confiner": _confiner,
+    "tcp": _tcp,
+    "route": _route,
+    "proxy": _proxy,
+    "abstract": _abstract,
+    "environ": _environ,
+    "exec": _exec,
+    "privilege": _privilege,
+    "kernel": _kernel,
+}
+
+
+def run_step(step: dict[str, Any]) -> dict[str, Any]:
+    """Try one step; an error is the outcome, never the end of the run."""
+    try:
+        return STEPS[step["kind"]](step)
+    except OSError as exc:
+        return _stopped(_errno_name(exc))
+    except subprocess.TimeoutExpired:
+        return _stopped("timed out")
+    except Exception as exc:
+        return _stopped(f"{type(exc).__name__}: {exc}"[:200])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("lnk-check probes: expected one argument, the plan", file=sys.stderr)
+        return 2
+    steps = json.loads(argv[0])
+    results = {step["id"]: run_step(step) for step in steps}
+    sys.stdout.write(json.dumps({"results": results}) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

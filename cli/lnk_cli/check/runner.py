@@ -1,0 +1,196 @@
+"""`lnk sandbox check`, the run: judge, bait, probe in one sandbox, weigh, clean, report.
+
+Order: judge the spec as the caller sees it (a spec that cannot be read or is refused ends
+here, exit 2 or 3, before anything is set up); set up the bait; build the plan; run the probes
+in ONE sandbox made by the controller exactly as a run with these flags would make it; read
+what the outside saw; remove the bait; report. Exit 0 when nothing leaked, 1 when anything did
+(or the check could not be completed: a sandbox that cannot be built is an error, not a pass).
+
+Design choices (issue 5):
+- How the probes get in: the controller runs its own probe program (`lnk_cli.check.probes`)
+  with the box's Python, started like the confiner (`-I -S`, root-owned, readable by every
+  sandbox). That Python is granted as a command for this launch only, which adds nothing a
+  user could not grant themselves; every other program stays ungranted, so "exec of an
+  ungranted program" still means something (it is reported `allowed` only under `[commands]
+  allow = ["*"]`). The caller chooses the probe's arguments (the plan), never the program.
+- Approval: a check neither asks nor remembers. It runs only the box's probes, so checking a
+  spec someone sent you never approves it for `lnk sandbox run`; that still asks.
+- Bait and signals: SIGINT, SIGTERM and SIGHUP end the run as an interrupt; the sandbox is
+  asked to end and waited for, then every bait and everything a probe may have made is
+  removed, with those signals blocked so a second Ctrl-C cannot cut the removal short.
+- Nothing is sent off this machine: 1.1.1.1 is tried only where the sandbox has no route to it
+  (a UDP connect looks the route up without sending) and through the proxy, whose rules never
+  take an IP literal through `[internet]`; hosts a grant allows are tried only when the grant
+  names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from lnk_shared.errors import EXIT_OK, StateError
+
+__all__ = ["check"]
+
+EXIT_LEAKED = 1
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WIRE_PAGES = 64  # pages of the wire's log read at most (256 KiB each): far above a check's
+
+
+@contextlib.contextmanager
+def _interrupts() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the check the way Ctrl-C does: through every `finally`."""
+
+    def interrupt(number: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(number).name)
+
+    old = {n: signal.signal(n, interrupt) for n in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, handler)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _confiner_dir() -> str | None:
+    found = importlib.util.find_spec("lnk_controller")
+    if found is None or not found.origin:
+        return None
+    return os.path.dirname(os.path.realpath(found.origin))
+
+
+def _wire_allowed(sandbox_id: str) -> frozenset[str]:
+    """The targets the proxy allowed for this sandbox, from its wire log (outside)."""
+    from lnk_shared.api_client import api_request
+
+    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+    allowed: set[str] = set()
+    offset = 0
+    for _ in range(WIRE_PAGES):
+        url = f"/v1/sandboxes/{sandbox_id}/wire?offset={offset}"
+        status, doc = api_request(Path(run_dir) / "controller.sock", "GET", url)
+        if status >= 400 or not isinstance(doc, dict):
+            raise StateError(f"cannot read the proxy's log of {sandbox_id} (status {status})")
+        for raw in doc.get("lines", []):
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                line = json.loads(raw)
+                if line.get("decision") == "allowed":
+                    allowed.add(_target_key(str(line.get("target", ""))))
+        if not doc.get("lines"):
+            break
+        offset = int(doc.get("offset", offset))
+    return frozenset(allowed)
+
+
+def _target_key(target: str) -> str:
+    """`host:port` for a CONNECT target or an http:// URL, as the plan names targets."""
+    authority = target.removeprefix("http://").split("/", 1)[0]
+    if ":" not in authority.rpartition("]")[2]:
+        authority += ":80"
+    return authority
+
+
+def _outside(probes: Sequence[Any], bait: Any, run: Any, proxy: bool) -> Any:
+    from lnk_cli.check.plan import folder_state
+    from lnk_cli.check.probes import MARKER_TIME
+    from lnk_cli.check.verdicts import Outside
+
+    exists: dict[str, bool] = {}
+    mtimes: dict[str, int] = {}
+    confiner: dict[str, Any] = {}
+    for probe in probes:
+        for e in probe.evidence:
+            if e.kind == "created":
+                exists[e.path] = os.path.lexists(e.path)
+            elif e.kind == "marked":
+                with contextlib.suppress(OSError):
+                    mtimes[e.path] = os.lstat(e.path).st_mtime_ns
+                    if mtimes[e.path] == MARKER_TIME * 1_000_000_000:  # put the time back
+                        os.utime(e.path, ns=e.value, follow_symlinks=False)
+            elif e.kind == "confiner":
+                confiner[e.path] = folder_state(e.path, os.path.join(e.path, "confiner.py"))
+    log = bait.server.finish()
+    output = (run.stdout + b"\n" + run.stderr).decode("latin-1")
+    return Outside(
+        exists=exists,
+        mtimes=mtimes,
+        accepted=tuple(a.line for a in log if a.label != "abstract"),
+        abstract_accepts=sum(1 for a in log if a.label == "abstract"),
+        wire_allowed=_wire_allowed(run.sandbox_id) if proxy and run.sandbox_id else frozenset(),
+        confiner_after=confiner,
+        output=output,
+    )
+
+
+def _results(run: Any) -> object:
+    from lnk_cli.check.verdicts import ProbesFailed, clean_text
+
+    lines = bytes(run.stdout).strip().splitlines()
+    try:
+        doc = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
+        said = bytes(run.stderr).decode("latin-1").strip().splitlines()
+        raise ProbesFailed(
+            f"the probes did not run to the end in the sandbox (exit {run.status})"
+            + (f": {clean_text(said[-1], 300)}" if said else "")
+        )
+    return doc["results"]
+
+
+def check(args: argparse.Namespace) -> int:
+    from lnk_cli.check.bait import Bait, home_of
+    from lnk_cli.check.launch import run_probes
+    from lnk_cli.check.plan import LEAKED, build_plan
+    from lnk_cli.check.report import print_human, print_json
+    from lnk_cli.check.verdicts import judge_all
+    from lnk_cli.spec_show import grants_from_arguments
+
+    grants = grants_from_arguments(args)  # unreadable or refused: exit 2 or 3, nothing set up
+    spec = grants.spec
+    confiner_dir = _confiner_dir()
+    with _interrupts():
+        bait = Bait(home=home_of(os.getuid()))
+        try:
+            bait.make(avoid_ports=frozenset(spec.ports))
+            probes = build_plan(grants, bait, confiner_dir or "")
+            if confiner_dir is None:
+                probes = [p for p in probes if p.id != "confiner"]
+            for probe in probes:
+                bait.leftovers.extend(probe.leftovers)
+            plan = json.dumps([p.step for p in probes if p.step is not None])
+            run = run_probes(args, plan)
+            untrusted_results = _results(run)
+            outside = _outside(probes, bait, run, spec.has_proxy)
+            findings = judge_all(probes, untrusted_results, outside)
+        finally:
+            with _signals_blocked():
+                problems = bait.remove()
+            for problem in problems:
+                print(f"lnk: could not remove what the check made: {problem}", file=sys.stderr)
+    if args.json:
+        print_json(findings, sys.stdout, sandbox=run.sandbox_id, spec=spec.source)
+    else:
+        print_human(findings, sys.stdout, spec=spec.source)
+    sys.stdout.flush()
+    return EXIT_LEAKED if any(f.verdict == LEAKED for f in findings) else EXIT_OK

@@ -1,0 +1,157 @@
+"""Each probe's verdict, from what the sandbox answered and what the outside saw. Pure.
+
+The sandbox's answer is hostile input (`untrusted_…`): it is checked for shape, its text cut
+and stripped of control characters, and it can only make a verdict worse, never better, where
+the outside can see for itself. For a file read, a listing, a file written or marked, the
+confiner's folder and the process status, the outside's evidence decides (a secret found in
+anything the sandbox printed, a name of the real folder, a file that exists, an mtime that
+moved). For connections, the sandbox's answer and the outside's (the bait server's accept log,
+the proxy's wire log) are joined: either one seeing it get through is enough.
+
+verdict = leaked   when it got through and no grant allows it
+          allowed  when it got through and a grant allows it (or a grant allows it and trying
+                   would leave this machine: then "not tried")
+          known gap  when it got through and the wall documents it does not stop it
+          refused  when it did not get through
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
+from lnk_cli.check.probes import MARKER_TIME
+from lnk_shared.errors import StateError
+
+__all__ = ["VERDICTS", "Finding", "Outside", "ProbesFailed", "judge_all", "judge_probe"]
+
+VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
+DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Evidence the outside sees for itself: it alone decides the probe.
+_DECISIVE = frozenset({"secret", "names", "created", "marked", "confiner", "privilege"})
+_PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
+
+
+class ProbesFailed(StateError):
+    """The probes did not report: the sandbox was not built or did not run them."""
+
+
+@dataclass(frozen=True)
+class Outside:
+    """What the outside saw after the sandbox ended."""
+
+    exists: Mapping[str, bool] = field(default_factory=dict)
+    mtimes: Mapping[str, int] = field(default_factory=dict)
+    accepted: Sequence[str] = ()  # the first line of each bait-server connection
+    abstract_accepts: int = 0
+    wire_allowed: frozenset[str] = frozenset()
+    confiner_after: Mapping[str, Any] = field(default_factory=dict)
+    output: str = ""  # everything the sandbox printed
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    tried: str
+    expected: str
+    observed: str
+    verdict: str
+
+
+def clean_text(untrusted: object, limit: int = DETAIL_LIMIT) -> str:
+    text = untrusted if isinstance(untrusted, str) else json.dumps(untrusted)[:limit]
+    return _CONTROL.sub("?", text)[:limit]
+
+
+def _result(untrusted: object) -> tuple[bool, str, Any] | None:
+    """(got through inside, detail, data) from one step's answer, or None if malformed."""
+    if not isinstance(untrusted, dict):
+        return None
+    outcome = untrusted.get("outcome")
+    if outcome not in ("through", "stopped"):
+        return None
+    return outcome == "through", clean_text(untrusted.get("detail", "")), untrusted.get("data")
+
+
+def _privileged(data: Any, owner_uid: int) -> str | None:
+    if not isinstance(data, dict):
+        return "its status was not readable"
+    if data.get("NoNewPrivs") != "1":
+        return "no_new_privs is off"
+    if data.get("Seccomp") != "2":
+        return "no seccomp filter"
+    for cap in _PRIVILEGE_CAPS:
+        if data.get(cap) != "0000000000000000":
+            return f"{cap} is {clean_text(data.get(cap), 20)}"
+    uids = str(data.get("Uid", "")).split()
+    if not uids or "0" in uids or str(owner_uid) in uids:
+        return f"it runs as uid {clean_text(' '.join(uids), 40)}"
+    return None
+
+
+def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
+    """What the outside saw get through for this piece of evidence, or None."""
+    kind = e.kind
+    if kind == "secret":
+        if e.value in json.dumps(data) or e.value in outside.output:
+            return "the secret came back"
+        return None
+    if kind == "names":
+        names = data if isinstance(data, list) else []
+        common = set(e.names) & {n for n in names if isinstance(n, str)}
+        return f"it listed {len(common)} real names" if common else None
+    if kind == "created":
+        return f"{e.path} exists outside" if outside.exists.get(e.path) else None
+    if kind == "marked":
+        marked = outside.mtimes.get(e.path) == MARKER_TIME * 1_000_000_000
+        return f"{e.path} was changed outside" if marked else None
+    if kind == "server":
+        mine = f"lnk-check {probe.id}"
+        ours = {a for a in outside.accepted if a.startswith("lnk-check ")}
+        if mine in outside.accepted or any(a not in ours for a in outside.accepted):
+            return "the bait server accepted a connection"
+        return None
+    if kind == "wire":
+        return "the proxy's log shows it allowed" if e.value in outside.wire_allowed else None
+    if kind == "abstract":
+        return "the socket accepted a connection" if outside.abstract_accepts else None
+    if kind == "confiner":
+        changed = outside.confiner_after.get(e.path) != e.value
+        return "the folder changed outside" if changed else None
+    if kind == "privilege":
+        return _privileged(data, int(e.value))
+    return None
+
+
+def judge_probe(probe: Probe, untrusted_result: object, outside: Outside) -> Finding:
+    if probe.step is None:
+        verdict = probe.expected if probe.expected != REFUSED else REFUSED
+        return Finding(
+            probe.id, probe.tried, probe.expected, f"not tried: {probe.not_tried}", verdict
+        )
+    parsed = _result(untrusted_result)
+    if parsed is None:
+        raise ProbesFailed(f"the probe {probe.id!r} did not report: the check is not complete")
+    inside_through, detail, data = parsed
+    seen = [s for e in probe.evidence if (s := _seen(e, probe, data, outside)) is not None]
+    decisive = any(e.kind in _DECISIVE for e in probe.evidence)
+    through = bool(seen) if decisive else inside_through or bool(seen)
+    observed = "; ".join([detail, *seen]) if detail else "; ".join(seen)
+    if probe.expected == REFUSED:
+        verdict = LEAKED if through else REFUSED
+    else:
+        verdict = probe.expected if through else REFUSED
+    return Finding(probe.id, probe.tried, probe.expected, observed or "-", verdict)
+
+
+def judge_all(
+    probes: Sequence[Probe], untrusted_results: object, outside: Outside
+) -> list[Finding]:
+    if not isinstance(untrusted_results, dict):
+        raise ProbesFailed("the probes sent back no results: the check is not complete")
+    return [judge_probe(p, untrusted_results.get(p.id), outside) for p in probes]
