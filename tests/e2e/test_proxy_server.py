@@ -319,7 +319,8 @@ def test_keep_alive_judges_each_request_anew(proxy: Proxy, internet: TestInterne
             head, body = read_response(sock)
             assert head.startswith(b"HTTP/1.1 403") and b"(not-listed)" in body
             assert sock.recv(1) == b""  # a refusal closes the connection
-        assert counts(internet) == [before[0] + 2, before[1], before[2]]
+        # Both allowed requests went over one pooled origin connection, each judged (the log).
+        assert counts(internet) == [before[0] + 1, before[1], before[2]]
         decisions = [(e["decision"], e["rule"]) for e in proxy.log("sbx-keep", 3)]
         assert decisions == [
             ("allowed", "allowed-internet"),
@@ -328,6 +329,24 @@ def test_keep_alive_judges_each_request_anew(proxy: Proxy, internet: TestInterne
         ]
     finally:
         proxy.admin({"op": "close", "sandbox": "sbx-keep"})
+
+
+def test_pooled_origin_connections_are_never_shared_between_sandboxes(
+    proxy: Proxy, internet: TestInternet
+) -> None:
+    """Two sandboxes with the same grant: each dials its own origin connection; the first
+    sandbox's next request reuses its own."""
+    first = proxy.open("sbx-pool-a", internet=[WWW])
+    second = proxy.open("sbx-pool-b", internet=[WWW])
+    try:
+        before = counts(internet)
+        for path in (first, second, first, second):
+            _, body = ask(path, get(WWW))
+            assert body == f"{WWW}\n".encode()
+        assert counts(internet) == [before[0] + 2, before[1], before[2]]
+    finally:
+        for sandbox in ("sbx-pool-a", "sbx-pool-b"):
+            proxy.admin({"op": "close", "sandbox": sandbox})
 
 
 def test_proxy_headers_never_reach_the_origin(proxy: Proxy) -> None:
@@ -343,7 +362,8 @@ def test_a_redirect_is_passed_back_never_followed(proxy: Proxy, internet: TestIn
     head, _ = ask(proxy.socket_of(MAIN), get(WWW, f"/redirect?to={target}"))
     assert head.startswith(b"HTTP/1.1 302")
     assert f"Location: {target}".encode() in head
-    assert counts(internet) == [before[0] + 1, before[1], before[2]]
+    after = counts(internet)  # www: one new connection at most (a pooled one may carry it)
+    assert after[0] - before[0] in (0, 1) and after[1:] == before[1:]
 
 
 def test_request_bodies_reach_the_origin(proxy: Proxy) -> None:

@@ -98,7 +98,11 @@ def _expire(future: asyncio.Future[None]) -> None:
 
 
 class Conn:
-    """A connected non-blocking stream socket, its unread bytes, and byte counts."""
+    """A connected non-blocking stream socket, its unread bytes, and byte counts.
+
+    Reading keeps the socket in the loop's selector between waits (a request and its answer
+    then cost no epoll_ctl calls); a readiness that no one waits for takes it out again, so an
+    idle socket with unread bytes never spins the loop. `close` always takes it out first."""
 
     def __init__(self, sock: socket.socket, timeout: float | None = None) -> None:
         sock.setblocking(False)
@@ -108,18 +112,37 @@ class Conn:
         self.received = 0
         self.sent = 0
         self._loop = asyncio.get_running_loop()
+        self._fd = sock.fileno()
+        self._watched = False  # in the selector for reading
+        self._reader: asyncio.Future[None] | None = None  # the read wait in progress
+
+    def _readable(self) -> None:
+        reader = self._reader
+        if reader is None:  # no one reads now: stop watching (level-triggered: it would spin)
+            self._loop.remove_reader(self._fd)
+            self._watched = False
+        elif not reader.done():
+            reader.set_result(None)
+        # else: woken already, its task has not run yet
 
     async def _wait(self, writable: bool) -> None:
-        loop, fd = self._loop, self.sock.fileno()
+        loop = self._loop
         future: asyncio.Future[None] = loop.create_future()
-        add: Callable[..., None] = loop.add_writer if writable else loop.add_reader
-        remove = loop.remove_writer if writable else loop.remove_reader
-        add(fd, _wake, future)
+        if writable:
+            loop.add_writer(self._fd, _wake, future)
+        else:
+            if not self._watched:
+                loop.add_reader(self._fd, self._readable)
+                self._watched = True
+            self._reader = future
         timer = loop.call_later(self.timeout, _expire, future) if self.timeout else None
         try:
             await future
         finally:
-            remove(fd)
+            if writable:
+                loop.remove_writer(self._fd)
+            else:
+                self._reader = None
             if timer is not None:
                 timer.cancel()
 
@@ -217,6 +240,9 @@ class Conn:
             self.sock.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
+        if self._watched:  # before the fd is freed: a new socket may get its number
+            self._loop.remove_reader(self._fd)
+            self._watched = False
         self.sock.close()
 
 
@@ -227,7 +253,8 @@ async def dial(address: IPAddress, port: int, timeout_s: float) -> socket.socket
     try:
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
-        await asyncio.wait_for(loop.sock_connect(sock, (str(address), port)), timeout_s)
+        async with asyncio.timeout(timeout_s):  # not wait_for: no extra task per dial
+            await loop.sock_connect(sock, (str(address), port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except BaseException:
         sock.close()

@@ -2,7 +2,9 @@
 response back to the sandbox.
 
 The request head is `format_upstream_head` (hop-by-hop and `Proxy-*` headers gone, framing
-derived, `Connection: close` upstream: every request dials the address judged for it). A body
+derived, keep-alive asked in HTTP/1.1). `forward_http` says whether the origin's connection
+ended on a message boundary and may carry another request (`Forwarded.upstream_keeps`): the
+caller pools it for the same sandbox and the same judged address only. A body
 goes as its framing says: a Content-Length body byte for byte, a chunked body re-framed chunk
 by chunk (sizes re-written, extensions and trailers dropped). The body and the response move
 at the same time, so `Expect: 100-continue` works and an early answer is not stuck.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from lnk_proxy.conn import Conn
 from lnk_proxy.http_request import (
@@ -40,6 +42,7 @@ __all__ = [
     "MAX_CHUNK_LINE",
     "MAX_RESPONSE_HEAD_BYTES",
     "BadResponse",
+    "Forwarded",
     "ResponseHead",
     "find_response_head_end",
     "forward_http",
@@ -58,6 +61,7 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,%d})[ \t]*(?:;[^\r\n]*)?\r\n" % MAX_CHUNK_SIZE_DIGITS)
 _CONNECTION_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
+_HTTP11 = b"HTTP/1.1 "
 
 Framing = Literal["none", "length", "chunked", "close"]
 
@@ -72,6 +76,7 @@ class ResponseHead:
     framing: Framing
     length: int | None  # for framing "length"
     head_lines: tuple[bytes, ...]  # status line and kept headers, without CRLFs
+    origin_keeps: bool = False  # HTTP/1.1 without `Connection: close`: the origin keeps it open
 
     @property
     def interim(self) -> bool:
@@ -125,7 +130,8 @@ def parse_response_head(untrusted: bytes, request_method: str) -> ResponseHead:
     framing, length = _response_framing(headers, status, request_method)
     if framing == "close":
         kept = [line for line in kept if not line.lower().startswith(b"content-length:")]
-    return ResponseHead(status, framing, length, tuple(kept))
+    origin_keeps = lines[0].startswith(_HTTP11) and b"close" not in named and framing != "close"
+    return ResponseHead(status, framing, length, tuple(kept), origin_keeps)
 
 
 def _response_framing(
@@ -179,6 +185,14 @@ async def copy_chunked(src: Conn, dst: Conn) -> None:
         await dst.send(b"\r\n")
 
 
+class Forwarded(NamedTuple):
+    """How an exchange ended: may the sandbox's connection carry its next request, and may the
+    origin's (the whole response read on its framing, nothing more sent, keep-alive)."""
+
+    client_keeps: bool
+    upstream_keeps: bool
+
+
 async def _send_body(request: ProxyRequest, client: Conn, upstream: Conn) -> None:
     framing = request.body_length()
     if framing.kind == "length" and framing.length:
@@ -187,31 +201,46 @@ async def _send_body(request: ProxyRequest, client: Conn, upstream: Conn) -> Non
         await copy_chunked(client, upstream)
 
 
-async def _relay_response(request: ProxyRequest, upstream: Conn, client: Conn) -> bool:
-    """Relay interim answers and the response; True when it ended where its framing said."""
+async def _relay_response(request: ProxyRequest, upstream: Conn, client: Conn) -> Forwarded:
+    """Relay interim answers and the response, and say how it ended."""
     while True:
         head = await upstream.read_head(find_response_head_end)
         if head is None:
             raise BadResponse("the origin closed without answering")
         response = parse_response_head(head, request.method)
         keep_alive = request.keep_alive and response.framing != "close"
-        await client.send(response.for_client(keep_alive))
+        head_out = response.for_client(keep_alive)
         if response.interim:
+            await client.send(head_out)
             continue
-        if response.framing == "length" and response.length:
-            await upstream.copy_to(client, response.length)
+        length = response.length
+        if response.framing == "length" and length and len(upstream.buffer) >= length:
+            # A small answer read whole with its head: one send, not two (each send to a
+            # local peer costs as much as the rest of the request's Python).
+            await client.send(head_out + upstream.buffer[:length])
+            del upstream.buffer[:length]
+        elif response.framing == "length" and length:
+            await client.send(head_out)
+            await upstream.copy_to(client, length)
         elif response.framing == "chunked":
+            await client.send(head_out)
             await copy_chunked(upstream, client)
         elif response.framing == "close":
+            await client.send(head_out)
             await upstream.copy_to(client)
-        return keep_alive
+        else:
+            await client.send(head_out)
+        origin_keeps = response.origin_keeps and request.version == "HTTP/1.1"
+        return Forwarded(keep_alive, origin_keeps and not upstream.buffer)
 
 
-async def forward_http(request: ProxyRequest, client: Conn, upstream: Conn) -> bool:
-    """Send `request` and its body upstream, relay the answer; True when the sandbox's
-    connection may carry its next request. BadResponse before any answer went back means the
-    caller still owes a 502 (`client.sent` tells)."""
+async def forward_http(request: ProxyRequest, client: Conn, upstream: Conn) -> Forwarded:
+    """Send `request` and its body upstream, relay the answer; say which connections may carry
+    another request. BadResponse before any answer went back means the caller still owes a
+    502 (`client.sent` tells)."""
     await upstream.send(format_upstream_head(request))
+    if request.body_length().kind == "none":  # most requests: no body to move alongside
+        return await _relay_response(request, upstream, client)
     relay = asyncio.create_task(_relay_response(request, upstream, client))
     body = asyncio.create_task(_send_body(request, client, upstream))
     try:
@@ -220,13 +249,15 @@ async def forward_http(request: ProxyRequest, client: Conn, upstream: Conn) -> b
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if body in done:
                 body.result()  # a bad body ends the exchange: the origin holds half a request
-        reusable = relay.result()
+        forwarded = relay.result()
         if not body.done():
             await asyncio.wait({body}, timeout=BODY_SETTLE_S)
         if not body.done():
-            return False  # answered before the whole body came: the rest of it is not a request
+            # Answered before the whole body came: the rest of it is not a request, on either
+            # side (the origin still waits for it).
+            return Forwarded(False, False)
         body.result()
-        return reusable
+        return forwarded
     finally:
         for task in (relay, body):
             task.cancel()

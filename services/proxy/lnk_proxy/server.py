@@ -2,10 +2,13 @@
 
 Per connection, per request: read a head (bounded in size by `find_head_end`, in time by
 `HEAD_TIMEOUT_S`), parse it, read the sandbox's stop and pause flags (uncached: a stat each; a
-flag that cannot be checked counts as set), `judge_target`, resolve, `judge_addresses`, dial
-exactly `Allowed.address` with a timeout.
-A CONNECT becomes a tunnel (`conn.tunnel`); a plain http request is forwarded (`forward`), and
-its connection may carry the next request, judged anew. Each refusal is `refusal_response`
+flag that cannot be checked counts as set), `judge_target`, resolve (the system resolver's
+answers are kept per sandbox for `ANSWER_CACHE_S`, and judged again on every request),
+`judge_addresses`, then reach exactly `Allowed.address`.
+A CONNECT becomes a tunnel (`conn.tunnel`) on a connection dialed for it; a plain http request
+is forwarded (`forward`) on an idle keep-alive connection of this sandbox's `UpstreamPool` to
+that same host, port and judged address, or one dialed for it; its connection may carry the
+next request, judged anew. Each refusal is `refusal_response`
 (403, the rule id) and one wire-log line with the reason; each allowed exchange one line when
 it ends.
 
@@ -57,11 +60,11 @@ from lnk_proxy.policy import (
     MachineView,
     ProxyGrants,
     Refused,
-    judge_addresses,
     judge_localhost,
-    judge_target,
 )
-from lnk_proxy.resolver import Resolver, make_resolver
+from lnk_proxy.policy_memo import PolicyMemo
+from lnk_proxy.resolver import AnswerCache, Resolver, make_resolver
+from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
 
@@ -96,6 +99,12 @@ class _Listener:
     connections: set[asyncio.Task[None]] = field(default_factory=set)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # accept loop, watcher
     tunnels: int = 0
+    pool: UpstreamPool = field(default_factory=UpstreamPool)  # this sandbox's only
+    answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
+    flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
+
+    def __post_init__(self) -> None:
+        self.memo = PolicyMemo(self.grants)  # this sandbox's only
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,10 @@ class ProxyServer:
         await self.refresh_machine()
         sock = bind_listener(socket_path, LISTENER_MODE)
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        listener.flags = tuple(
+            (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
+            for name, rule in (("stop", "stopped"), ("pause", "paused"))
+        )
         self._listeners[sandbox] = listener
         _spawn(listener.background, self._accept_forever(listener))
         _spawn(listener.background, self._watch_stop(listener))
@@ -182,6 +195,7 @@ class ProxyServer:
         if listener is None:
             return False
         await _cancel_all(listener)  # first: the accept loop still watches the socket
+        listener.pool.close()
         listener.sock.close()
         with contextlib.suppress(FileNotFoundError):
             listener.path.unlink()
@@ -217,13 +231,15 @@ class ProxyServer:
         while True:
             await asyncio.sleep(FLAG_POLL_S)
             if _flag_set(stop_flag):
+                listener.pool.close()
                 for task in list(listener.connections):
                     task.cancel()
+            listener.pool.sweep()
 
-    def _flags(self, sandbox: str) -> _Refusal | None:
+    def _flags(self, listener: _Listener) -> _Refusal | None:
         """The stop and pause flags, read now (never cached)."""
-        for name, rule in (("stop", "stopped"), ("pause", "paused")):
-            if _flag_set(self.config.flags_dir / f"{sandbox}.{name}"):
+        for path, name, rule in listener.flags:
+            if _flag_set(path):
                 return _Refusal(rule, f"the sandbox's {name} flag is set")
         return None
 
@@ -273,7 +289,7 @@ class ProxyServer:
         return await self._forward(exchange)
 
     async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
-        flagged = self._flags(listener.sandbox)
+        flagged = self._flags(listener)
         if flagged is not None:
             return flagged
         if request.kind == "connect" and listener.tunnels >= self.config.max_tunnels_per_sandbox:
@@ -282,17 +298,22 @@ class ProxyServer:
         local = judge_localhost(listener.grants, request.host, request.port)
         if local is not None:
             return local
-        target = judge_target(listener.grants, request.host, request.port)
+        target = listener.memo.target(request.host, request.port)
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
-        addresses: Sequence[IPAddress]
+        addresses: Sequence[IPAddress] | None
         if target.literal is not None:
             addresses = (target.literal,)
+        elif self.resolver.caches_answers:
+            addresses = listener.answers.get(target.host)
+            if addresses is None:
+                addresses = await self.resolver.resolve(target.host)
+                listener.answers.put(target.host, addresses)
         else:
             addresses = await self.resolver.resolve(target.host)
         if self.machine is None:
             raise RuntimeError("ProxyServer.start() was not called: this machine is unknown")
-        verdict = judge_addresses(listener.grants, target, addresses, self.machine)
+        verdict = listener.memo.addresses(target, addresses, self.machine)
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
         return verdict
@@ -311,12 +332,22 @@ class ProxyServer:
         up = client.received - len(client.buffer) - exchange.consumed
         down = client.sent - exchange.sent
         sandbox, method = exchange.listener.sandbox, exchange.request.method
-        entry = WireEntry(sandbox, method, exchange.target, "allowed", allowed.rule)
-        entry = replace(entry, address=str(allowed.address))
-        self.wire_log.write(replace(entry, up=up, down=down, reason=allowed.reason, error=error))
+        address = str(allowed.address)
+        entry = WireEntry(
+            sandbox, method, exchange.target, "allowed", allowed.rule, address, up, down
+        )
+        self.wire_log.write(replace(entry, reason=allowed.reason, error=error))
 
     async def _dial(self, allowed: Allowed) -> Conn:
         return Conn(await dial(allowed.address, allowed.port, self.config.connect_timeout_s))
+
+    async def _upstream(self, exchange: _Exchange, key: PoolKey) -> tuple[Conn, bool]:
+        """An idle pooled connection to exactly the judged address, else a new one; and
+        whether it was reused. OSError or TimeoutError when dialing fails."""
+        pooled = exchange.listener.pool.take(key)
+        if pooled is not None:
+            return pooled, True
+        return await self._dial(exchange.allowed), False
 
     async def _tunnel(self, exchange: _Exchange) -> None:
         client, listener, error, dial_failed = exchange.client, exchange.listener, "", False
@@ -345,18 +376,37 @@ class ProxyServer:
                     await client.send(BAD_GATEWAY)
 
     async def _forward(self, exchange: _Exchange) -> bool:
-        client, error, reusable = exchange.client, "", False
+        client, request, allowed = exchange.client, exchange.request, exchange.allowed
+        key: PoolKey = (request.host.lower(), allowed.port, allowed.address)
         client.timeout = IO_TIMEOUT_S
+        error, client_keeps = "", False
         try:
-            upstream = await self._dial(exchange.allowed)
+            upstream, reused = await self._upstream(exchange, key)
         except (OSError, TimeoutError) as exc:
             self._allowed(exchange, f"dial failed: {exc!r}")
             with contextlib.suppress(OSError, TimeoutError):
                 await client.send(BAD_GATEWAY)
             return False
-        upstream.timeout = IO_TIMEOUT_S
+        pooled = False
         try:
-            reusable = await forward_http(exchange.request, client, upstream)
+            upstream.timeout = IO_TIMEOUT_S
+            answered_before = upstream.received
+            try:
+                forwarded = await forward_http(request, client, upstream)
+            except (OSError, EOFError, BadResponse):
+                # A reused connection the origin closed as it was taken: nothing reached the
+                # sandbox and no body was read, so the same request goes on a new connection.
+                retry = reused and upstream.received == answered_before
+                if not (retry and client.sent == exchange.sent and request.framing.kind == "none"):
+                    raise
+                upstream.close()
+                upstream = await self._dial(allowed)
+                upstream.timeout = IO_TIMEOUT_S
+                forwarded = await forward_http(request, client, upstream)
+            client_keeps = forwarded.client_keeps
+            if forwarded.upstream_keeps:
+                exchange.listener.pool.give(key, upstream)
+                pooled = True
         except asyncio.CancelledError:
             error = "closed: the sandbox was stopped or its listener closed"
             raise
@@ -366,12 +416,13 @@ class ProxyServer:
                 with contextlib.suppress(OSError, TimeoutError):
                     await client.send(BAD_GATEWAY)
         finally:
-            upstream.close()
+            if not pooled:
+                upstream.close()
             self._allowed(exchange, error)
-        return reusable
+        return client_keeps
 
 
-def _flag_set(path: Path) -> bool:
+def _flag_set(path: Path | str) -> bool:
     """Whether a flag file exists; one that cannot be checked (EACCES, ELOOP) counts as set,
     so a flags folder the proxy cannot read stops sandboxes instead of freeing them."""
     try:

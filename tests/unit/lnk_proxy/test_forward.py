@@ -14,6 +14,7 @@ from lnk_proxy.conn import Conn
 from lnk_proxy.forward import (
     MAX_RESPONSE_HEAD_BYTES,
     BadResponse,
+    Forwarded,
     copy_chunked,
     find_response_head_end,
     forward_http,
@@ -166,8 +167,9 @@ def test_a_chunk_without_its_crlf_is_refused() -> None:
         asyncio.run(_pipe_through(b"5\r\nhelloXX0\r\n\r\n"))
 
 
-async def _forward(request_bytes: bytes, response_bytes: bytes) -> tuple[bool, bytes, bytes]:
-    """forward_http between a fake client and a fake origin: (reusable, origin got, client got)."""
+async def _forward(request_bytes: bytes, response_bytes: bytes) -> tuple[Forwarded, bytes, bytes]:
+    """forward_http between a fake client and a fake origin: (how it ended, origin got, client
+    got)."""
     client_far, client_near = socket.socketpair()
     origin_near, origin_far = socket.socketpair()
     try:
@@ -177,7 +179,7 @@ async def _forward(request_bytes: bytes, response_bytes: bytes) -> tuple[bool, b
         origin_far.sendall(response_bytes)
         origin_far.shutdown(socket.SHUT_WR)
         client, origin = Conn(client_near, timeout=5), Conn(origin_near, timeout=5)
-        reusable = await forward_http(request, client, origin)
+        forwarded = await forward_http(request, client, origin)
         client_near.close()
         origin_near.close()
         got = []
@@ -187,7 +189,7 @@ async def _forward(request_bytes: bytes, response_bytes: bytes) -> tuple[bool, b
             while chunk := sock.recv(65536):
                 data += chunk
             got.append(data)
-        return reusable, got[0], got[1]
+        return forwarded, got[0], got[1]
     finally:
         for sock in (client_far, client_near, origin_near, origin_far):
             sock.close()
@@ -199,11 +201,11 @@ def test_a_post_and_its_answer_go_through_and_the_connection_stays() -> None:
         b"Proxy-Authorization: Basic eDp5\r\n\r\nhello"
     )
     response = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
-    reusable, origin_got, client_got = asyncio.run(_forward(request, response))
-    assert reusable
+    forwarded, origin_got, client_got = asyncio.run(_forward(request, response))
+    assert forwarded == Forwarded(client_keeps=True, upstream_keeps=True)
     assert origin_got == (
-        b"POST /up HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
-        b"hello"
+        b"POST /up HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n"
+        b"Connection: keep-alive\r\n\r\nhello"
     )
     assert (
         client_got
@@ -214,8 +216,8 @@ def test_a_post_and_its_answer_go_through_and_the_connection_stays() -> None:
 def test_a_close_delimited_answer_ends_the_connection() -> None:
     request = b"GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n"
     response = b"HTTP/1.1 200 OK\r\n\r\nuntil the end"
-    reusable, _, client_got = asyncio.run(_forward(request, response))
-    assert not reusable
+    forwarded, _, client_got = asyncio.run(_forward(request, response))
+    assert forwarded == Forwarded(client_keeps=False, upstream_keeps=False)
     assert client_got == b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end"
 
 
@@ -225,9 +227,10 @@ def test_a_forged_second_response_is_not_relayed_as_the_next_answer() -> None:
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
         b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
     )
-    reusable, _, client_got = asyncio.run(_forward(request, response))
-    assert reusable
+    forwarded, _, client_got = asyncio.run(_forward(request, response))
+    assert forwarded.client_keeps
     assert client_got.endswith(b"\r\n\r\nok")  # the extra bytes stayed on the origin's line
+    assert not forwarded.upstream_keeps  # and that line is never pooled for a next request
 
 
 def test_interim_answers_are_relayed_before_the_final_one() -> None:
@@ -236,8 +239,8 @@ def test_interim_answers_are_relayed_before_the_final_one() -> None:
         b"Transfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
     )
     response = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
-    reusable, origin_got, client_got = asyncio.run(_forward(request, response))
-    assert reusable
+    forwarded, origin_got, client_got = asyncio.run(_forward(request, response))
+    assert forwarded == Forwarded(client_keeps=True, upstream_keeps=True)
     assert origin_got.endswith(b"\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
     assert client_got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
 
@@ -246,3 +249,27 @@ def test_an_origin_that_closes_without_answering_is_bad() -> None:
     request = b"GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n"
     with pytest.raises(BadResponse):
         asyncio.run(_forward(request, b""))
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: x-a, Close\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok",
+    ],
+)
+def test_an_origin_that_does_not_keep_its_connection_is_never_pooled(response: bytes) -> None:
+    request = b"GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n"
+    forwarded, _, client_got = asyncio.run(_forward(request, response))
+    assert forwarded == Forwarded(client_keeps=True, upstream_keeps=False)
+    assert client_got.endswith(b"\r\n\r\nok")
+
+
+def test_an_http10_request_asks_the_origin_to_close_and_is_never_pooled() -> None:
+    request = b"GET http://a.example/ HTTP/1.0\r\n\r\n"
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    forwarded, origin_got, _ = asyncio.run(_forward(request, response))
+    assert origin_got == b"GET / HTTP/1.0\r\nHost: a.example\r\nConnection: close\r\n\r\n"
+    assert forwarded == Forwarded(client_keeps=False, upstream_keeps=False)

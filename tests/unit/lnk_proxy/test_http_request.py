@@ -368,7 +368,7 @@ def test_format_upstream_head_is_origin_form() -> None:
         b"User-Agent: curl/8\r\n"
         b"X-Latin: caf\xe9\r\n"
         b"Content-Length: 3\r\n"
-        b"Connection: close\r\n\r\n"
+        b"Connection: keep-alive\r\n\r\n"
     )
 
 
