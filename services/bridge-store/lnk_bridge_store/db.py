@@ -28,7 +28,7 @@ from sqlalchemy import exc as sa_exc
 
 from lnk_shared.errors import StateError
 
-__all__ = ["BUSY_TIMEOUT_MS", "database_errors", "open_store", "write"]
+__all__ = ["BUSY_TIMEOUT_MS", "database_errors", "open_store", "write", "write_synced_later"]
 
 BUSY_TIMEOUT_MS = 10_000  # the bridge is the only writer: a longer wait means a stuck peer
 DB_DIR_MODE = 0o700
@@ -69,6 +69,25 @@ def open_store(url: str) -> Engine:
 def write(engine: Engine) -> AbstractContextManager[Connection]:
     """A write transaction (`BEGIN IMMEDIATE` on SQLite): commits on success, else rolls back."""
     return engine.execution_options(**{_BEGIN: "IMMEDIATE"}).begin()
+
+
+@contextmanager
+def write_synced_later(engine: Engine) -> Iterator[Connection]:
+    """A write transaction whose commit is not fsynced itself on SQLite (`synchronous =
+    NORMAL` for it alone): it reaches the OS at once, so a crash of the bridge loses nothing,
+    and the disk with the next synchronous commit (that fsync of the WAL covers every frame
+    before it). A power loss may drop it. For the proofs' nonces: a signed call pays one
+    fsync (its append's), not two."""
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection if engine.dialect.name == "sqlite" else None
+        if raw is not None:
+            raw.execute("PRAGMA synchronous = NORMAL")  # sqlite3 in autocommit: outside BEGIN
+        try:
+            with conn.execution_options(**{_BEGIN: "IMMEDIATE"}).begin():
+                yield conn
+        finally:
+            if raw is not None:
+                raw.execute("PRAGMA synchronous = FULL")
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from lnk_bridge_store.calls import Acquire, Append, Read, Release, Renew
-from lnk_bridge_store.db import database_errors, write
+from lnk_bridge_store.db import database_errors, write, write_synced_later
 from lnk_bridge_store.limits import (
     MAX_INBOX_MESSAGE_BYTES,
     MAX_INBOX_PENDING,
@@ -214,11 +214,15 @@ class Store:
 
     def record(self, agent: str, nonce: bytes, expires: int) -> bool:
         """Insert (agent, nonce) with a UNIQUE key; False when it was there. Expired nonces go:
-        a proof past its expiry is refused by the window before its nonce is looked at."""
+        a proof past its expiry is refused by the window before its nonce is looked at.
+
+        Not fsynced on its own (`write_synced_later`): the call's own write, or the next one,
+        makes it durable; only a power loss right after a call that wrote nothing (a read, a
+        refusal) could forget its nonce, and the proof expires within a minute anyway."""
         now = int(self.clock())
         with database_errors(self.where, "record a nonce in"):
             try:
-                with write(self.engine) as conn:
+                with write_synced_later(self.engine) as conn:
                     conn.execute(delete(Nonce).where(Nonce.expires < now - 1))
                     conn.execute(insert(Nonce).values(agent=agent, nonce=nonce, expires=expires))
             except sa_exc.IntegrityError:
