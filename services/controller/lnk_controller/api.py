@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from lnk_controller.cgroups import freeze
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
-from lnk_controller.host_users import signal_uid_processes
 from lnk_controller.models import SandboxRow
 from lnk_controller.proxy_link import set_flag
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
+from lnk_shared.errors import LnkError
 from lnk_shared.unix import peer_cred
 
 __all__ = ["PeerCredProtocol", "make_app"]
@@ -60,6 +61,12 @@ class LeaseRequest(BaseModel):
 def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedSpecs) -> FastAPI:
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
 
+    @app.exception_handler(LnkError)
+    def refused(_request: Request, exc: LnkError) -> JSONResponse:
+        # What went wrong, said to the caller (a freeze that did not take, a cleanup with
+        # something left), instead of a bare 500.
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
+
     def own(sandbox_id: str, uid: int) -> SandboxRow:
         row = store.get(sandbox_id)
         if row is None or uid not in (0, row.owner_uid):
@@ -93,7 +100,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
         store.set(sandbox_id, paused=True)
         set_flag(cfg, sandbox_id, "pause", True)
-        signal_uid_processes(row.host_uid, signal.SIGSTOP)
+        freeze(sandbox_id, True)
         return out(store.get(sandbox_id) or row)
 
     @app.post("/v1/sandboxes/{sandbox_id}/resume")
@@ -101,7 +108,7 @@ def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedS
         row = own(sandbox_id, uid)
         if row.state != "running":
             raise HTTPException(status_code=409, detail=f"the sandbox is {row.state}")
-        signal_uid_processes(row.host_uid, signal.SIGCONT)
+        freeze(sandbox_id, False)
         set_flag(cfg, sandbox_id, "pause", False)
         store.set(sandbox_id, paused=False)
         return out(store.get(sandbox_id) or row)

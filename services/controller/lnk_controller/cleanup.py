@@ -1,6 +1,6 @@
-"""Cleaning a sandbox away: every process of its host uid, every mount made for it, its staging
-folder, its user, group and home. Idempotent, and safe to run after a crash (reconcile): it works
-from the record alone, never from memory.
+"""Cleaning a sandbox away: its cgroup and every process of its host uid, every mount made for
+it, its staging folder, its user, group and home. Idempotent, and safe to run after a crash
+(reconcile): it works from the record alone, never from memory.
 
 If a step fails the others still run, the record stays `stopping` and a StateError says what is
 left, so the next reconcile tries again; a sandbox is marked `ended` only when nothing is left.
@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from lnk_controller import host_users, idmap_mounts, proxy_link
+from lnk_controller import cgroups, host_users, idmap_mounts, proxy_link
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.staging import PLACEHOLDER, remove_placeholder
@@ -55,7 +55,11 @@ def _clean(
         return
     store.set(sandbox_id, state="stopping")
     problems: list[str] = []
-    try:
+    try:  # the whole group at once: a process forked meanwhile cannot outlive it
+        cgroups.remove(sandbox_id)
+    except StateError as exc:
+        problems.append(str(exc))
+    try:  # then by uid, through pidfds: whatever the group did not hold (it holds everything)
         host_users.kill_uid_processes(row.host_uid)
         killed = True
     except StateError as exc:

@@ -71,7 +71,6 @@ __all__ = [
     "list_lnk_users",
     "range_conflicts",
     "remove_user",
-    "signal_uid_processes",
     "user_name",
 ]
 
@@ -372,22 +371,6 @@ def kill_uid_processes(uid: int, *, timeout: float = 5.0) -> int:
         finally:
             for fd in found.values():
                 os.close(fd)
-
-
-def signal_uid_processes(uid: int, number: int) -> int:
-    """Send `number` once to every live process of `uid` (SIGSTOP/SIGCONT for pause and resume),
-    through pidfds; return how many got it."""
-    check_uid(uid)
-    sent = 0
-    for _pid, pidfd in _uid_pidfds(str(uid).encode()):
-        try:
-            signal.pidfd_send_signal(pidfd, number)
-            sent += 1
-        except ProcessLookupError:
-            pass
-        finally:
-            os.close(pidfd)
-    return sent
 
 
 def list_lnk_users() -> list[HostUser]:

@@ -1,5 +1,7 @@
 """Starting the sandbox's process: the confiner's policy, the bwrap layout, and the chain
-`[setsid --ctty] setpriv (drop to the sandbox user, no new privileges) bwrap … confiner …`.
+`setpriv --pdeathsig` → `unshare --pid` → a root shell that joins the sandbox's cgroup and sets
+memfd_noexec → `[setsid --ctty]` → `setpriv` (drop to the sandbox user, no new privileges) →
+`bwrap … confiner …`.
 
 The controller never forks a Python child of its own (it is multi-threaded): the chain is plain
 programs started by subprocess, which forks and execs in C. Data the sandbox needs (its
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lnk_controller import cgroups
 from lnk_controller.config import ControllerConfig
 from lnk_controller.host_users import HostUser
 from lnk_controller.launch_request import TerminalSize
@@ -39,11 +42,15 @@ MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
 SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the user, clears groups, sets no_new_privs
 SETSID = "/usr/bin/setsid"  # util-linux: a new session whose controlling terminal is the pty
 UNSHARE = "/usr/bin/unshare"  # util-linux: the pid namespace whose memfd_noexec we tighten
-# Run as root, as pid 1 of a fresh pid namespace, before dropping to the sandbox user:
-# vm.memfd_noexec=2 there (inherited by bwrap's namespace, which can only make it stricter)
-# means no memfd can ever be executed, closing `memfd_create` + `fexecve` around Landlock.
-MEMFD_NOEXEC = 'echo 2 > /proc/sys/vm/memfd_noexec && exec "$@"'
-MEMFD_ARGV = [
+# Run as root, as pid 1 of a fresh pid namespace, before dropping to the sandbox user, with the
+# sandbox's cgroup as $1. First it joins that cgroup ("0" is the writing process), so every
+# process of the sandbox is born in it. Then vm.memfd_noexec=2 (inherited by bwrap's namespace,
+# which can only make it stricter) means no memfd can ever be executed, closing
+# `memfd_create` + `fexecve` around Landlock.
+SANDBOX_INIT = (
+    'echo 0 > "$1/cgroup.procs" && echo 2 > /proc/sys/vm/memfd_noexec && shift && exec "$@"'
+)
+INIT_ARGV = [
     UNSHARE,
     "--pid",
     "--fork",
@@ -51,8 +58,8 @@ MEMFD_ARGV = [
     "--",
     "/bin/sh",
     "-c",
-    MEMFD_NOEXEC,
-    "lnk-memfd-noexec",
+    SANDBOX_INIT,
+    "lnk-sandbox-init",
 ]
 # The chain's first process dies with the controller's launching thread; each later link dies
 # with the one before it (unshare --kill-child, bwrap --die-with-parent), so a controller
@@ -214,7 +221,8 @@ def spawn_sandbox(
             _set_winsize(master, terminal)
             streams = [secondary, secondary, secondary]
             chain = [SETSID, "--ctty", "--", *chain]
-        chain = [*PDEATHSIG, *MEMFD_ARGV, *chain]
+        cgroup = cgroups.create(row.id)
+        chain = [*PDEATHSIG, *INIT_ARGV, str(cgroup), *chain]
         try:
             process = subprocess.Popen(
                 chain,

@@ -1,0 +1,114 @@
+"""Each sandbox's processes in a cgroup (v2) of their own, so the controller acts on all of them
+at once: `cgroup.freeze` pauses every process of the sandbox, and `cgroup.kill` kills every one.
+
+Why not signals to the sandbox's uid: a scan of /proc followed by SIGSTOP misses a process forked
+between the two, and that process can SIGCONT the rest (a test does exactly that); a fork racing
+a kill loop costs rounds. A frozen or killed cgroup has no such window: the kernel acts on the
+group, children included, as one.
+
+The group is made before the sandbox's first process, and the chain's first process inside the
+new pid namespace (root, before anything of the sandbox runs) writes itself into `cgroup.procs`:
+every process of the sandbox is born in the group. None can leave it: the sandbox sees no cgroup
+file system (bwrap mounts none in) and its uid owns no cgroup file.
+
+Trusts: the kernel's cgroup v2 (`cgroup.kill` needs Linux 5.14). Does NOT limit resources
+(memory, pids): on hosts where those controllers are bound to cgroup v1 the group has none;
+limits would be a separate setting.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+from lnk_shared.errors import LaunchRefused, StateError
+
+__all__ = ["PARENT", "create", "freeze", "group_of", "remove", "root"]
+
+# The groups' common parent under the cgroup v2 root. Boxes on one machine share it: each group
+# is named by its sandbox's id, which no other sandbox has.
+PARENT = "lnk.sandboxes"
+FREEZE_TIMEOUT_S = 5.0  # a freeze waits for every task to stop in the kernel: milliseconds
+KILL_TIMEOUT_S = 5.0  # SIGKILL to every task and their exit: milliseconds
+_POLL_S = 0.002
+_PREFERRED_ROOT = "/sys/fs/cgroup"  # pure v2 hosts; hybrid ones mount v2 at .../unified
+
+
+def root() -> Path:
+    """Where the cgroup v2 hierarchy is mounted; LaunchRefused, naming it, when it is not."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            before, _, after = line.partition(" - ")
+            if after.split(" ", 1)[0] == "cgroup2":
+                found.append(before.split(" ")[4].replace("\\040", " "))
+    if not found:
+        raise LaunchRefused(
+            "cgroup v2", "no cgroup2 file system is mounted: mount it at /sys/fs/cgroup"
+        )
+    return Path(_PREFERRED_ROOT if _PREFERRED_ROOT in found else found[0])
+
+
+def group_of(sandbox_id: str, cgroup_root: Path | None = None) -> Path:
+    if not sandbox_id or "/" in sandbox_id or sandbox_id.startswith("."):
+        raise StateError(f"not a sandbox id: {sandbox_id!r}")
+    return (cgroup_root or root()) / PARENT / sandbox_id
+
+
+def create(sandbox_id: str) -> Path:
+    """Make the sandbox's empty group (its parent too, the first time); return its path."""
+    group = group_of(sandbox_id)
+    try:
+        group.parent.mkdir(mode=0o755, exist_ok=True)
+        group.mkdir(mode=0o755)
+    except FileExistsError:
+        raise StateError(f"the cgroup {group} exists already: a sandbox id was reused") from None
+    except OSError as exc:
+        raise LaunchRefused("cgroup v2", f"cannot make {group}: {exc.strerror}") from None
+    if not (group / "cgroup.kill").exists():
+        group.rmdir()
+        raise LaunchRefused("cgroup v2", "cgroup.kill is missing: Linux 5.14 or newer is needed")
+    return group
+
+
+def _events(group: Path) -> dict[str, str]:
+    with open(group / "cgroup.events", encoding="ascii") as f:
+        return dict(line.split(" ", 1) for line in f.read().split("\n") if " " in line)
+
+
+def _wait(group: Path, key: str, value: str, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while _events(group).get(key) != value:
+        if time.monotonic() > deadline:
+            raise StateError(f"the cgroup {group} did not {what} within {timeout:g} s")
+        time.sleep(_POLL_S)
+
+
+def freeze(sandbox_id: str, frozen: bool) -> None:
+    """Freeze (pause) or thaw (resume) every process of the sandbox; returns once done."""
+    group = group_of(sandbox_id)
+    try:
+        (group / "cgroup.freeze").write_text("1" if frozen else "0")
+        _wait(group, "frozen", "1" if frozen else "0", FREEZE_TIMEOUT_S, "freeze or thaw")
+    except FileNotFoundError:
+        raise StateError(f"sandbox {sandbox_id} has no cgroup: it is not running") from None
+
+
+def remove(sandbox_id: str) -> None:
+    """Kill every process of the sandbox's group, wait until it is empty, remove it. A group
+    that is not there is fine (already removed, or the sandbox never started)."""
+    group = group_of(sandbox_id)
+    try:
+        (group / "cgroup.kill").write_text("1")
+        _wait(group, "populated", "0", KILL_TIMEOUT_S, "empty after cgroup.kill")
+        group.rmdir()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return
+        raise StateError(
+            f"cannot remove the cgroup {group}: {os.strerror(exc.errno or 0)}"
+        ) from exc
