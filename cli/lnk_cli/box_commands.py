@@ -34,8 +34,10 @@ class Service:
 
 
 PROXY_USER = "lnk-proxy"  # the proxy's system user: never root, never a sandbox's uid
+BRIDGE_STORE_USER = "lnk-bridge-store"  # the store bridge's: likewise, and not the proxy's
 SERVICES = (
     Service("proxy", "lnk_proxy", "proxy/admin.sock", PROXY_USER),
+    Service("bridge-store", "lnk_bridge_store", "bridge-store/admin.sock", BRIDGE_STORE_USER),
     Service("controller", "lnk_controller", "controller.sock", "root"),
 )
 
@@ -72,7 +74,7 @@ def _running_pid(box: BoxPaths, service: Service) -> int | None:
 
 
 def _answers(box: BoxPaths, service: Service) -> bool:
-    if service.name == "proxy":
+    if service.name in ("proxy", "bridge-store"):  # both answer a framed ping
         return _proxy_answers(box.run_dir / service.socket)
     from lnk_shared.api_client import api_request
 
@@ -101,12 +103,12 @@ def _proxy_answers(path: Path) -> bool:
     return answer.get("ok") is True
 
 
-def _prepare_proxy(box: BoxPaths) -> list[str]:
-    """Make the proxy's user and folders; return the command prefix that runs as that user."""
+def _system_user(name: str) -> Any:
+    """The service's system user (a pwd entry), made if missing."""
     import pwd
 
     try:
-        entry = pwd.getpwnam(PROXY_USER)
+        return pwd.getpwnam(name)
     except KeyError:
         subprocess.run(
             [
@@ -118,12 +120,17 @@ def _prepare_proxy(box: BoxPaths) -> list[str]:
                 "--shell",
                 "/usr/sbin/nologin",
                 "--user-group",
-                PROXY_USER,
+                name,
             ],
             check=True,
             capture_output=True,
         )
-        entry = pwd.getpwnam(PROXY_USER)
+        return pwd.getpwnam(name)
+
+
+def _prepare_proxy(box: BoxPaths) -> list[str]:
+    """Make the proxy's user and folders; return the command prefix that runs as that user."""
+    entry = _system_user(PROXY_USER)
     for path, owner, mode in (
         (box.run_dir / "proxy", entry.pw_uid, 0o700),  # the proxy's own: listeners, admin
         (box.run_dir / "flags", 0, 0o755),  # written by the controller, read by the proxy
@@ -132,6 +139,20 @@ def _prepare_proxy(box: BoxPaths) -> list[str]:
         path.mkdir(parents=True, exist_ok=True)
         os.chown(path, owner, entry.pw_gid if owner else 0)
         os.chmod(path, mode)
+    return _as_user(entry)
+
+
+def _prepare_bridge_store(box: BoxPaths) -> list[str]:
+    """The store bridge's user and its own folders (sockets; the SQLite store), both 0700."""
+    entry = _system_user(BRIDGE_STORE_USER)
+    for path in (box.run_dir / "bridge-store", box.state_dir / "bridge-store"):
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        os.chmod(path, 0o700)
+    return _as_user(entry)
+
+
+def _as_user(entry: Any) -> list[str]:
     return [
         "/usr/bin/setpriv",
         f"--reuid={entry.pw_uid}",
@@ -161,7 +182,8 @@ def cmd_up(_args: argparse.Namespace) -> int:
             print(f"{service.name}: already running")
             continue
         log_path = logs / f"{service.name}.log"
-        as_user = _prepare_proxy(box) if service.name == "proxy" else []
+        prepare = {"proxy": _prepare_proxy, "bridge-store": _prepare_bridge_store}.get(service.name)
+        as_user = prepare(box) if prepare else []
         box.state_dir.chmod(0o755)  # the proxy reaches its wire folder through it
         with open(log_path, "ab") as log:
             os.fchmod(log.fileno(), 0o600)
