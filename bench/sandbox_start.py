@@ -8,6 +8,9 @@ Starts a private box (its own run/state dirs, `lnk box up`), then measures:
 - a bare `bwrap` running /bin/true with similar binds, as the baseline, and the ratio;
 - N concurrent launches: all must succeed; time until all are done;
 - the memory of an idle sandbox's own helpers (every process of its uid but the program).
+- where the time goes: the controller's own phases per launch (judged, started, ran, cleaned,
+  from its log), and inside "ran" the confiner's share (bare bwrap running the confiner's Python
+  start and imports, then /bin/true, vs bare bwrap running /bin/true).
 Reports figures only; asserts nothing but success.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import shutil
 import statistics
@@ -56,6 +60,37 @@ BARE = [
     "--",
     "/bin/true",
 ]
+
+
+# Bare bwrap running what the confiner costs before it execs the target: Python -I -S and the
+# confiner's imports (Landlock and seccomp are applied on top; they take well under 1 ms).
+CONFINER_ONLY = [
+    str(PREFIX / "venv" / "bin" / "python3"),
+    "-I",
+    "-S",
+    "-c",
+    "import os, sys; sys.path.insert(0, sys.argv[1]); import lnk_controller.confiner; "
+    "os.execv('/bin/true', ['true'])",
+]
+PHASES = ("judged", "started", "ran", "cleaned")
+_PHASE = re.compile(
+    r"judged ([0-9.]+) ms, started ([0-9.]+) ms, ran ([0-9.]+) ms, cleaned ([0-9.]+)"
+)
+
+
+def site_packages() -> str:
+    return subprocess.run(
+        [CONFINER_ONLY[0], "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def phases(log: Path, last: int) -> dict[str, float]:
+    """Medians of the controller's phases over its `last` launches."""
+    rows = [tuple(map(float, m.groups())) for m in _PHASE.finditer(log.read_text())][-last:]
+    return {name: statistics.median(r[i] for r in rows) for i, name in enumerate(PHASES)}
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -145,11 +180,15 @@ def main() -> int:
     subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
     try:
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
-        lnk_ms, bare_ms = [], []
-        for _ in range(args.runs):  # interleaved, so both see the same machine
+        lnk_ms, bare_ms, confiner_ms = [], [], []
+        confiner = [*BARE[:-2], "--ro-bind", str(PREFIX), str(PREFIX), "--", *CONFINER_ONLY]
+        confiner.insert(confiner.index("-c") + 2, site_packages())
+        for _ in range(args.runs):  # interleaved, so all see the same machine
             lnk_ms.append(timed([LNK, "sandbox", "run", "--", "/bin/true"], env))
             bare_ms.append(timed(BARE, env))
-        client_ms = [timed([LNK, "--version"], env) for _ in range(10)]
+            confiner_ms.append(timed(confiner, env))
+        phase_ms = phases(Path(env["LNK_STATE_DIR"]) / "logs" / "controller.log", args.runs)
+        client_ms = [timed([LNK, "sandbox", "run", "--help"], env) for _ in range(10)]
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=args.concurrent) as pool:
             codes = list(
@@ -180,7 +219,16 @@ def main() -> int:
     print(f"lnk sandbox run -- /bin/true : median {lm:7.1f} ms  p95 {p95(lnk_ms):7.1f} ms")
     print(f"bare bwrap /bin/true         : median {bm:7.1f} ms  p95 {p95(bare_ms):7.1f} ms")
     print(f"ratio (median)               : {lm / bm:7.1f}x")
-    print(f"lnk --version (client start) : median {statistics.median(client_ms):7.1f} ms")
+    print(f"client start (run --help)    : median {statistics.median(client_ms):7.1f} ms")
+    print(
+        "controller phases (median)   : "
+        + ", ".join(f"{name} {phase_ms[name]:.1f}" for name in PHASES)
+        + " ms"
+    )
+    cm = statistics.median(confiner_ms)
+    print(
+        f"bare bwrap + confiner start  : median {cm:7.1f} ms (the confiner's share {cm - bm:.1f})"
+    )
     ok = sum(1 for c in codes if c == 0)
     print(
         f"{args.concurrent} concurrent launches     : {ok}/{args.concurrent} ok, "
