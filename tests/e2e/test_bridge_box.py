@@ -1,0 +1,117 @@
+"""The store bridge in a real box: `lnk box up` runs it as its own system user, its socket and
+its store out of every other user's reach; only the controller's uid gets an answer; a signed
+call reaches it only on an agent's socket the controller opened, from that agent's uid."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pwd
+import socket
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from lnk_shared.proof_client import ProofSigner, call_bridge
+from lnk_shared.unix import recv_frame, send_frame
+
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
+
+AGENT_UID = 299_950
+
+
+def admin(box: Any, message: dict[str, Any]) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(box.run_dir / "bridge-store" / "admin.sock"))
+        send_frame(sock, message)
+        return recv_frame(sock)[0]
+
+
+def as_uid(uid: int, work: Any) -> Any:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            try:
+                result = work()
+            except Exception as exc:
+                result = {"exception": f"{type(exc).__name__}: {exc}"}
+            os.write(write_end, json.dumps(result).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data or b"null")
+
+
+def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
+    with private_box() as box:
+        status = box.lnk("box", "status")
+        assert "bridge-store" in status.stdout and "lnk-bridge-store" in status.stdout
+        user = pwd.getpwnam("lnk-bridge-store")
+        pid = int((box.run_dir / "bridge-store.pid").read_text())
+        assert os.stat(f"/proc/{pid}").st_uid == user.pw_uid
+        for folder in (box.run_dir / "bridge-store", box.state_dir / "bridge-store"):
+            info = folder.stat()
+            assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (user.pw_uid, 0o700)
+        store = (box.state_dir / "bridge-store" / "store.db").stat()
+        assert stat.S_IMODE(store.st_mode) == 0o600
+        assert admin(box, {"op": "ping"}) == {"ok": True}
+
+        def reach_admin() -> str:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(str(box.run_dir / "bridge-store" / "admin.sock"))
+            return "connected"
+
+        assert "PermissionError" in as_uid(AGENT_UID, reach_admin)["exception"]
+        down = box.lnk("box", "down")
+        assert "bridge-store: down" in down.stdout
+        try:  # gone, or a zombie its reaper has not collected yet (no cmdline then)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            cmdline = b""
+        assert b"lnk_bridge_store" not in cmdline
+
+
+def test_an_agent_socket_opened_by_the_controller_serves_only_that_agent(
+    private_box: Any,
+) -> None:
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    with private_box() as box:
+        opened = admin(
+            box,
+            {
+                "op": "open",
+                "agent": "e2e-agent",
+                "public_key": base64.b64encode(public).decode(),
+                "host_uid": AGENT_UID,
+            },
+        )
+        assert opened["ok"] is True
+        path = Path(opened["socket"])
+        # On a box only a bind into the agent's sandbox reaches it; here root lets the agent's
+        # uid traverse the bridge's folders, as that bind would.
+        for folder in (path.parent.parent, path.parent):
+            folder.chmod(0o711)
+        signer = ProofSigner("e2e-agent", key, "store")
+
+        def acquire() -> Any:
+            return call_bridge(path, signer, "lease.acquire", {"holder": "e2e", "ttl_s": 30})
+
+        assert as_uid(AGENT_UID, acquire)["token"] == 1
+        assert "refused" in as_uid(AGENT_UID + 1, acquire)["exception"]
+        assert admin(box, {"op": "close", "agent": "e2e-agent"}) == {"ok": True}
+        assert not path.exists()
