@@ -209,6 +209,10 @@ def cmd_up(_args: argparse.Namespace) -> int:
                 )
             time.sleep(0.05)
         print(f"{service.name}: up (pid {process.pid}, {box.run_dir / service.socket})")
+    from lnk_ssh_gate.sshd_dropin import harden_local_sshd  # the SSH gate's sshd hardening
+
+    for line in harden_local_sshd():
+        print(f"ssh gate: {line}")
     return EXIT_OK
 
 

@@ -376,7 +376,7 @@ def test_scp_cannot_read_shadow_or_write_outside_the_folder(
     assert shadow.returncode != 0
     assert not (tmp_path / "s").exists()
     before = _home_state(user)
-    for outside in (f"{user.home}/.bashrc", f"{user.home}/.profile", f"{sshd.data}/planted"):
+    for outside in (f"{user.home}/.bashrc", f"{sshd.data}/planted"):
         result = subprocess.run(
             [
                 "scp",
@@ -419,14 +419,24 @@ def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_pa
     assert ok.returncode == 0, ok.stderr
     assert (user.folder / name).read_text() == payload
     assert (tmp_path / "out.txt").read_text() == payload
-    assert _sftp(sshd, user, f"get /etc/shadow {tmp_path}/shadow\n").returncode != 0
+    before, key_line = _home_state(user), (sshd.keys_dir / user.name).read_bytes()
+    # One session: `-` lets the batch go on after a refusal; each is judged by its effect.
+    refused = _sftp(
+        sshd,
+        user,
+        f"-get /etc/shadow {tmp_path}/shadow\n"
+        f"-put {tmp_path}/in.txt {user.home}/.bashrc\n"
+        f"-put {tmp_path}/in.txt {user.home}/.ssh/authorized_keys\n"
+        f"-mkdir {user.home}/.ssh\n"
+        f"-put {tmp_path}/in.txt {sshd.data}/x\n"
+        f"-put {tmp_path}/in.txt {sshd.keys_dir}/{user.name}\n",
+    )
+    assert refused.returncode == 0, refused.stderr  # the session ran, each step refused
+    assert "/etc/shadow" in refused.stderr
     assert not (tmp_path / "shadow").exists()
-    before = _home_state(user)
-    for outside in (f"{user.home}/.bashrc", f"{user.home}/.ssh/authorized_keys", f"{sshd.data}/x"):
-        assert _sftp(sshd, user, f"put {tmp_path}/in.txt {outside}\n").returncode != 0
     assert not (sshd.data / "x").exists()
-    assert _sftp(sshd, user, f"mkdir {user.home}/.ssh\n").returncode != 0
     assert _home_state(user) == before
+    assert (sshd.keys_dir / user.name).read_bytes() == key_line
 
 
 # -- the box user's login files and the key file stay out of reach --------------------------------
@@ -706,3 +716,69 @@ def test_an_over_long_command_is_refused(sshd: GateSshd, user: BoxUser) -> None:
     assert result.returncode == 2
     assert "over the limit" in result.stderr
     assert not mark.exists()
+
+
+# -- the generator, as root runs it ---------------------------------------------------------------
+
+
+def _authorize_cli(box: RunningBox, sshd: GateSshd, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LNK), "box", "authorize", "--keys-dir", str(sshd.keys_dir), *args],
+        env=box.env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "where", ["home", "home-inside", "etc", "run-dir", "state-dir", "keys-dir", "through-a-link"]
+)
+def test_authorize_refuses_a_folder_in_a_protected_place(
+    running_box: RunningBox, sshd: GateSshd, user: BoxUser, where: str
+) -> None:
+    link = sshd.data / f"link-{secrets.token_hex(3)}"
+    link.symlink_to(user.folder)
+    folder = {
+        "home": user.home,
+        "home-inside": user.home / "work",
+        "etc": Path("/etc"),
+        "run-dir": running_box.run_dir,
+        "state-dir": running_box.state_dir,
+        "keys-dir": sshd.keys_dir,
+        "through-a-link": link,
+    }[where]
+    if where == "home-inside":
+        folder.mkdir(exist_ok=True)
+    before = (sshd.keys_dir / user.name).read_text()
+    result = _authorize_cli(
+        running_box,
+        sshd,
+        *("--user", user.name, "--spec", str(user.spec), "--folder", str(folder)),
+        *("--key", f"{user.key}.pub", "--run-dir", str(running_box.run_dir)),
+    )
+    assert result.returncode == 3, result.stderr
+    assert "session-folder" in result.stderr or "gate-path" in result.stderr
+    assert (sshd.keys_dir / user.name).read_text() == before
+
+
+def test_authorize_refuses_the_same_key_twice_and_revoke_takes_it_out(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    twice = sshd.add_user(spec_text())
+    authorize(running_box, sshd, twice)
+    again = _authorize_cli(
+        running_box,
+        sshd,
+        *("--user", twice.name, "--spec", str(twice.spec), "--folder", str(twice.folder)),
+        *("--key", f"{twice.key}.pub"),
+    )
+    assert again.returncode == 3
+    assert "already in" in again.stderr
+    found = re.search(r"SHA256:[A-Za-z0-9+/]+", again.stderr)
+    assert found is not None
+    fingerprint = found.group(0)
+    revoked = _authorize_cli(running_box, sshd, "--revoke", fingerprint, "--user", twice.name)
+    assert revoked.returncode == 0, revoked.stderr
+    assert sshd.ssh(twice, command="true").returncode == 255  # the key no longer gets in

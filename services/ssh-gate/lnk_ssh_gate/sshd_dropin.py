@@ -46,6 +46,7 @@ __all__ = [
     "apply_pam_hardening",
     "apply_sshd_dropin",
     "dropin_text",
+    "harden_local_sshd",
     "harden_user",
     "pam_without_user_readenv",
     "validate_sshd_config",
@@ -55,6 +56,7 @@ GATE_GROUP = "lnk-gate"  # box users: their only way in is a key with the gate's
 GATE_SHELL = "/bin/sh"  # dash on Debian: reads no rc file for `-c`
 DROPIN_NAME = "50-lnk-gate.conf"
 SSHD = "/usr/sbin/sshd"
+PRIVSEP_DIR = Path("/run/sshd")
 SSHD_CHECK_TIMEOUT_S = 30  # `sshd -t` reads the config and host keys; seconds at most
 _USER_READENV = re.compile(r"\buser_readenv=1\b")
 
@@ -216,3 +218,34 @@ def harden_user(user: str, group: str = GATE_GROUP) -> list[str]:
         subprocess.run(["/usr/sbin/usermod", "-aG", group, user], check=True)
         changed.append(f"{user}: added to the group {group}")
     return changed
+
+
+def harden_local_sshd(
+    places: DropinPlaces | None = None,
+    pam_file: Path = Path("/etc/pam.d/sshd"),
+    *,
+    sshd: str = SSHD,
+) -> list[str]:
+    """What `lnk box up` runs: the drop-in and the PAM change on this machine's sshd, if it has
+    one. Returns lines for the admin. A config sshd refuses is left as it was and reported:
+    without the drop-in sshd never reads the gate's key files, so the gate stays shut."""
+    places = places or DropinPlaces()
+    if not os.access(sshd, os.X_OK) or not places.main_config.is_file():
+        return []  # no OpenSSH server here: nothing reaches the box over SSH
+    done = []
+    try:
+        # sshd -t wants its privilege separation folder, which the ssh unit makes at its start.
+        PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
+        if apply_sshd_dropin(places, sshd=sshd):
+            done.append(
+                f"wrote {places.dropin_dir / DROPIN_NAME} (checked with sshd -t); "
+                "reload sshd to apply it"
+            )
+    except (StateError, OSError) as exc:
+        done.append(f"NOT hardened, keys let in through the gate will not work: {exc}")
+    try:
+        if apply_pam_hardening(pam_file):
+            done.append(f"turned off user_readenv in {pam_file}")
+    except OSError as exc:
+        done.append(f"NOT hardened: cannot rewrite {pam_file}: {exc}")
+    return done

@@ -18,6 +18,7 @@ from lnk_ssh_gate.sshd_dropin import (
     DropinPlaces,
     apply_pam_hardening,
     apply_sshd_dropin,
+    harden_local_sshd,
     pam_without_user_readenv,
 )
 
@@ -125,3 +126,28 @@ def test_pam_hardening_on_a_copy_is_idempotent(tmp_path: Path) -> None:
     assert copy.stat().st_mode & 0o777 == 0o644
     assert apply_pam_hardening(copy) is False
     assert apply_pam_hardening(tmp_path / "missing") is False
+
+
+def test_box_up_hardening_reports_what_it_did_then_nothing(
+    places: DropinPlaces, tmp_path: Path
+) -> None:
+    pam = tmp_path / "sshd"
+    pam.write_text(DEBIAN_PAM)
+    first = harden_local_sshd(places, pam)
+    assert len(first) == 2 and "reload sshd" in first[0] and "user_readenv" in first[1]
+    assert harden_local_sshd(places, pam) == []
+
+
+def test_box_up_hardening_reports_a_config_sshd_refuses_and_changes_nothing(
+    places: DropinPlaces, tmp_path: Path
+) -> None:
+    places.main_config.write_text(places.main_config.read_text() + "NoSuchKeyword yes\n")
+    (line,) = harden_local_sshd(places, tmp_path / "no-pam")
+    assert line.startswith("NOT hardened")
+    assert not (places.dropin_dir / DROPIN_NAME).exists()
+
+
+def test_a_machine_without_an_sshd_config_is_left_alone(tmp_path: Path) -> None:
+    nothing = DropinPlaces(tmp_path / "sshd_config", tmp_path / "d", tmp_path / "k")
+    assert harden_local_sshd(nothing, tmp_path / "pam") == []
+    assert list(tmp_path.iterdir()) == []
