@@ -131,10 +131,9 @@ class BaitServer:
             wanted.append(("::1", socket.AF_INET6))
         if machine_address:
             wanted.append((machine_address, socket.AF_INET))
-        for _ in range(PORT_TRIES):
-            port = PORT_LOW + secrets.randbelow(PORT_SPAN)
-            if port in self._avoid:
-                continue
+        free = [p for p in range(PORT_LOW, PORT_LOW + PORT_SPAN) if p not in self._avoid]
+        for _ in range(PORT_TRIES if free else 0):
+            port = secrets.choice(free)
             made: list[tuple[str, socket.socket]] = []
             try:
                 for host, family in wanted:
@@ -236,6 +235,7 @@ class Bait:
     outside_secret: str = ""
     leftovers: list[str] = field(default_factory=list)  # paths a probe may have made
     machine: list[ipaddress.IPv4Interface] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # hidden folders the caller cannot write
 
     @classmethod
     @contextlib.contextmanager
@@ -290,8 +290,12 @@ class Bait:
                 if e.name.startswith(".") and e.is_dir(follow_symlinks=False)
             )
         for name in hidden:
-            if name != USER_SETTINGS_DIR:
+            if name == USER_SETTINGS_DIR:
+                continue
+            try:
                 self._file(f"read.hidden:~/{name}", os.path.join(home, name))
+            except PermissionError:  # not the caller's to write (root's, say): said, not fatal
+                self.skipped.append(f"~/{name}")
         self.ssh_names = sorted(os.listdir(self.ssh_dir))
         address = str(self.machine[0].ip) if self.machine else None
         self.server = BaitServer(address, avoid_ports)

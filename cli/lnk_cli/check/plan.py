@@ -48,6 +48,11 @@ MAX_NETWORKS = 4  # of this machine's networks, how many get a neighbour asked f
 UNGRANTED_CANDIDATES = ("/usr/bin/basename", "/usr/bin/echo", "/usr/bin/printf")
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
 HOME_RC_FILES = (".bashrc", ".profile", ".bash_profile", ".zshrc", ".bash_login")
+# Dot entries that are folders when they exist (as the wall makes their stand-ins): a missing
+# one is made as a folder holding a new file, like a hook would be.
+DOT_FOLDERS = frozenset(
+    {"hooks", ".direnv", ".github", ".husky", ".idea", ".devcontainer", ".vscode"}
+)
 SANDBOX_TMP = "/tmp"  # noqa: S108 - the sandbox's own private, noexec /tmp
 
 
@@ -165,7 +170,10 @@ def _write_or_create(c: _Context, ident: str, tried: str, path: str, expected: s
             )
         )
         return
-    target = os.path.join(path, c.name()) if os.path.isdir(path) else path
+    folder = os.path.isdir(path) or (
+        not os.path.lexists(path) and os.path.basename(path) in DOT_FOLDERS
+    )
+    target = os.path.join(path, c.name()) if folder else path
     missing: list[str] = []
     walk = os.path.dirname(target)
     while not os.path.lexists(walk):

@@ -173,6 +173,8 @@ def check(args: argparse.Namespace) -> int:
         bait = Bait(home=home_of(os.getuid()))
         try:
             bait.make(avoid_ports=frozenset(spec.ports))
+            for folder in bait.skipped:
+                print(f"lnk: no bait in {folder}: you cannot write there", file=sys.stderr)
             probes = build_plan(grants, bait, confiner_dir or "")
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
@@ -193,4 +195,6 @@ def check(args: argparse.Namespace) -> int:
     else:
         print_human(findings, sys.stdout, spec=spec.source)
     sys.stdout.flush()
-    return EXIT_LEAKED if any(f.verdict == LEAKED for f in findings) else EXIT_OK
+    if any(f.verdict == LEAKED for f in findings) or problems:
+        return EXIT_LEAKED  # a bait left behind fails the check too: the message said where
+    return EXIT_OK

@@ -1,0 +1,50 @@
+"""The report: one line per probe and a summary for a person; a stable document for CI."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from lnk_cli.check.report import REPORT_VERSION, print_human, print_json, summary
+from lnk_cli.check.verdicts import Finding
+
+FINDINGS = [
+    Finding("read.home", "read ~/lnk-check-1", "refused", "ENOENT", "refused"),
+    Finding("server:127.0.0.1", "connect to the bait server", "refused", "connected", "leaked"),
+    Finding("port:8080", "reach port 8080", "known gap", "connected", "known gap"),
+    Finding("write.folder:/w", "write a new file in /w", "allowed", "EROFS", "refused"),
+]
+
+
+def test_the_json_document_has_every_field_ci_reads() -> None:
+    out = io.StringIO()
+    print_json(FINDINGS, out, sandbox="sbx-1", spec="/home/u/spec.toml")
+    doc = json.loads(out.getvalue())
+    assert doc["version"] == REPORT_VERSION
+    assert (doc["sandbox"], doc["spec"], doc["leaked"]) == ("sbx-1", "/home/u/spec.toml", True)
+    assert doc["summary"] == {"refused": 2, "allowed": 0, "known gap": 1, "leaked": 1}
+    assert [set(p) for p in doc["probes"]] == [
+        {"id", "tried", "expected", "observed", "verdict"}
+    ] * len(FINDINGS)
+    assert doc["probes"][1]["verdict"] == "leaked"
+
+
+def test_nothing_leaked_says_so() -> None:
+    out = io.StringIO()
+    print_json(FINDINGS[:1], out, sandbox="s", spec=None)
+    assert json.loads(out.getvalue())["leaked"] is False
+    human = io.StringIO()
+    print_human(FINDINGS[:1], human, spec=None)
+    assert human.getvalue().splitlines()[-1] == "nothing leaked: 1 refused."
+
+
+def test_the_human_report_is_a_line_per_probe_and_a_summary() -> None:
+    out = io.StringIO()
+    print_human(FINDINGS, out, spec=None)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "lnk sandbox check: the spec given by flags"
+    assert lines[1] == "refused    read ~/lnk-check-1: ENOENT"
+    assert lines[2].startswith("leaked     connect to the bait server: connected")
+    assert lines[4].endswith("(expected allowed)")  # a grant that did not work is shown
+    assert lines[-1].startswith("LEAKED: 2 refused, 1 known gap, 1 leaked")
+    assert summary(FINDINGS)["leaked"] == 1

@@ -1,0 +1,149 @@
+"""Verdicts: the sandbox's answer can make a verdict worse, never better, where the outside
+sees for itself; a malformed or missing answer is an incomplete check, not a pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
+from lnk_cli.check.probes import MARKER_TIME
+from lnk_cli.check.verdicts import Outside, ProbesFailed, judge_all, judge_probe
+
+SECRET = "ab" * 32
+STOPPED: dict[str, Any] = {"outcome": "stopped", "detail": "EACCES", "data": ""}
+THROUGH: dict[str, Any] = {"outcome": "through", "detail": "ok", "data": ""}
+
+
+def probe(kind: str, expected: str = REFUSED, **evidence: Any) -> Probe:
+    return Probe("p", "tried", expected, {"kind": "x"}, (Evidence(kind, **evidence),))
+
+
+def test_a_secret_in_the_answer_is_a_leak() -> None:
+    p = probe("secret", value=SECRET)
+    answer = {"outcome": "through", "detail": "read", "data": f"bait {SECRET}\n"}
+    assert judge_probe(p, answer, Outside()).verdict == LEAKED
+
+
+def test_a_secret_anywhere_in_the_output_is_a_leak_even_if_the_answer_says_stopped() -> None:
+    p = probe("secret", value=SECRET)
+    assert judge_probe(p, STOPPED, Outside(output=f"noise {SECRET}")).verdict == LEAKED
+
+
+def test_a_read_that_came_back_without_the_secret_is_refused() -> None:
+    p = probe("secret", value=SECRET)
+    answer = {"outcome": "through", "detail": "read", "data": ""}  # an empty stand-in
+    assert judge_probe(p, answer, Outside()).verdict == REFUSED
+
+
+def test_a_granted_read_is_allowed() -> None:
+    p = probe("secret", ALLOWED, value=SECRET)
+    answer = {"outcome": "through", "detail": "read", "data": SECRET}
+    assert judge_probe(p, answer, Outside()).verdict == ALLOWED
+
+
+def test_a_listing_with_a_real_name_is_a_leak() -> None:
+    p = probe("names", names=("id_ed25519", "lnk-check-x"))
+    answer = {"outcome": "through", "detail": "", "data": ["lnk-check-x"]}
+    assert judge_probe(p, answer, Outside()).verdict == LEAKED
+    other = {"outcome": "through", "detail": "", "data": ["something", 3]}
+    assert judge_probe(p, other, Outside()).verdict == REFUSED
+
+
+@pytest.mark.parametrize("answer", [STOPPED, THROUGH])
+def test_a_file_that_exists_outside_decides_whatever_the_sandbox_says(
+    answer: dict[str, Any],
+) -> None:
+    p = probe("created", path="/home/u/x")
+    assert judge_probe(p, answer, Outside(exists={"/home/u/x": True})).verdict == LEAKED
+    assert judge_probe(p, answer, Outside(exists={"/home/u/x": False})).verdict == REFUSED
+
+
+def test_a_granted_write_that_did_not_land_is_refused() -> None:
+    p = probe("created", ALLOWED, path="/w/f")
+    assert judge_probe(p, THROUGH, Outside(exists={"/w/f": False})).verdict == REFUSED
+    assert judge_probe(p, STOPPED, Outside(exists={"/w/f": True})).verdict == ALLOWED
+
+
+def test_a_marked_mtime_is_a_leak() -> None:
+    p = probe("marked", value=(1, 2), path="/w/.envrc")
+    marked = Outside(mtimes={"/w/.envrc": MARKER_TIME * 1_000_000_000})
+    assert judge_probe(p, STOPPED, marked).verdict == LEAKED
+    assert judge_probe(p, THROUGH, Outside(mtimes={"/w/.envrc": 2})).verdict == REFUSED
+
+
+def test_the_bait_server_log_makes_a_connection_a_leak() -> None:
+    p = probe("server")
+    seen = Outside(accepted=("lnk-check p",))
+    assert judge_probe(p, STOPPED, seen).verdict == LEAKED
+    assert judge_probe(p, STOPPED, Outside(accepted=("lnk-check other",))).verdict == REFUSED
+    # A connection that said nothing (or something else) counts against every probe.
+    assert judge_probe(p, STOPPED, Outside(accepted=("",))).verdict == LEAKED
+    assert judge_probe(p, THROUGH, Outside()).verdict == LEAKED  # the sandbox's own word
+
+
+def test_the_wire_log_makes_a_proxy_answer_a_leak() -> None:
+    p = probe("wire", value="127.0.0.1:80")
+    assert judge_probe(p, STOPPED, Outside(wire_allowed=frozenset({"127.0.0.1:80"}))).verdict == (
+        LEAKED
+    )
+    assert judge_probe(p, STOPPED, Outside()).verdict == REFUSED
+
+
+def test_a_changed_confiner_folder_is_a_leak() -> None:
+    p = probe("confiner", value=[1, 2], path="/opt/c")
+    assert judge_probe(p, STOPPED, Outside(confiner_after={"/opt/c": [1, 3]})).verdict == LEAKED
+    assert judge_probe(p, THROUGH, Outside(confiner_after={"/opt/c": [1, 2]})).verdict == REFUSED
+
+
+@pytest.mark.parametrize(
+    ("status", "leaked"),
+    [
+        ({}, False),
+        ({"NoNewPrivs": "0"}, True),
+        ({"Seccomp": "0"}, True),
+        ({"CapEff": "0000000000000001"}, True),
+        ({"Uid": "0\t0\t0\t0"}, True),
+        ({"Uid": "1000\t1000\t1000\t1000"}, True),  # the owner's own uid
+    ],
+)
+def test_privilege_is_read_from_the_status(status: dict[str, str], leaked: bool) -> None:
+    base = {"NoNewPrivs": "1", "Seccomp": "2", "Uid": "2000\t2000\t2000\t2000"}
+    base |= dict.fromkeys(("CapInh", "CapPrm", "CapEff", "CapAmb"), "0000000000000000")
+    answer = {"outcome": "through", "detail": "", "data": base | status}
+    verdict = judge_probe(probe("privilege", value=1000), answer, Outside()).verdict
+    assert verdict == (LEAKED if leaked else REFUSED)
+
+
+def test_a_known_gap_that_got_through_is_a_known_gap_not_a_leak() -> None:
+    p = probe("inside", KNOWN_GAP)
+    assert judge_probe(p, THROUGH, Outside()).verdict == KNOWN_GAP
+    assert judge_probe(p, STOPPED, Outside()).verdict == REFUSED
+
+
+def test_not_tried_is_reported_as_the_grant_and_says_so() -> None:
+    p = Probe("p", "CONNECT x", ALLOWED, None, not_tried="[internet] *")
+    finding = judge_probe(p, None, Outside())
+    assert (finding.verdict, finding.observed) == (ALLOWED, "not tried: [internet] *")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [None, "through", {"outcome": "fine"}, {"detail": "x"}, ["through"]],
+)
+def test_a_malformed_or_missing_answer_is_an_incomplete_check(answer: object) -> None:
+    with pytest.raises(ProbesFailed):
+        judge_probe(probe("inside"), answer, Outside())
+
+
+def test_results_that_are_not_a_mapping_are_an_incomplete_check() -> None:
+    with pytest.raises(ProbesFailed):
+        judge_all([probe("inside")], ["x"], Outside())
+
+
+def test_the_sandboxs_words_reach_the_report_without_control_characters() -> None:
+    answer = {"outcome": "stopped", "detail": "\x1b[31mred\x07" + "x" * 500, "data": ""}
+    observed = judge_probe(probe("inside"), answer, Outside()).observed
+    assert "\x1b" not in observed and "\x07" not in observed
+    assert len(observed) <= 160
