@@ -216,7 +216,7 @@ def _confiner(c: _Context, confiner_dir: str) -> None:
     c.add(
         Probe(
             "confiner",
-            f"write into or replace {confiner_dir}",
+            f"write into {confiner_dir} or beside it",
             REFUSED,
             {"kind": "confiner", "dir": confiner_dir, "file": file, "name": c.name()},
             (Evidence("confiner", folder_state(confiner_dir, file), path=confiner_dir),),
@@ -225,18 +225,18 @@ def _confiner(c: _Context, confiner_dir: str) -> None:
 
 
 def folder_state(folder: str, file: str) -> list[object]:
-    """What replacing or writing the folder would change: identities, times and names."""
+    """What replacing the folder or writing the confiner would change outside: the folder's
+    and its parent's identity, the confiner's identity, time and size. (Not the folders'
+    times: installing anything into the box changes those.)"""
     state: list[object] = []
-    for path in (folder, file):
+    for path, whole in ((folder, False), (file, True), (os.path.dirname(folder), False)):
         try:
             info = os.lstat(path)
-            state.append([info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size])
         except OSError as exc:
             state.append(exc.strerror)
-    try:
-        state.append(sorted(os.listdir(folder)))
-    except OSError as exc:
-        state.append(exc.strerror)
+            continue
+        ident = [info.st_dev, info.st_ino]
+        state.append([*ident, info.st_mtime_ns, info.st_size] if whole else ident)
     return state
 
 

@@ -106,23 +106,32 @@ def _open_write(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def _confiner(step: dict[str, Any]) -> dict[str, Any]:
-    """Write into, or replace, the folder the confiner runs from."""
-    folder, file = step["dir"], step["file"]
+    """Write into the folder the confiner runs from, or beside it (where the folder itself could
+    be swapped). Nothing is destroyed if it works: a file made is removed at once, the
+    confiner is opened for writing but not written; the outside sees the folders' times."""
+    folder, file, name = step["dir"], step["file"], step["name"]
     got: list[str] = []
     errors: list[str] = []
 
-    def attempt(name: str, fn: Callable[[], object]) -> None:
-        try:
-            fn()
-            got.append(name)
-        except OSError as exc:
-            errors.append(f"{name}: {_errno_name(exc)}")
+    def make(path: str) -> None:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
-    new = os.path.join(folder, step["name"])
-    attempt("create a file", lambda: os.close(os.open(new, os.O_WRONLY | os.O_CREAT, 0o644)))
-    attempt("open it for writing", lambda: os.close(os.open(file, os.O_WRONLY | os.O_APPEND)))
-    attempt("rename the folder", lambda: os.rename(folder, folder + "." + step["name"]))
-    attempt("remove the file", lambda: os.unlink(file))
+    attempts: list[tuple[str, Callable[[], object]]] = [
+        ("create a file in it", lambda: make(os.path.join(folder, name))),
+        (
+            "open the confiner for writing",
+            lambda: os.close(os.open(file, os.O_WRONLY | os.O_APPEND)),
+        ),
+        ("create a file beside it", lambda: make(os.path.join(os.path.dirname(folder), name))),
+    ]
+    for what, attempt in attempts:
+        try:
+            attempt()
+            got.append(what)
+        except OSError as exc:
+            errors.append(f"{what}: {_errno_name(exc)}")
     if got:
         return _through(", ".join(got))
     return _stopped("; ".join(errors))

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import TextIO
 
-from lnk_cli.check.verdicts import VERDICTS, Finding
+from lnk_cli.check.verdicts import VERDICTS, Finding, clean_text
 
 __all__ = ["REPORT_VERSION", "print_human", "print_json", "summary"]
 
@@ -49,10 +49,11 @@ def print_json(findings: Sequence[Finding], out: TextIO, *, sandbox: str, spec: 
 
 
 def print_human(findings: Sequence[Finding], out: TextIO, *, spec: str | None) -> None:
-    out.write(f"lnk sandbox check: {spec or 'the spec given by flags'}\n")
-    for f in findings:
+    out.write(f"lnk sandbox check: {clean_text(spec or 'the spec given by flags', 4096)}\n")
+    for f in findings:  # paths in them are names from disk: no control character gets out
         note = "" if f.verdict == f.expected else f"  (expected {f.expected})"
-        out.write(f"{f.verdict:<9}  {f.tried}: {f.observed}{note}\n")
+        tried, observed = clean_text(f.tried, 4096), clean_text(f.observed, 4096)
+        out.write(f"{f.verdict:<9}  {tried}: {observed}{note}\n")
     counts = summary(findings)
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     if counts["leaked"]:

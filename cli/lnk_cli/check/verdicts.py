@@ -2,11 +2,12 @@
 
 The sandbox's answer is hostile input (`untrusted_…`): it is checked for shape, its text cut
 and stripped of control characters, and it can only make a verdict worse, never better, where
-the outside can see for itself. For a file read, a listing, a file written or marked, the
-confiner's folder and the process status, the outside's evidence decides (a secret found in
-anything the sandbox printed, a name of the real folder, a file that exists, an mtime that
-moved). For connections, the sandbox's answer and the outside's (the bait server's accept log,
-the proxy's wire log) are joined: either one seeing it get through is enough.
+the outside can see for itself. For a file read, a listing, a file written or marked and the
+process status, the outside's evidence decides (a secret found in anything the sandbox
+printed, a name of the real folder, a file that exists, an mtime that moved). For connections
+and the confiner's folder (whose probe removes at once what it made), the sandbox's answer and
+the outside's (the bait server's accept log, the proxy's wire log, the folder's identity) are
+joined: either one seeing it get through is enough.
 
 verdict = leaked   when it got through and no grant allows it
           allowed  when it got through and a grant allows it (or a grant allows it and trying
@@ -33,7 +34,7 @@ VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Evidence the outside sees for itself: it alone decides the probe.
-_DECISIVE = frozenset({"secret", "names", "created", "marked", "confiner", "privilege"})
+_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege"})
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 

@@ -185,3 +185,22 @@ def test_the_program_starts_as_the_controller_starts_it_and_prints_one_document(
     assert set(doc["results"]) == {"one", "two"}
     assert doc["results"]["one"]["outcome"] == "through"
     assert doc["results"]["two"]["outcome"] == "stopped"
+
+
+def test_the_confiner_probe_destroys_nothing_even_when_it_gets_through(tmp_path: Path) -> None:
+    folder = tmp_path / "site" / "lnk_controller"
+    folder.mkdir(parents=True)
+    (folder / "confiner.py").write_text("confine()\n")
+    step = {
+        "id": "c",
+        "kind": "confiner",
+        "dir": str(folder),
+        "file": str(folder / "confiner.py"),
+        "name": "lnk-check-x",
+    }
+    result = run_step(step)  # this folder is writable: everything gets through
+    assert result["outcome"] == "through"
+    assert "create a file in it" in result["detail"]
+    assert sorted(os.listdir(folder)) == ["confiner.py"]
+    assert sorted(os.listdir(folder.parent)) == ["lnk_controller"]
+    assert (folder / "confiner.py").read_text() == "confine()\n"

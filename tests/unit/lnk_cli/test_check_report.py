@@ -48,3 +48,10 @@ def test_the_human_report_is_a_line_per_probe_and_a_summary() -> None:
     assert lines[4].endswith("(expected allowed)")  # a grant that did not work is shown
     assert lines[-1].startswith("LEAKED: 2 refused, 1 known gap, 1 leaked")
     assert summary(FINDINGS)["leaked"] == 1
+
+
+def test_no_control_character_reaches_the_terminal() -> None:
+    hostile = Finding("read.hidden:~/.x", "read ~/.\x1b]0;x\x07/f", "refused", "EACCES", "refused")
+    out = io.StringIO()
+    print_human([hostile], out, spec="/home/u/\x1b[2Jspec.toml")
+    assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()

@@ -91,10 +91,11 @@ def test_the_wire_log_makes_a_proxy_answer_a_leak() -> None:
     assert judge_probe(p, STOPPED, Outside()).verdict == REFUSED
 
 
-def test_a_changed_confiner_folder_is_a_leak() -> None:
+def test_a_changed_confiner_folder_or_the_sandboxs_word_is_a_leak() -> None:
     p = probe("confiner", value=[1, 2], path="/opt/c")
     assert judge_probe(p, STOPPED, Outside(confiner_after={"/opt/c": [1, 3]})).verdict == LEAKED
-    assert judge_probe(p, THROUGH, Outside(confiner_after={"/opt/c": [1, 2]})).verdict == REFUSED
+    assert judge_probe(p, THROUGH, Outside(confiner_after={"/opt/c": [1, 2]})).verdict == LEAKED
+    assert judge_probe(p, STOPPED, Outside(confiner_after={"/opt/c": [1, 2]})).verdict == REFUSED
 
 
 @pytest.mark.parametrize(
