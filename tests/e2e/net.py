@@ -167,6 +167,14 @@ class TestInternet:
     def accepted(self, which: Host | str, port: int | None = None) -> int:
         return sum(1 for c in self.connections(which) if port is None or c.port == port)
 
+    def ended(self, which: Host | str) -> list[Accepted]:
+        """The connections of `connections` that have ended (the host closed its side)."""
+        path = self.host(which).log.with_name(self.host(which).log.name + ".ended")
+        if not path.exists():
+            return []
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [Accepted(**json.loads(line)) for line in lines if line.endswith("}")]
+
     def rebind(self, private: bool | None = None) -> list[str]:
         """Flip REBIND's answer (or set it: private=True gives the LAN host); returns it."""
         now_private = self.dns[REBIND] == [self.nas.address]

@@ -2,14 +2,17 @@
 namespace (`ip netns exec NS python -I net_server.py CONFIG.json`), never imported by a test.
 
 It logs every accepted TCP connection (before any TLS handshake, so a refused client's bare
-connect counts too) as a JSON line to the config's `log`, then prints `ready` once every port
-is bound. It dies with the process that started it (`PR_SET_PDEATHSIG`).
+connect counts too) as a JSON line to the config's `log`, and the same line to `<log>.ended`
+when that connection ends, then prints `ready` once every port is bound. It dies with the
+process that started it (`PR_SET_PDEATHSIG`).
 
 Answers, on every port (plain on `http`, TLS on `https`), with keep-alive:
 - `GET /`: the host's name and a newline;
 - `GET /big?bytes=N`: N zero bytes, streamed;
 - `GET /headers`: the request head exactly as it arrived (to check what a proxy forwarded);
 - `GET /redirect?to=URL`: a 302 to URL;
+- `GET /simple/`, `/simple/lnk-demo/`, `/packages/WHEEL`: a PEP 503 package index holding one
+  pure-Python wheel, `lnk-demo` 1.0 (built in memory at start), for pip from a sandbox;
 - `POST` (any path): the request body (Content-Length or chunked);
 - anything else: 404.
 
@@ -19,13 +22,17 @@ Security limitations: none needed; it only ever listens inside a namespace the t
 from __future__ import annotations
 
 import asyncio
+import base64
 import ctypes
+import hashlib
+import io
 import json
 import os
 import signal
 import ssl
 import sys
 import time
+import zipfile
 from contextlib import suppress
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -35,6 +42,40 @@ HEAD_LIMIT = 64 * 1024  # bytes of request head; the tests' clients send far les
 BODY_LIMIT = 64 * 1024 * 1024  # bytes of echoed body; enough for any upload test
 CHUNK = 256 * 1024  # bytes per write of /big: large writes keep a Python server fast
 ZEROS = bytes(CHUNK)
+DEMO_PROJECT = "lnk-demo"
+DEMO_WHEEL = "lnk_demo-1.0-py3-none-any.whl"
+DEMO_MODULE = b'GREETING = "hello from the test internet"\n'
+
+
+def _demo_wheel() -> bytes:
+    """A minimal valid wheel: one module, METADATA, WHEEL and a RECORD with real hashes."""
+    files = {
+        "lnk_demo/__init__.py": DEMO_MODULE,
+        "lnk_demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: lnk-demo\nVersion: 1.0\n",
+        "lnk_demo-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: net_server\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(data)}\n"
+    files["lnk_demo-1.0.dist-info/RECORD"] = (record + "lnk_demo-1.0.dist-info/RECORD,,\n").encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in files.items():
+            wheel.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    return out.getvalue()
+
+
+WHEEL_BYTES = _demo_wheel()
+INDEX_PAGES = {
+    "/simple/": f'<html><body><a href="/simple/{DEMO_PROJECT}/">{DEMO_PROJECT}</a></body></html>\n',
+    f"/simple/{DEMO_PROJECT}/": (
+        f'<html><body><a href="/packages/{DEMO_WHEEL}'
+        f'#sha256={hashlib.sha256(WHEEL_BYTES).hexdigest()}">{DEMO_WHEEL}</a></body></html>\n'
+    ),
+}
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -48,11 +89,12 @@ class Host:
     def __init__(self, name: str, log_path: str) -> None:
         self.name = name
         self.log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self.ended_log = open(log_path + ".ended", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
-    def accepted(self, writer: asyncio.StreamWriter, port: int) -> None:
+    def accepted(self, writer: asyncio.StreamWriter, port: int, log: Any = None) -> None:
         peer = writer.get_extra_info("peername")
         line = {"time": time.time(), "peer": peer[0], "peer_port": peer[1], "port": port}
-        self.log.write(json.dumps(line) + "\n")
+        (log or self.log).write(json.dumps(line) + "\n")
 
     async def serve(
         self,
@@ -77,6 +119,7 @@ class Host:
             writer.close()
             with suppress(Exception):
                 await writer.wait_closed()
+            self.accepted(writer, port, self.ended_log)
 
     async def one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection should end."""
@@ -110,6 +153,11 @@ class Host:
             writer.write(_response(302, b"", close=close, extra=extra))
         elif url.path == "/big" and "bytes" in query:
             await _stream_zeros(writer, int(query["bytes"][0]), close)
+        elif url.path in INDEX_PAGES:
+            html = {"Content-Type": "text/html; charset=utf-8"}
+            writer.write(_response(200, INDEX_PAGES[url.path].encode(), close=close, extra=html))
+        elif url.path == f"/packages/{DEMO_WHEEL}":
+            writer.write(_response(200, WHEEL_BYTES, close=close))
         else:
             writer.write(_response(404, b"not found\n", close=close))
         await writer.drain()
@@ -152,7 +200,8 @@ REASONS = {200: "OK", 302: "Found", 400: "Bad Request", 404: "Not Found", 405: "
 
 def _head(status: int, length: int, *, close: bool, extra: dict[str, str]) -> bytes:
     lines = [f"HTTP/1.1 {status} {REASONS[status]}", f"Content-Length: {length}"]
-    lines.append("Content-Type: application/octet-stream")
+    if "Content-Type" not in extra:
+        lines.append("Content-Type: application/octet-stream")
     lines.extend(f"{k}: {v}" for k, v in extra.items())
     if close:
         lines.append("Connection: close")
