@@ -553,6 +553,14 @@ def test_ssh_tt_gets_a_pts_in_the_sandbox(sshd: GateSshd, user: BoxUser) -> None
     assert isatty == "True"
 
 
+def test_no_command_and_no_pty_is_a_login_bash_reading_stdin(sshd: GateSshd, user: BoxUser) -> None:
+    result = sshd.ssh(
+        user, "-T", input="echo shell-$((20+22)); shopt -q login_shell && echo login\n", stdin=None
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["shell-42", "login"]
+
+
 TIOCSTI_PROBE = (
     "import errno, fcntl, os, termios\n"
     "for fd in (0, 1, 2):\n"
