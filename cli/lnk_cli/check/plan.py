@@ -477,22 +477,30 @@ def _exec(c: _Context) -> None:
                 inside,
             )
         )
-    copy = os.path.join(SANDBOX_TMP, c.name())
-    c.add(
-        Probe(
-            "exec:tmp-copy",
-            f"run a copy of {program} written to /tmp",
-            _expect(anything),
-            {
-                "kind": "exec",
-                "argv": [copy, marker],
-                "marker": marker,
-                "copy_from": program,
-                "copy_to": copy,
-            },
-            inside,
+    # A copy where the sandbox may write: its /tmp, and the spec's first write folder (both
+    # noexec; the folder's copy lands outside, so it is removed after the run).
+    places = [("exec:tmp-copy", SANDBOX_TMP)]
+    places += [
+        (f"exec:write-copy:{w}", w) for w in sorted({w.real for w in spec.write if w.is_dir})
+    ]
+    for ident, folder in places[:2]:
+        copy = os.path.join(folder, c.name())
+        c.add(
+            Probe(
+                ident,
+                f"run a copy of {program} written to {folder}",
+                _expect(anything),
+                {
+                    "kind": "exec",
+                    "argv": [copy, marker],
+                    "marker": marker,
+                    "copy_from": program,
+                    "copy_to": copy,
+                },
+                inside,
+                leftovers=() if folder == SANDBOX_TMP else (copy,),
+            )
         )
-    )
     c.add(
         Probe(
             "exec:memfd",

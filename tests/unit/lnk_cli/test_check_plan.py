@@ -102,6 +102,9 @@ def test_a_write_folder_must_take_a_write_and_keep_its_dot_entries(home: Path, b
     assert steps[f"write.dot:{out}/.git/config"]["path"] == f"{out}/.git/config"
     leftovers = {p.id: p.leftovers for p in probes}
     assert leftovers[f"write.dot:{out}/.git/hooks"] == (f"{out}/.git",)
+    assert wanted[f"exec:write-copy:{out}"] == REFUSED  # written there, never run from there
+    (copy,) = leftovers[f"exec:write-copy:{out}"]
+    assert os.path.dirname(copy) == str(out)
 
 
 def test_host_network_expects_a_route_and_asks_no_proxy(home: Path, bait: Bait) -> None:
