@@ -33,6 +33,8 @@ GROUPS = {
     "sandbox": "lnk_cli.sandbox_commands",
     "spec": "lnk_cli.spec_commands",
     "box": "lnk_cli.box_commands",
+    "agent": "lnk_cli.agent_commands",
+    "bridge": "lnk_cli.bridge_commands",
 }
 
 

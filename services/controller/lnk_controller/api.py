@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from lnk_controller.agents import AgentRegistry
 from lnk_controller.cgroups import freeze
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
@@ -58,8 +59,17 @@ class LeaseRequest(BaseModel):
     seconds: int = Field(ge=1)
 
 
-def make_app(cfg: ControllerConfig, store: SandboxStore, remembered: RememberedSpecs) -> FastAPI:
+def make_app(
+    cfg: ControllerConfig,
+    store: SandboxStore,
+    remembered: RememberedSpecs,
+    agents: AgentRegistry | None = None,
+) -> FastAPI:
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
+    if agents is not None:
+        from lnk_controller.agents_api import add_agent_routes
+
+        add_agent_routes(app, cfg, agents)
 
     @app.exception_handler(LnkError)
     def refused(_request: Request, exc: LnkError) -> JSONResponse:

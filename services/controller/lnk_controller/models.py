@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["NAMING_CONVENTION", "Base", "RememberedSpec", "SandboxRow", "UTCDateTime"]
+__all__ = ["NAMING_CONVENTION", "AgentRow", "Base", "RememberedSpec", "SandboxRow", "UTCDateTime"]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -122,3 +122,20 @@ class SandboxRow(Base):
     lease_expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     exit_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class AgentRow(Base):
+    """An agent: its owner's name for it, its public key (the private key is a root-only file,
+    `lnk_controller.agents`), the host uid of its sandbox while one runs, its spec."""
+
+    __tablename__ = "agents"
+    __table_args__ = (UniqueConstraint("owner_uid", "name"),)
+
+    agent_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner_uid: Mapped[int] = mapped_column(Integer, nullable=False)
+    name: Mapped[str] = mapped_column(String(40), nullable=False)
+    public_key: Mapped[str] = mapped_column(String(64), nullable=False)
+    spec_path: Mapped[str] = mapped_column(String(4096), nullable=False)
+    spec_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    host_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

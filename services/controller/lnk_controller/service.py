@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 
 from lnk_controller import idmap_mounts, landlock
+from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
@@ -109,7 +110,8 @@ def run_controller(cfg: ControllerConfig) -> None:
     reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
     reaper.start()
 
-    app = make_app(cfg, store, remembered)
+    agents = AgentRegistry(engine, cfg.state_dir / "agent-keys")
+    app = make_app(cfg, store, remembered, agents)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
     log.info("controller ready: %s, %s", cfg.launch_socket, cfg.api_socket)

@@ -1,0 +1,91 @@
+"""`lnk agent create|list|remove|send`: your agents, kept by the controller.
+
+An agent's folder is `~/Link/Agents/NAME/` (made here, as you, mode 0700); its key pair is made
+by the controller, which keeps the private key (never shown) and registers the public key.
+`lnk agent send NAME MESSAGE` queues a message in the agent's inbox (the store bridge's way in),
+which the agent reads inside its sandbox with `lnk bridge inbox read`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import EXIT_OK, StateError, UsageError
+
+__all__ = ["register"]
+
+AGENTS_FOLDER = Path("Link") / "Agents"  # under the owner's home: each agent's own folder
+
+
+def register(groups: Any) -> None:
+    agent = groups.add_parser("agent", help="create, list, remove your agents; send them messages")
+    commands = agent.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(agent))
+    agent.set_defaults(handler=lambda _a: (agent.print_help(sys.stderr), 2)[1])
+
+    create = commands.add_parser("create", help="a new agent with its own key pair")
+    create.add_argument("name")
+    create.add_argument("--spec", required=True, help="the spec its sandbox runs with")
+    create.set_defaults(handler=cmd_create)
+
+    listing = commands.add_parser("list", help="your agents")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_list)
+
+    remove = commands.add_parser("remove", help="forget an agent and delete its key")
+    remove.add_argument("name")
+    remove.set_defaults(handler=cmd_remove)
+
+    send = commands.add_parser("send", help="queue a message in an agent's inbox")
+    send.add_argument("name")
+    send.add_argument("message")
+    send.set_defaults(handler=cmd_send)
+
+
+def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    from lnk_shared.api_client import api_request
+
+    socket = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
+    status, doc = api_request(socket, method, url, body)
+    if status >= 400:
+        detail = doc.get("detail") if isinstance(doc, dict) else doc
+        raise StateError(f"the controller refused: {detail}")
+    return doc
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    spec = Path(args.spec)
+    if not spec.is_file():
+        raise UsageError(f"--spec {args.spec}: no such file")
+    folder = Path.home() / AGENTS_FOLDER / args.name
+    agent = _call("POST", "/v1/agents", {"name": args.name, "spec": str(spec.resolve())})
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # as you: never a root-made folder
+    print(f"agent {agent['name']} created ({agent['agent_id']}); its folder is {folder}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    agents = _call("GET", "/v1/agents")
+    if args.json:
+        print(json.dumps(agents, indent=2))
+        return EXIT_OK
+    for agent in agents:
+        state = f"running as uid {agent['host_uid']}" if agent["running"] else "stopped"
+        print(f"{agent['name']:<24} {state:<22} {agent['spec']}")
+    return EXIT_OK
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    _call("DELETE", f"/v1/agents/{args.name}")
+    print(f"agent {args.name} removed (its folder ~/{AGENTS_FOLDER / args.name} is kept)")
+    return EXIT_OK
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    sent = _call("POST", f"/v1/agents/{args.name}/send", {"message": args.message})
+    print(f"queued for {args.name} (message {sent['id']})")
+    return EXIT_OK

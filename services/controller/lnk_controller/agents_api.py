@@ -1,0 +1,59 @@
+"""The agents' part of the controller's API: create, list, remove an agent, and send it a
+message. A caller acts on its own agents only (the kernel says who calls: SO_PEERCRED); an
+agent of someone else is the same 404 as no agent. No answer ever holds a private key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, ConfigDict, Field
+
+from lnk_controller.agents import AgentPublic, AgentRegistry
+from lnk_controller.api import Caller
+from lnk_controller.bridge_link import send_message
+from lnk_controller.config import ControllerConfig
+
+__all__ = ["AgentCreate", "AgentMessage", "add_agent_routes"]
+
+MAX_MESSAGE = 64 * 1024  # the bridge's own limit for a message in
+
+
+class AgentCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=40)
+    spec: str = Field(max_length=4096)
+
+
+class AgentMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: str = Field(max_length=MAX_MESSAGE)
+
+
+def add_agent_routes(app: FastAPI, cfg: ControllerConfig, agents: AgentRegistry) -> None:
+    def own(name: str, uid: int) -> AgentPublic:
+        agent = agents.get(uid, name)
+        if agent is None:
+            raise HTTPException(status_code=404, detail=f"you have no agent named {name!r}")
+        return agent
+
+    @app.post("/v1/agents")
+    def create(body: AgentCreate, uid: Caller) -> AgentPublic:
+        return agents.create(uid, body.name, body.spec)
+
+    @app.get("/v1/agents")
+    def listing(uid: Caller, all: bool = False) -> list[AgentPublic]:
+        return agents.find(None if uid == 0 and all else uid)
+
+    @app.delete("/v1/agents/{name}")
+    def remove(name: str, uid: Caller) -> dict[str, Any]:
+        own(name, uid)
+        agents.remove(uid, name)
+        return {"removed": name}
+
+    @app.post("/v1/agents/{name}/send")
+    def send(name: str, body: AgentMessage, uid: Caller) -> dict[str, Any]:
+        agent = own(name, uid)
+        sent = send_message(cfg.run_dir, agent.agent_id, "owner", body.message)
+        return {"agent": name, "id": sent}

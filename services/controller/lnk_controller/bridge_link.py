@@ -1,0 +1,53 @@
+"""The controller's side of the store bridge's admin socket: deliver a message to an agent's
+inbox (and, with agents' sandboxes, open and close an agent's socket).
+
+The bridge runs as its own system user and answers only the controller's uid (SO_PEERCRED).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from lnk_shared.errors import StateError
+from lnk_shared.unix import recv_frame, send_frame
+
+__all__ = ["bridge_admin_socket", "send_message"]
+
+ADMIN_TIMEOUT_S = 10.0  # the bridge answers at once, after one SQLite write at most
+
+
+def bridge_admin_socket(run_dir: Path) -> Path:
+    return run_dir / "bridge-store" / "admin.sock"
+
+
+def _call(run_dir: Path, message: dict[str, Any]) -> dict[str, Any]:
+    path = bridge_admin_socket(run_dir)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(ADMIN_TIMEOUT_S)
+    try:
+        sock.connect(str(path))
+        send_frame(sock, message)
+        answer, fds = recv_frame(sock)
+        for fd in fds:
+            os.close(fd)
+    except (OSError, EOFError, ValueError) as exc:
+        raise StateError(
+            f"the store bridge does not answer at {path} ({exc}); `lnk box up` starts it"
+        ) from None
+    finally:
+        sock.close()
+    if answer.get("ok") is not True:
+        raise StateError(f"the store bridge refused: {answer.get('error')}")
+    return answer
+
+
+def send_message(run_dir: Path, agent_id: str, sender: str, message: str) -> int:
+    """Queue `message` in the agent's inbox; its id there."""
+    answer = _call(run_dir, {"op": "send", "agent": agent_id, "sender": sender, "message": message})
+    sent = answer.get("id")
+    if type(sent) is not int:
+        raise StateError("the store bridge answered without a message id")
+    return sent
