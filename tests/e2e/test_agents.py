@@ -77,7 +77,7 @@ def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> Non
         key_file = box.state_dir / "agent-keys" / f"{agent_id}.pem"
         assert (key_file.stat().st_uid, stat.S_IMODE(key_file.stat().st_mode)) == (0, 0o600)
         assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
-        owner_reads = as_uid(owner.uid, lambda: key_file.read_text())
+        owner_reads = as_uid(owner.uid, key_file.read_text)
         assert "PermissionError" in owner_reads["exception"]  # not even its owner reads it
         private = load_pem_private_key(key_file.read_bytes(), password=None)
         assert isinstance(private, Ed25519PrivateKey)
