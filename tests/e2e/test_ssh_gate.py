@@ -683,8 +683,9 @@ def test_check_prints_the_grants_and_runs_nothing(
 def test_a_spec_that_does_not_let_bash_run_is_refused_before_anything_runs(
     running_box: RunningBox, sshd: GateSshd
 ) -> None:
-    nobash = sshd.add_user(spec_text(commands=["touch", "id"]))
+    nobash = sshd.add_user(spec_text())
     authorize(running_box, sshd, nobash)
+    nobash.spec.write_text(spec_text(commands=["touch", "id"]))  # edited after it was let in
     mark = nobash.folder / "ran"
     for command in (f"touch {mark}", None):
         result = sshd.ssh(nobash, command=command)
@@ -698,9 +699,10 @@ def test_a_spec_that_does_not_let_bash_run_is_refused_before_anything_runs(
 def test_a_spec_that_writes_elsewhere_is_refused(running_box: RunningBox, sshd: GateSshd) -> None:
     other = sshd.data / f"other-{secrets.token_hex(3)}"
     other.mkdir()
-    writer = sshd.add_user(spec_text(extra=f'[folders]\nwrite = ["{other}"]\n'))
+    writer = sshd.add_user(spec_text())
     os.chown(other, writer.uid, writer.gid)
     authorize(running_box, sshd, writer)
+    writer.spec.write_text(spec_text(extra=f'[folders]\nwrite = ["{other}"]\n'))
     result = sshd.ssh(writer, command=f"touch {other}/x {writer.folder}/x")
     assert result.returncode == 3
     assert "session-writes" in result.stderr
@@ -790,3 +792,28 @@ def test_authorize_refuses_the_same_key_twice_and_revoke_takes_it_out(
     revoked = _authorize_cli(running_box, sshd, "--revoke", fingerprint, "--user", twice.name)
     assert revoked.returncode == 0, revoked.stderr
     assert sshd.ssh(twice, command="true").returncode == 255  # the key no longer gets in
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        (spec_text(commands=["id"]), "/bin/bash"),
+        (spec_text(extra='[folders]\nwrite = ["/var/tmp"]\n'), "session-writes"),
+        ("[nonsense]\n", "nonsense"),
+    ],
+    ids=["no-bash", "writes-elsewhere", "unreadable-spec"],
+)
+def test_authorize_refuses_a_line_every_session_would_fail(
+    running_box: RunningBox, sshd: GateSshd, spec: str, why: str
+) -> None:
+    """The line's command is run with --check as the user before anything is written."""
+    doomed = sshd.add_user(spec)
+    result = _authorize_cli(
+        running_box,
+        sshd,
+        *("--user", doomed.name, "--spec", str(doomed.spec), "--folder", str(doomed.folder)),
+        *("--key", f"{doomed.key}.pub", "--run-dir", str(running_box.run_dir)),
+    )
+    assert result.returncode == 3, result.stderr
+    assert "session-check" in result.stderr and why in result.stderr
+    assert not (sshd.keys_dir / doomed.name).exists()

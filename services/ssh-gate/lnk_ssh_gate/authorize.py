@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from lnk_shared.discovery import real_or_planned
-from lnk_shared.errors import SpecError, UsageError
+from lnk_shared.errors import RefusedError, SpecError, UsageError
 from lnk_shared.paths import BoxPaths
 from lnk_ssh_gate.authorized_keys import (
     MAX_KEY_BYTES,
@@ -29,7 +30,15 @@ from lnk_ssh_gate.gate_paths import GatePathRefused, check_line_path, check_root
 from lnk_ssh_gate.key_store import KeyStore
 from lnk_ssh_gate.sshd_dropin import harden_user
 
-__all__ = ["Authorized", "authorize", "default_lnk"]
+__all__ = ["Authorized", "SessionCheckRefused", "authorize", "default_lnk"]
+
+CHECK_TIMEOUT_S = 60  # `lnk sandbox enter --check` reads and judges the spec; seconds at most
+
+
+class SessionCheckRefused(RefusedError):
+    """The gate, run as the box user, would refuse every session of this line."""
+
+    rule = "session-check"
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,39 @@ def _real(path: str, what: str, *, want_dir: bool) -> None:
         )
 
 
+def _check_as_user(entry: pwd.struct_passwd, command: str) -> None:
+    """Run the line's command with --check as the box user: what every session would meet
+    (the spec unreadable, no /bin/bash, writes elsewhere, a folder the rules refuse) is
+    refused now, while root is here to fix it. A spec edited later is judged at its session."""
+    argv = [
+        "/usr/bin/setpriv",
+        f"--reuid={entry.pw_uid}",
+        f"--regid={entry.pw_gid}",
+        "--init-groups",
+        "--",
+        *command.split(" "),  # every word was checked: no quoting, no spaces inside a word
+        "--check",
+    ]
+    try:
+        result = subprocess.run(
+            argv,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SessionCheckRefused(command, f"cannot run it as {entry.pw_name}: {exc}") from None
+    if result.returncode != 0:
+        why = result.stderr.strip().removeprefix("lnk: ") or f"exit status {result.returncode}"
+        raise SessionCheckRefused(
+            f"the line for {entry.pw_name}", f"run as {entry.pw_name}, the gate refuses it: {why}"
+        )
+
+
 def authorize(
     *,
     user: str,
@@ -110,6 +152,7 @@ def authorize(
     check_folder(folder, protected)
     key = parse_public_key(_read_key(key_file), key_file)
     line = key_line(key, command)
+    _check_as_user(entry, command)
     store.refuse_duplicate(user, key)  # before the user is changed; `add` checks again, locked
     changes = harden_user(user)
     path = store.add(user, key, line)
