@@ -23,7 +23,7 @@ from lnk_shared.errors import EXIT_ERROR, LnkError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
-__all__ = ["CheckRun", "RemoteError", "run_probes"]
+__all__ = ["CheckRun", "Interrupts", "RemoteError", "run_probes"]
 
 MAX_OUTPUT = 8 * 1024 * 1024  # bytes of the probes' output kept; more is a hostile sandbox
 READ_CHUNK = 65536
@@ -36,6 +36,33 @@ class RemoteError(LnkError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.exit_code = code
+
+
+@dataclass
+class Interrupts:
+    """Ctrl-C (SIGINT, SIGTERM, SIGHUP) during a check, handled in order: the first is noted
+    and, once the sandbox runs, passed to it as SIGTERM, so the sandbox ends and the
+    controller says so before the bait is removed (`check()` then ends the check). A second
+    one ends the check at once (the sandbox is still asked to end, for a bounded wait)."""
+
+    count: int = 0
+    sock: socket.socket | None = None
+    started: bool = False
+
+    def signal(self, _number: int, _frame: object) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self.forward()
+
+    def forward(self) -> None:
+        if self.count and self.started and self.sock is not None:
+            with contextlib.suppress(OSError):
+                send_frame(self.sock, {"type": "signal", "signal": int(signal.SIGTERM)})
+
+    def check(self) -> None:
+        if self.count:
+            raise KeyboardInterrupt
 
 
 @dataclass
@@ -151,8 +178,8 @@ def _drain(buffers: dict[int, bytearray]) -> None:
 
 
 def _stop(sock: socket.socket) -> None:
-    """An interrupt: ask the sandbox to end and wait (bounded) until the controller says it has,
-    so nothing of it runs while the bait is removed."""
+    """A check ended early while its sandbox runs: ask the sandbox to end and wait (bounded)
+    until the controller says it has, so nothing of it runs while the bait is removed."""
     with contextlib.suppress(OSError):
         send_frame(sock, {"type": "signal", "signal": int(signal.SIGTERM)})
     sock.settimeout(STOP_WAIT_S)
@@ -161,7 +188,7 @@ def _stop(sock: socket.socket) -> None:
             pass
 
 
-def run_probes(args: argparse.Namespace, plan: str) -> CheckRun:
+def run_probes(args: argparse.Namespace, plan: str, interrupts: Interrupts) -> CheckRun:
     """Run the probes in the sandbox the arguments describe; return their output."""
     run = CheckRun()
     fds: list[int] = []
@@ -169,7 +196,6 @@ def run_probes(args: argparse.Namespace, plan: str) -> CheckRun:
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     fds += [null, out_w, err_w]
-    started = False
     sock: socket.socket | None = None
     try:
         request = _request(args, plan, fds)
@@ -179,7 +205,8 @@ def run_probes(args: argparse.Namespace, plan: str) -> CheckRun:
             os.close(fd)
         fds.clear()
         _until_started(sock, run)
-        started = True
+        interrupts.sock, interrupts.started = sock, True
+        interrupts.forward()  # an interrupt while it was being made
         _collect(sock, out_r, err_r, run)
         return run
     except (EOFError, ConnectionError) as exc:
@@ -187,10 +214,11 @@ def run_probes(args: argparse.Namespace, plan: str) -> CheckRun:
             f"the controller ended the check without an answer ({exc}); see its log"
         ) from None
     except BaseException:
-        if started and sock is not None and run.status is None:
+        if interrupts.started and sock is not None and run.status is None:
             _stop(sock)
         raise
     finally:
+        interrupts.sock, interrupts.started = None, False
         for fd in (*fds, out_r, err_r):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -7,9 +7,13 @@ the expected verdict and the outside evidence `verdicts.py` weighs with the sand
 
 Expected: `allowed` when a grant opens it, `known gap` for what the wall documents it does not
 stop (a `[localhost]` port's server, the ELF loader, dot entries below the top of a written
-folder), `refused` for everything else. A probe whose try would send traffic off this machine
-because a grant allows it (a route in host mode, a wildcard or `*` host) is not tried: it is
-reported `allowed` with "not tried" and nothing is sent.
+folder), `refused` for everything else.
+
+Nothing is sent off this machine: 1.1.1.1 directly is a route lookup (a UDP connect), dialed
+only when there is no route (so it fails before a packet); through the proxy it is asked for by
+address, which `[internet]` never opens. A probe that would leave the machine because a grant
+allows it (a `*` or wildcard host, a `[lan]` range) is not tried: it is reported `allowed` with
+"not tried".
 """
 
 from __future__ import annotations

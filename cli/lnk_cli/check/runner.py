@@ -15,9 +15,10 @@ Design choices (issue 5):
   allow = ["*"]`). The caller chooses the probe's arguments (the plan), never the program.
 - Approval: a check neither asks nor remembers. It runs only the box's probes, so checking a
   spec someone sent you never approves it for `lnk sandbox run`; that still asks.
-- Bait and signals: SIGINT, SIGTERM and SIGHUP end the run as an interrupt; the sandbox is
-  asked to end and waited for, then every bait and everything a probe may have made is
-  removed, with those signals blocked so a second Ctrl-C cannot cut the removal short.
+- Bait and signals: SIGINT, SIGTERM and SIGHUP end the run as an interrupt, in order: the
+  sandbox (once it runs) gets SIGTERM and the check waits until the controller says it ended,
+  then every bait and everything a probe may have made is removed, with those signals blocked
+  so another Ctrl-C cannot cut the removal short. A second Ctrl-C stops waiting (bounded).
 - Nothing is sent off this machine: 1.1.1.1 is tried only where the sandbox has no route to it
   (a UDP connect looks the route up without sending) and through the proxy, whose rules never
   take an IP literal through `[internet]`; hosts a grant allows are tried only when the grant
@@ -35,9 +36,9 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from lnk_cli.check.launch import Interrupts, run_probes
 from lnk_shared.errors import EXIT_OK, StateError
 
 __all__ = ["check"]
@@ -48,13 +49,9 @@ WIRE_PAGES = 64  # pages of the wire's log read at most (256 KiB each): far abov
 
 
 @contextlib.contextmanager
-def _interrupts() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the check the way Ctrl-C does: through every `finally`."""
-
-    def interrupt(number: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(number).name)
-
-    old = {n: signal.signal(n, interrupt) for n in ENDING_SIGNALS}
+def _interrupts(interrupts: Interrupts) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP go to `interrupts` (see there) for the whole check."""
+    old = {n: signal.signal(n, interrupts.signal) for n in ENDING_SIGNALS}
     try:
         yield
     finally:
@@ -160,7 +157,6 @@ def _results(run: Any) -> object:
 
 def check(args: argparse.Namespace) -> int:
     from lnk_cli.check.bait import Bait, home_of
-    from lnk_cli.check.launch import run_probes
     from lnk_cli.check.plan import LEAKED, build_plan
     from lnk_cli.check.report import print_human, print_json
     from lnk_cli.check.verdicts import judge_all
@@ -169,10 +165,12 @@ def check(args: argparse.Namespace) -> int:
     grants = grants_from_arguments(args)  # unreadable or refused: exit 2 or 3, nothing set up
     spec = grants.spec
     confiner_dir = _confiner_dir()
-    with _interrupts():
+    interrupts = Interrupts()
+    with _interrupts(interrupts):
         bait = Bait(home=home_of(os.getuid()))
         try:
             bait.make(avoid_ports=frozenset(spec.ports))
+            interrupts.check()
             for folder in bait.skipped:
                 print(f"lnk: no bait in {folder}: you cannot write there", file=sys.stderr)
             probes = build_plan(grants, bait, confiner_dir or "")
@@ -181,7 +179,8 @@ def check(args: argparse.Namespace) -> int:
             for probe in probes:
                 bait.leftovers.extend(probe.leftovers)
             plan = json.dumps([p.step for p in probes if p.step is not None])
-            run = run_probes(args, plan)
+            run = run_probes(args, plan, interrupts)
+            interrupts.check()  # the sandbox has ended: now the check ends too
             untrusted_results = _results(run)
             outside = _outside(probes, bait, run, spec.has_proxy)
             findings = judge_all(probes, untrusted_results, outside)
