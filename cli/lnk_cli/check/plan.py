@@ -9,11 +9,12 @@ Expected: `allowed` when a grant opens it, `known gap` for what the wall documen
 stop (a `[localhost]` port's server, the ELF loader, dot entries below the top of a written
 folder), `refused` for everything else.
 
-Nothing is sent off this machine: 1.1.1.1 directly is a route lookup (a UDP connect), dialed
-only when there is no route (so it fails before a packet); through the proxy it is asked for by
-address, which `[internet]` never opens. A probe that would leave the machine because a grant
-allows it (a `*` or wildcard host, a `[lan]` range) is not tried: it is reported `allowed` with
-"not tried".
+Off this machine, only hosts the spec names are reached: each listed `[internet]` or `[lan]`
+host gets one CONNECT through the proxy, closed at once. 1.1.1.1 directly is a route lookup
+(a UDP connect, no packet), dialed only when there is no route, so it fails before a packet;
+through the proxy it is asked for by address, which `[internet]` never opens. A probe a grant
+would let leave the machine without naming a host (`*`, a wildcard, a `[lan]` range) is not
+tried: it is reported `allowed` with "not tried".
 """
 
 from __future__ import annotations
