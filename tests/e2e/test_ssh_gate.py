@@ -210,9 +210,16 @@ def test_stdio_forwarding_W_is_refused(sshd: GateSshd, user: BoxUser, listener: 
     assert listener.accepted == 0
 
 
-def test_control_the_test_sshd_lets_others_forward(sshd: GateSshd, listener: _Listener) -> None:
+@pytest.fixture(scope="module")
+def plain(sshd: GateSshd) -> BoxUser:
+    """A user outside the gate on the same sshd: the control for every refusal."""
+    return sshd.add_plain_user()
+
+
+def test_control_the_test_sshd_lets_others_forward(
+    sshd: GateSshd, listener: _Listener, plain: BoxUser
+) -> None:
     """The refusals above are the gate's: a user outside it forwards through this same sshd."""
-    plain = sshd.add_plain_user()
     result = sshd.ssh(plain, "-W", f"127.0.0.1:{listener.port}", stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     deadline = time.monotonic() + WAIT_S
@@ -291,7 +298,7 @@ def test_remote_forwarding_R_is_refused(sshd: GateSshd, user: BoxUser, listener:
         assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens on the host
 
 
-def test_agent_forwarding_A_is_refused(sshd: GateSshd, user: BoxUser) -> None:
+def test_agent_forwarding_A_is_refused(sshd: GateSshd, user: BoxUser, plain: BoxUser) -> None:
     agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True)
     env = dict(os.environ)
     for name in ("SSH_AUTH_SOCK", "SSH_AGENT_PID"):
@@ -299,25 +306,35 @@ def test_agent_forwarding_A_is_refused(sshd: GateSshd, user: BoxUser) -> None:
     try:
         result = sshd.ssh(user, "-A", command='echo "[$SSH_AUTH_SOCK]"', env=env)
         leftovers = [p for p in Path("/tmp").glob("ssh-*") if p.stat().st_uid == user.uid]
+        control = sshd.ssh(plain, "-A", command='echo "[$SSH_AUTH_SOCK]"', env=env)
     finally:
         subprocess.run(["ssh-agent", "-k"], env=env, capture_output=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[]\n"
     assert leftovers == []  # no agent socket made for the box user on the host
+    assert control.stdout.startswith("[/tmp/ssh-"), control.stderr  # others get the agent
 
 
-def test_x11_forwarding_X_is_refused(sshd: GateSshd, user: BoxUser) -> None:
+def test_x11_forwarding_X_is_refused(sshd: GateSshd, user: BoxUser, plain: BoxUser) -> None:
     env = {**os.environ, "DISPLAY": ":99"}
     result = sshd.ssh(user, "-X", command='echo "[$DISPLAY]"', env=env)
     assert result.stdout == "[]\n", result.stderr
     assert "X11 forwarding request failed" in result.stderr
+    control = sshd.ssh(plain, "-X", command='echo "[$DISPLAY]"', env=env)
+    assert control.stdout.startswith("[localhost:"), control.stderr  # others get a display
 
 
-def test_tunnel_w_is_refused(sshd: GateSshd, user: BoxUser) -> None:
-    result = sshd.ssh(user, "-o", "ExitOnForwardFailure=yes", "-w", "any:any", command="echo ran")
+def test_tunnel_w_is_refused(sshd: GateSshd, user: BoxUser, plain: BoxUser) -> None:
+    """sshd refuses before it opens any tun device; for a user outside the gate the same
+    sshd tries to open one (and fails here only for want of a device in this machine)."""
+    options = ("-v", "-o", "ExitOnForwardFailure=yes", "-w", "any:any")
+    result = sshd.ssh(user, *options, command="echo ran")
     assert "ran" not in result.stdout
     assert result.returncode != 0
-    assert "tunnel" in result.stderr.lower()
+    assert "Remote: Server has rejected tunnel device forwarding" in result.stderr
+    assert "Failed to open the tunnel device" not in result.stderr
+    control = sshd.ssh(plain, *options, command="echo ran")
+    assert "Failed to open the tunnel device" in control.stderr, control.stderr
 
 
 # -- scp and sftp: inside F only ------------------------------------------------------------------
