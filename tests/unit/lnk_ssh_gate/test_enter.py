@@ -1,0 +1,101 @@
+"""`lnk sandbox enter`'s plan: the key line's arguments checked, the box pinned by --run-dir
+(never the environment), the gate's own rules on the spec, the environment an allowlist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lnk_shared.errors import CommandRefused
+from lnk_ssh_gate.enter import SessionWriteRefused, check_text, plan_session
+from lnk_ssh_gate.gate_paths import GatePathRefused, UnsafeFolderRefused
+
+RUN_DIR = "/run"  # root's all the way up on any machine; the plan only checks it
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> tuple[Path, Path]:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    spec = tmp_path / "gate.toml"
+    spec.write_text('[commands]\nallow = ["/bin/bash", "id"]\n')
+    return spec, folder
+
+
+def _plan(spec: Path, folder: Path, environ: dict[str, str], run_dir: str | None = RUN_DIR):
+    return plan_session(
+        spec=str(spec), folder=str(folder), run_dir=run_dir, untrusted_environ=environ
+    )
+
+
+def test_a_command_is_planned_with_only_the_allowed_environment(place: tuple[Path, Path]) -> None:
+    spec, folder = place
+    plan = _plan(
+        spec,
+        folder,
+        {
+            "SSH_ORIGINAL_COMMAND": "id -u",
+            "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+            "LNK_RUN_DIR": "/home/u/fake-box",
+            "PATH": "/home/u/bin",
+            "TERM": "xterm",
+            "LANG": "C.UTF-8",
+        },
+    )
+    assert plan.command.argv == ("/bin/bash", "-c", "id -u")
+    assert plan.env == {
+        "TERM": "xterm",
+        "LANG": "C.UTF-8",
+        "PATH": plan.env["PATH"],
+        "LNK_RUN_DIR": RUN_DIR,
+    }
+    assert plan.env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+    assert plan.args.write == [str(folder)] and plan.args.yes is True
+    assert f"a session writes only: {folder}" in check_text(plan)
+
+
+def test_the_box_defaults_to_run_lnk_whatever_the_environment_says(
+    place: tuple[Path, Path],
+) -> None:
+    spec, folder = place
+    try:
+        plan = _plan(spec, folder, {"LNK_RUN_DIR": str(folder)}, run_dir=None)
+    except UnsafeFolderRefused as exc:  # a machine with no system box: /run/lnk is missing
+        assert "/run/lnk" in str(exc)
+    else:
+        assert str(plan.run_dir) == "/run/lnk"
+        assert plan.env["LNK_RUN_DIR"] == "/run/lnk"
+
+
+def test_a_run_dir_others_could_change_is_refused(place: tuple[Path, Path], tmp_path: Path) -> None:
+    spec, folder = place
+    with pytest.raises(UnsafeFolderRefused):
+        _plan(spec, folder, {}, run_dir=str(tmp_path))
+
+
+def test_a_relative_folder_on_the_line_is_refused(place: tuple[Path, Path]) -> None:
+    spec, _ = place
+    with pytest.raises(GatePathRefused, match="absolute"):
+        plan_session(spec=str(spec), folder="work", run_dir=RUN_DIR, untrusted_environ={})
+
+
+def test_a_spec_that_does_not_let_bash_run_is_refused(place: tuple[Path, Path]) -> None:
+    spec, folder = place
+    spec.write_text('[commands]\nallow = ["id"]\n')
+    with pytest.raises(CommandRefused, match="/bin/bash"):
+        _plan(spec, folder, {})
+
+
+def test_commands_star_lets_bash_run(place: tuple[Path, Path]) -> None:
+    spec, folder = place
+    spec.write_text('[commands]\nallow = ["*"]\n')
+    assert _plan(spec, folder, {}).command.kind == "shell"
+
+
+def test_a_spec_that_writes_elsewhere_is_refused(place: tuple[Path, Path], tmp_path: Path) -> None:
+    spec, folder = place
+    (tmp_path / "other").mkdir()
+    spec.write_text(f'[folders]\nwrite = ["{tmp_path}/other"]\n[commands]\nallow = ["/bin/bash"]\n')
+    with pytest.raises(SessionWriteRefused, match="writes only its folder"):
+        _plan(spec, folder, {})
