@@ -203,6 +203,23 @@ def listener() -> Iterator[_Listener]:
         target.close()
 
 
+def test_a_session_reaches_no_network_the_spec_does_not_open(
+    sshd: GateSshd, user: BoxUser, listener: _Listener
+) -> None:
+    probe = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {listener.port}), timeout=3)\n"
+        "    print('connected')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+    )
+    result = sshd.ssh(user, command=f'python3 -c "{probe}"')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("refused")
+    assert listener.accepted == 0
+
+
 def test_stdio_forwarding_W_is_refused(sshd: GateSshd, user: BoxUser, listener: _Listener) -> None:
     result = sshd.ssh(user, "-W", f"127.0.0.1:{listener.port}", input="x", stdin=None)
     assert result.returncode != 0
