@@ -1,6 +1,6 @@
 """The filtering proxy against a direct path and tinyproxy, side by side in one run.
 
-    sudo /opt/lnk/venv/bin/python bench/proxy.py
+    sudo /opt/lnk/venv/bin/python bench/proxy.py [--rounds 3] [--only-small]
 
 Builds a test internet (`tests/e2e/net.py`: hosts in network namespaces on 198.18.x) and
 starts, each as nobody in a private mount namespace whose /etc/hosts names the test hosts
@@ -18,19 +18,28 @@ Both must allow www and refuse `other.test-public.example` before anything is me
     namespace, against the same transfer direct from the root namespace (tinyproxy's tunnel
     for reference);
 (b) `GET http://www.test-public.example/` at concurrency 1 and 64 (one connection each) for
-    10 s each, after a 1 s warm-up: direct (keep-alive to the origin), direct with a new
-    connection per request (what both proxies do upstream), through lnk_proxy (keep-alive to
-    the client), through tinyproxy (it closes the client's connection after each answer):
-    requests/s, p50, p99, and the CPU each process used (100% = one core);
+    10 s each, after a 1 s warm-up, by the same client, which always offers keep-alive:
+    - direct: keep-alive to the origin; direct new: a new connection per request;
+    - lnk_proxy: its unix listener, kept alive (lnk_proxy keeps its origin connections too);
+    - lnk close: the same, but the client asks `Connection: close`, so it dials lnk_proxy for
+      each request as tinyproxy makes it do;
+    - lnk relay: through the in-sandbox relay (`lnk_controller.relay`, on a loopback port as in
+      a sandbox) to the unix listener: the whole path a sandbox's client takes;
+    - tinyproxy: on a loopback port; it closes the client's connection after each answer;
+    requests/s, p50, p99, the CPU each process used (100% = one core) and the proxy's CPU per
+    request (its process, plus the relay's on that row: the figure least moved by other load
+    on the machine). Added p50 is judged against the direct row with the same connection
+    behaviour: kept alive against direct, a connection per request against direct new.
+    `--rounds N` repeats (b) N times and prints the medians (the machine is shared: take 3);
 (c) the proxy's RSS before and after opening 500 idle tunnels (first, on the fresh proxy).
 
-The client is asyncio protocols over raw sockets; it reaches lnk_proxy's unix listener
-directly, as the in-sandbox relay does (the relay's own cost is not measured here).
+The client is asyncio protocols over raw sockets.
 Prints figures and the issue's targets; everything started is stopped and removed at the end.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -58,6 +67,7 @@ from net import OTHER, WWW, TestInternet  # noqa: E402
 from lnk_shared.unix import recv_frame, send_frame  # noqa: E402
 
 SOURCES = ("shared", "services/proxy")
+RELAY_SOURCES = ("shared", "services/controller")
 NOBODY = 65534  # uid and gid (nogroup): the proxies' user, as in the e2e tests
 SANDBOX = "bench"
 SECRET = "bench-secret-" + "0" * 32
@@ -249,9 +259,7 @@ def start_tinyproxy(
     folder.mkdir(mode=0o755)
     os.chown(folder, NOBODY, NOBODY)
     (folder / "filter").write_text("^" + WWW.replace(".", r"\.") + "$\n")
-    with socket.socket() as probe:  # a free loopback port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     (folder / "tinyproxy.conf").write_text(
         f"Port {port}\nListen 127.0.0.1\nTimeout 60\nMaxClients {4 * IDLE_TUNNELS}\n"
         f'LogFile "{folder}/tinyproxy.log"\nLogLevel Error\n'
@@ -260,12 +268,41 @@ def start_tinyproxy(
     argv = [tinyproxy_binary(), "-d", "-c", str(folder / "tinyproxy.conf")]
     process = start_confined(stack, argv, {"PATH": "/usr/bin:/bin"}, binds, base / "tiny.out")
 
-    def listening() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_until(listening, process, "tinyproxy")
+    wait_until(lambda: listening(port), process, "tinyproxy")
     return process, port
+
+
+RELAY = """
+import sys
+sys.path[:0] = sys.argv[3:]
+from lnk_controller.relay import serve_forever
+serve_forever(sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def start_relay(stack: ExitStack, listener: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The in-sandbox relay's code on a free loopback port, serving lnk_proxy's listener."""
+    port = free_port()
+    sources = [str(CHECKOUT / source) for source in RELAY_SOURCES]
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-c", RELAY, str(listener), str(port), *sources],
+        stdin=subprocess.DEVNULL,
+    )
+    stack.callback(stop, process)
+    wait_until(lambda: listening(port), process, "the relay")
+    return process, port
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def tinyproxy_binary() -> str:
@@ -306,11 +343,15 @@ class Cpu:
         times = os.times()
         self.client = times.user + times.system
 
-    def report(self) -> str:
-        wall = time.perf_counter() - self.start
+    def used(self) -> dict[str, float]:
+        """CPU seconds each used so far."""
         times = os.times()
         used = {"client": times.user + times.system - self.client}
-        used |= {name: cpu_s(pid) - self.before[name] for name, pid in self.pids.items()}
+        return used | {name: cpu_s(pid) - self.before[name] for name, pid in self.pids.items()}
+
+    def report(self, used: dict[str, float] | None = None) -> str:
+        wall = time.perf_counter() - self.start
+        used = self.used() if used is None else used
         return " ".join(f"{name} {100 * seconds / wall:.0f}%" for name, seconds in used.items())
 
 
@@ -543,6 +584,10 @@ class Result:
     p99_ms: float
     errors: int
     cpu: str
+    proxy_us: float  # CPU of the proxy (and relay) per request; 0 on the direct rows
+
+
+PROXY_PROCESSES = ("proxy", "relay")
 
 
 async def load(via: Via, concurrency: int, seconds: float, one_per_connection: bool) -> Run:
@@ -555,7 +600,8 @@ async def load(via: Via, concurrency: int, seconds: float, one_per_connection: b
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         for transport in list(run.transports):
-            transport.abort()
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
     return run
 
 
@@ -565,12 +611,16 @@ def measure(via: Via, concurrency: int) -> Result:
     start = time.perf_counter()
     run = asyncio.run(load(via, concurrency, SMALL_S, warm.one_per_connection))
     elapsed = time.perf_counter() - start
-    usage = cpu.report()
+    used = cpu.used()
     if len(run.latencies) < 2:
         raise RuntimeError(f"{via.name}: {len(run.latencies)} answers, {run.errors} errors")
     ms = sorted(1000 * s for s in run.latencies)
     p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
-    return Result(len(ms) / elapsed, statistics.median(ms), p99, run.errors, usage)
+    proxy_s = sum(seconds for name, seconds in used.items() if name in PROXY_PROCESSES)
+    proxy_us = 1e6 * proxy_s / len(ms)
+    return Result(
+        len(ms) / elapsed, statistics.median(ms), p99, run.errors, cpu.report(used), proxy_us
+    )
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -583,10 +633,12 @@ class Bench:
     tiny: subprocess.Popen[bytes]
     tiny_port: int
     source: subprocess.Popen[bytes]
+    relay: subprocess.Popen[bytes]
+    relay_port: int
 
     @property
     def origin(self) -> int:
-        return self.net.servers[list(self.net.hosts).index(WWW)].pid
+        return int(self.net.servers[list(self.net.hosts).index(WWW)].pid)
 
     def dial_lnk(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -604,10 +656,13 @@ class Bench:
         address, listener, port = self.net.www.address, str(self.lnk.listener), self.tiny_port
         origin = {"origin": self.origin}
         direct = get_request(WWW, absolute=False)
+        relayed = origin | self.lnk_pids | {"relay": self.relay.pid}
         return [
             Via("direct", _tcp(address, 80), direct, origin),
             Via("direct new", _tcp(address, 80), _closing(direct), origin),
             Via("lnk_proxy", _unix(listener), get_request(WWW), origin | self.lnk_pids),
+            Via("lnk close", _unix(listener), _closing(get_request(WWW)), origin | self.lnk_pids),
+            Via("lnk relay", _tcp("127.0.0.1", self.relay_port), get_request(WWW), relayed),
             Via("tinyproxy", _tcp("127.0.0.1", port), get_request(WWW), origin | self.tiny_pids),
         ]
 
@@ -657,36 +712,90 @@ def bench_transfers(bench: Bench) -> None:
     print(f"  lnk / tinyproxy    {rates['lnk_proxy tunnel'] / rates['tinyproxy tunnel']:8.2f} x")
 
 
-def bench_small(bench: Bench) -> None:
-    print(f"\n(b) GET http://{WWW}/ for {SMALL_S:.0f} s at each concurrency, one connection each")
-    print("    (direct: keep-alive; direct new: a connection per request, as the proxies dial)")
+# The rows judged against tinyproxy, and the direct row with the same connection behaviour.
+LNK_ROWS = {"lnk_proxy": "direct", "lnk close": "direct new", "lnk relay": "direct"}
+
+
+def bench_small_round(bench: Bench) -> dict[tuple[str, int], Result]:
     results: dict[tuple[str, int], Result] = {}
-    print(f"  {'c':>3} {'via':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}  cpu")
+    header = f"{'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'us/req':>7}"
+    print(f"  {'c':>3} {'via':10} {header}  cpu")
     for concurrency in CONCURRENCY:
         for via in bench.vias():
             result = measure(via, concurrency)
             results[via.name, concurrency] = result
+            us = f"{result.proxy_us:7.0f}" if result.proxy_us else f"{'':7}"
             print(
                 f"  {concurrency:>3} {via.name:10} {result.rps:8.0f} {result.p50_ms:8.3f} "
-                f"{result.p99_ms:8.3f} {result.errors:6}  {result.cpu}"
+                f"{result.p99_ms:8.3f} {result.errors:6} {us}  {result.cpu}",
+                flush=True,
             )
-    for concurrency, target in zip(CONCURRENCY, (C1_TARGET, C64_TARGET), strict=True):
-        x = results["lnk_proxy", concurrency].rps / results["tinyproxy", concurrency].rps
-        print(
-            f"  lnk / tinyproxy req/s at c={concurrency:<3}       {x:6.2f} x    "
-            f"target >= {target} x  {verdict(x >= target)}"
+    return results
+
+
+def median_results(rounds: list[dict[tuple[str, int], Result]]) -> dict[tuple[str, int], Result]:
+    def median(key: tuple[str, int], field: str) -> float:
+        return float(statistics.median(getattr(r[key], field) for r in rounds))
+
+    return {
+        key: Result(
+            median(key, "rps"),
+            median(key, "p50_ms"),
+            median(key, "p99_ms"),
+            sum(r[key].errors for r in rounds),
+            "",
+            median(key, "proxy_us"),
         )
-    for base in ("direct", "direct new"):
-        for proxy in ("lnk_proxy", "tinyproxy"):
-            added = results[proxy, 1].p50_ms - results[base, 1].p50_ms
-            line = f"  added p50 at c=1, {proxy} over {base:10} {added:6.3f} ms"
-            if proxy == "lnk_proxy":
-                ok = added < ADDED_P50_TARGET_MS
-                line += f"  target < {ADDED_P50_TARGET_MS} ms  {verdict(ok)}"
-            print(line)
+        for key in rounds[0]
+    }
+
+
+def judge_small(results: dict[tuple[str, int], Result]) -> None:
+    for concurrency, target in zip(CONCURRENCY, (C1_TARGET, C64_TARGET), strict=True):
+        tiny = results["tinyproxy", concurrency]
+        for row in LNK_ROWS:
+            x = results[row, concurrency].rps / tiny.rps
+            cpu = tiny.proxy_us / results[row, concurrency].proxy_us
+            print(
+                f"  {row:10} / tinyproxy at c={concurrency:<3} req/s {x:5.2f} x  "
+                f"target >= {target} x  {verdict(x >= target):6}   "
+                f"(CPU per request: {cpu:4.2f} x less)"
+            )
+    for row, base in (*LNK_ROWS.items(), ("tinyproxy", "direct new")):
+        added = results[row, 1].p50_ms - results[base, 1].p50_ms
+        line = f"  added p50 at c=1, {row:10} over {base:10} {added:6.3f} ms"
+        if row != "tinyproxy":
+            line += f"  target < {ADDED_P50_TARGET_MS} ms  {verdict(added < ADDED_P50_TARGET_MS)}"
+        print(line)
+
+
+def bench_small(bench: Bench, rounds: int) -> None:
+    print(f"\n(b) GET http://{WWW}/ for {SMALL_S:.0f} s at each concurrency, one connection each")
+    print("    (us/req: the proxy's CPU per request, its relay's included on the relay row)")
+    done: list[dict[tuple[str, int], Result]] = []
+    for number in range(1, rounds + 1):
+        if rounds > 1:
+            print(f"  round {number} of {rounds}")
+        done.append(bench_small_round(bench))
+        judge_small(done[-1])
+    if rounds > 1:
+        medians = median_results(done)
+        print(f"  medians of {rounds} rounds")
+        for (name, concurrency), result in medians.items():
+            us = f"{result.proxy_us:7.0f}" if result.proxy_us else f"{'':7}"
+            print(
+                f"  {concurrency:>3} {name:10} {result.rps:8.0f} {result.p50_ms:8.3f} "
+                f"{result.p99_ms:8.3f} {result.errors:6} {us}"
+            )
+        judge_small(medians)
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=1, help="repeat (b), print medians")
+    parser.add_argument("--only-small", action="store_true", help="skip (a) and (c)")
+    arguments = parser.parse_args()
+    rounds, only_small = max(1, arguments.rounds), arguments.only_small
     if os.geteuid() != 0:
         print("run as root: sudo /opt/lnk/venv/bin/python bench/proxy.py", file=sys.stderr)
         return 2
@@ -704,7 +813,8 @@ def main() -> int:
         source = start_source(stack, net)
         lnk = start_lnk(stack, base, binds)
         tiny, tiny_port = start_tinyproxy(stack, base, binds)
-        bench = Bench(net, lnk, tiny, tiny_port, source)
+        relay, relay_port = start_relay(stack, lnk.listener)
+        bench = Bench(net, lnk, tiny, tiny_port, source, relay, relay_port)
         check_allowlist("lnk_proxy", bench.dial_lnk, net)
         check_allowlist("tinyproxy", bench.dial_tiny, net)
         print(
@@ -712,9 +822,12 @@ def main() -> int:
             f"Python {platform.python_version()}, {tiny_version.stdout.strip()}"
         )
         print("cpu: % of one core used by each process while measuring")
+        if only_small:
+            bench_small(bench, rounds)
+            return 0
         before, after = idle_tunnel_memory(bench.dial_lnk, lnk.process.pid)  # on a fresh proxy
         bench_transfers(bench)
-        bench_small(bench)
+        bench_small(bench, rounds)
         per_tunnel = (after - before) / IDLE_TUNNELS
         print(f"\n(c) lnk_proxy RSS with {IDLE_TUNNELS} idle tunnels open (measured first)")
         print(

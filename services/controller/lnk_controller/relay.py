@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 
-__all__ = ["RELAY_HOST", "start_relay"]
+__all__ = ["RELAY_HOST", "serve_forever", "start_relay"]
 
 RELAY_HOST = "127.0.0.1"  # the sandbox's own loopback: nothing outside its namespace sees it
 BUFFER = 256 * 1024  # bytes per read: large reads keep a tunnel near the speed of the proxy
@@ -74,20 +74,29 @@ def _listen(port: int) -> socket.socket:
     return listener
 
 
+def _serve_all(listeners: list[tuple[socket.socket, int | None]], proxy_socket: str) -> None:
+    for listener, local in listeners[1:]:
+        threading.Thread(target=_serve, args=(listener, proxy_socket, local), daemon=True).start()
+    _serve(listeners[0][0], proxy_socket, None)
+
+
+def serve_forever(proxy_socket: str, port: int) -> None:
+    """Serve the proxy on 127.0.0.1:port in this process, until it is killed (the benchmark
+    measures the relay this way; a sandbox gets it from `start_relay`)."""
+    _serve_all([(_listen(port), None)], proxy_socket)
+
+
 def start_relay(proxy_socket: str, port: int, localhost_ports: list[int] | None = None) -> None:
     """Listen on 127.0.0.1:port (the proxy) and on each `[localhost]` port (forwarded raw to
     that port of this machine, through the proxy, which checks it is granted); detach a relay
     process serving them all; return at once."""
-    listeners = [(_listen(port), None)] + [(_listen(p), p) for p in localhost_ports or []]
+    listeners: list[tuple[socket.socket, int | None]] = [(_listen(port), None)]
+    listeners += [(_listen(p), p) for p in localhost_ports or []]
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the forked relay
         try:
             if os.fork() == 0:  # the grandchild: re-parented to bwrap's init, ends with it
-                for listener, local in listeners[1:]:
-                    threading.Thread(
-                        target=_serve, args=(listener, proxy_socket, local), daemon=True
-                    ).start()
-                _serve(listeners[0][0], proxy_socket, None)
+                _serve_all(listeners, proxy_socket)
         finally:
             os._exit(0)
     os.waitpid(child, 0)

@@ -332,11 +332,12 @@ class ProxyServer:
         up = client.received - len(client.buffer) - exchange.consumed
         down = client.sent - exchange.sent
         sandbox, method = exchange.listener.sandbox, exchange.request.method
-        address = str(allowed.address)
-        entry = WireEntry(
-            sandbox, method, exchange.target, "allowed", allowed.rule, address, up, down
+        address, target, rule = str(allowed.address), exchange.target, allowed.rule
+        self.wire_log.write(
+            WireEntry(
+                sandbox, method, target, "allowed", rule, address, up, down, allowed.reason, error
+            )
         )
-        self.wire_log.write(replace(entry, reason=allowed.reason, error=error))
 
     async def _dial(self, allowed: Allowed) -> Conn:
         return Conn(await dial(allowed.address, allowed.port, self.config.connect_timeout_s))

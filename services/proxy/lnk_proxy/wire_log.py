@@ -54,6 +54,8 @@ REASON_LIMIT = 2 * LOG_LIMIT  # a reason quotes a cut target and says why
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a file name: no '/', no '..'
 
 Decision = Literal["allowed", "refused"]
+# One encoder for every line: json.dumps with these options would build a new one each call.
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def format_line(entry: WireEntry, now: datetime) -> str:
     }
     if entry.error:
         document["error"] = cut_for_log(entry.error, REASON_LIMIT)
-    return json.dumps(document, ensure_ascii=True, separators=(",", ":")) + "\n"
+    return _ENCODER.encode(document) + "\n"
 
 
 class WireLog:
