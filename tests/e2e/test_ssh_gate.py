@@ -558,9 +558,15 @@ def test_a_shell_with_a_pty_gets_the_terminal_job_control_and_window_size(
         text = _read_until(channel, r"jobs-done\r?\n", seen)
         assert re.search(r"\[1\]\+?\s+Running\s+sleep 30", text), text
         channel.resize_pty(width=120, height=40)
-        time.sleep(0.3)  # SIGWINCH reaches the client, which resizes the sandbox's pty
-        channel.send(b"stty size; echo size-done\n")
-        text = _read_until(channel, r"40 120", seen)
+        # sshd resizes its pty, SIGWINCH reaches the client, which resizes the sandbox's: ask
+        # until the new size shows (a loaded machine may take a moment; 30 100 until then).
+        deadline = time.monotonic() + WAIT_S
+        while "40 120" not in "".join(seen):
+            assert time.monotonic() < deadline, "".join(seen)
+            channel.send(b"stty size\n")
+            time.sleep(0.5)
+            while channel.recv_ready():
+                seen.append(channel.recv(65536).decode(errors="replace"))
         channel.send(b"exit 7\n")
         deadline = time.monotonic() + WAIT_S
         while not channel.exit_status_ready() and time.monotonic() < deadline:
