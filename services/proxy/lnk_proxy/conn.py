@@ -146,6 +146,10 @@ class Conn:
             if timer is not None:
                 timer.cancel()
 
+    async def readable(self) -> None:
+        """Until the socket is readable (or, listening, has a connection to accept)."""
+        await self._wait(writable=False)
+
     async def recv_some(self) -> bool:
         """Append what the peer sent next to `buffer`; False at end of stream."""
         while True:

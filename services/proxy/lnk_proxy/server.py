@@ -102,6 +102,7 @@ class _Listener:
     pool: UpstreamPool = field(default_factory=UpstreamPool)  # this sandbox's only
     answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
     flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
+    watch: Conn | None = None  # the listening socket's readiness, for the accept loop
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
@@ -196,6 +197,8 @@ class ProxyServer:
             return False
         await _cancel_all(listener)  # first: the accept loop still watches the socket
         listener.pool.close()
+        if listener.watch is not None:
+            listener.watch.close()  # out of the selector, then closed
         listener.sock.close()
         with contextlib.suppress(FileNotFoundError):
             listener.path.unlink()
@@ -204,11 +207,15 @@ class ProxyServer:
         return True
 
     async def _accept_forever(self, listener: _Listener) -> None:
-        loop = asyncio.get_running_loop()
-        listener.sock.setblocking(False)
+        # Accept first, wait only when none is pending; the listening socket stays in the
+        # selector between waits (`Conn`): a connection per request costs no epoll_ctl here.
+        listener.watch = Conn(listener.sock)
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener.sock)
+                sock, _ = listener.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                await listener.watch.readable()
+                continue
             except OSError as exc:
                 log.error("accept on %s failed: %s", listener.path, exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
