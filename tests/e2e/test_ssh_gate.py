@@ -510,6 +510,25 @@ def test_a_session_cannot_write_login_files_or_the_key_file(sshd: GateSshd, user
     assert keys.read_bytes() == key_line
 
 
+def test_a_key_planted_in_the_home_does_not_let_anyone_in(sshd: GateSshd, user: BoxUser) -> None:
+    """Only root's key file counts for box users: a key in ~/.ssh/authorized_keys (no forced
+    command) is not read, so it cannot open a shell outside the sandbox."""
+    planted = sshd.root / "client" / f"planted-{secrets.token_hex(3)}"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(planted)], check=True)
+    ssh_dir = user.home / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(Path(f"{planted}.pub").read_text())
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(ssh_dir)], check=True)
+    try:
+        argv = [*sshd.ssh_argv(user, key=planted), "id -u"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        subprocess.run(["rm", "-rf", str(ssh_dir)], check=True)
+    assert result.returncode == 255
+    assert "Permission denied" in result.stderr
+    assert result.stdout == ""
+
+
 # -- terminal -------------------------------------------------------------------------------------
 
 
