@@ -62,7 +62,9 @@ def register(groups: Any) -> None:
     lease.add_argument("--seconds", type=int, required=True)
     lease.set_defaults(handler=cmd_lease)
 
-    __import__("lnk_cli.check.command", fromlist=["register"]).register(commands)
+    from lnk_cli.check.command import register as register_check
+
+    register_check(commands)
 
     from lnk_cli import enter_command  # the SSH gate's forced command
 
