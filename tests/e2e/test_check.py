@@ -445,3 +445,29 @@ def test_check_of_a_sandbox_the_box_cannot_build_is_an_error(
     assert "Landlock" in result.stderr
     assert result.stdout == ""
     _assert_nothing_remains(running_box, before, None)
+
+
+def test_check_probes_a_folder_passed_open_with_with_fd(running_box: RunningBox) -> None:
+    home = running_box.owner.home
+    folder = home / "project" / "out"
+    before = _tree(home)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        result = subprocess.run(
+            _owner_argv(running_box, "sandbox", "check", "--json", f"--with-fd={fd}:write"),
+            env=_env(running_box, None),
+            cwd=str(home),
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+            pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
+    assert result.returncode == 0, result.stderr
+    verdicts = _verdicts(json.loads(result.stdout))
+    assert verdicts[f"write.folder:{folder}"] == "allowed"
+    assert verdicts[f"write.dot:{folder}/.git/hooks"] == "refused"
+    assert verdicts[f"exec:write-copy:{folder}"] == "refused"
+    _assert_nothing_remains(running_box, before, None)

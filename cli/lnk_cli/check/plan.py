@@ -41,6 +41,8 @@ __all__ = [
     "Evidence",
     "Probe",
     "build_plan",
+    "folder_state",
+    "write_folders",
 ]
 
 REFUSED, ALLOWED, KNOWN_GAP, LEAKED = "refused", "allowed", "known gap", "leaked"
@@ -129,6 +131,15 @@ class _Context:
         return f"{PREFIX}{self.nonce}-{secrets.token_hex(3)}"
 
 
+def write_folders(grants: Grants) -> list[str]:
+    """Every folder the sandbox may write: the spec's, and those passed with `--with-fd`
+    (bound where they really are)."""
+    spec = grants.spec
+    folders = {w.real for w in spec.write if w.is_dir}
+    folders |= {f.path.real for f in spec.with_fds if f.write and f.path.is_dir}
+    return sorted(folders)
+
+
 def _expect(granted: bool) -> str:
     return ALLOWED if granted else REFUSED
 
@@ -204,7 +215,7 @@ def _writes(c: _Context) -> None:
     )
     for rc in HOME_RC_FILES:
         _write_or_create(c, f"write.home:~/{rc}", f"write ~/{rc}", os.path.join(home, rc), REFUSED)
-    for folder in sorted({w.real for w in c.grants.spec.write if w.is_dir}):
+    for folder in write_folders(c.grants):
         _write_or_create(
             c, f"write.folder:{folder}", f"write a new file in {folder}", folder, ALLOWED
         )
@@ -485,9 +496,7 @@ def _exec(c: _Context) -> None:
     # A copy where the sandbox may write: its /tmp, and the spec's first write folder (both
     # noexec; the folder's copy lands outside, so it is removed after the run).
     places = [("exec:tmp-copy", SANDBOX_TMP)]
-    places += [
-        (f"exec:write-copy:{w}", w) for w in sorted({w.real for w in spec.write if w.is_dir})
-    ]
+    places += [(f"exec:write-copy:{w}", w) for w in write_folders(c.grants)]
     for ident, folder in places[:2]:
         copy = os.path.join(folder, c.name())
         c.add(
@@ -528,6 +537,7 @@ def build_plan(grants: Grants, bait: Bait, confiner_dir: str) -> list[Probe]:
     spec = grants.spec
     c = _Context(grants, bait, secrets.token_hex(6))
     c.readable = [p.real for p in (*spec.read, *spec.write)]
+    c.readable += [f.path.real for f in spec.with_fds]
     c.hidden = list(grants.hidden)
     _files(c)
     _writes(c)

@@ -158,3 +158,17 @@ def test_the_ungranted_program_is_one_the_spec_does_not_grant(home: Path, bait: 
     step = next(p.step for p in probes if p.id == "exec:ungranted")
     assert step is not None
     assert os.path.realpath(step["argv"][0]) != os.path.realpath("/usr/bin/basename")
+
+
+def test_a_folder_passed_with_with_fd_is_probed_as_a_write_folder(
+    home: Path, bait: Bait, tmp_path: Path
+) -> None:
+    passed = tmp_path / "passed"
+    passed.mkdir()
+    fd = os.open(passed, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        wanted = expected(build_plan(grants_for(home, f"--with-fd={fd}:write"), bait, CONFINER_DIR))
+    finally:
+        os.close(fd)
+    assert wanted[f"write.folder:{passed}"] == ALLOWED
+    assert wanted[f"write.dot:{passed}/.envrc"] == REFUSED
