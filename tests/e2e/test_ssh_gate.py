@@ -768,6 +768,18 @@ def test_a_spec_that_writes_elsewhere_is_refused(running_box: RunningBox, sshd: 
     assert list(other.iterdir()) == [] and list(writer.folder.iterdir()) == []
 
 
+def test_a_spec_the_box_user_could_rewrite_is_refused(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    owned = sshd.add_user(spec_text())
+    authorize(running_box, sshd, owned)
+    os.chown(owned.spec, owned.uid, owned.gid)  # e.g. an admin's slip after the key went in
+    result = sshd.ssh(owned, command=f"touch {owned.folder}/x")
+    assert result.returncode == 3
+    assert "the spec" in result.stderr and "not root" in result.stderr
+    assert list(owned.folder.iterdir()) == []
+
+
 def test_a_box_that_is_down_is_a_clear_refusal(running_box: RunningBox, sshd: GateSshd) -> None:
     down = sshd.root / "box-that-is-down"
     down.mkdir(mode=0o755)

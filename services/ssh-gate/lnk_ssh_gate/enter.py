@@ -7,9 +7,11 @@ the box's root chose it when writing the key's line), the sandbox writes only `F
 session runs in it through the controller's launch socket. Everything that fails stops the
 session before anything runs, with a message on stderr and a non-zero exit.
 
-Which box: `--run-dir` on the key's line, else `/run/lnk`. The environment is never read for
-it (LNK_RUN_DIR could come from the client through a lax AcceptEnv), and the folder must be
-root's all the way up, so the launch socket found there is the controller's.
+The spec must be root's, with every folder above it (so the key's holder cannot rewrite
+what it opens). Which box: `--run-dir` on the key's line, else `/run/lnk`. The environment
+is never read for it (LNK_RUN_DIR could come from the client through a lax AcceptEnv), and
+the folder must be root's all the way up, so the launch socket found there is the
+controller's.
 
 What this does NOT do: enforce anything by itself. The wall (bwrap, Landlock, seccomp, the
 fresh user) is the controller's; the checks here make a session fail early and clearly.
@@ -105,6 +107,9 @@ def plan_session(
     check_line_path(folder, "the folder")
     box_run = Path(check_line_path(run_dir, "the box's run dir") if run_dir else DEFAULT_RUN_DIR)
     check_root_owned_path(box_run, "the box's run dir")
+    # Root names the spec on the key's line; whoever could rewrite the file would choose
+    # what every session opens, so it must be root's, and so every folder above it.
+    check_root_owned_path(Path(spec), "the spec")
     command = session_command(untrusted_environ.get("SSH_ORIGINAL_COMMAND"))
     args = _arguments(spec, folder)
     resolved, grants = _judge(args, folder, box_run)

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,16 +15,35 @@ from lnk_shared.errors import CommandRefused
 from lnk_ssh_gate.enter import SessionWriteRefused, check_text, plan_session
 from lnk_ssh_gate.gate_paths import GatePathRefused, UnsafeFolderRefused
 
+pytestmark = pytest.mark.needs_root  # root-owned folders for the spec, as a box has
+
 RUN_DIR = "/run"  # root's all the way up on any machine; the plan only checks it
 
 
 @pytest.fixture
-def place(tmp_path: Path) -> tuple[Path, Path]:
+def place(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A spec in a root-owned folder (as the gate wants), and a session folder."""
     folder = tmp_path / "work"
     folder.mkdir()
-    spec = tmp_path / "gate.toml"
+    specs = Path(f"/run/lnk-unit-enter-{secrets.token_hex(4)}")
+    specs.mkdir(mode=0o755)
+    spec = specs / "gate.toml"
     spec.write_text('[commands]\nallow = ["/bin/bash", "id"]\n')
-    return spec, folder
+    try:
+        yield spec, folder
+    finally:
+        shutil.rmtree(specs, ignore_errors=True)
+
+
+def test_a_spec_others_than_root_could_rewrite_is_refused(place: tuple[Path, Path]) -> None:
+    spec, folder = place
+    in_tmp = folder.parent / "gate.toml"  # under /tmp, which anyone may write
+    in_tmp.write_text(spec.read_text())
+    with pytest.raises(UnsafeFolderRefused, match="the spec"):
+        _plan(in_tmp, folder, {})
+    os.chown(spec, 65534, 65534)
+    with pytest.raises(UnsafeFolderRefused, match="not root"):
+        _plan(spec, folder, {})
 
 
 def _plan(spec: Path, folder: Path, environ: dict[str, str], run_dir: str | None = RUN_DIR):
