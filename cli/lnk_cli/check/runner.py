@@ -38,7 +38,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from lnk_cli.check.launch import Interrupts, run_probes
+from lnk_cli.check.bait import Bait, home_of
+from lnk_cli.check.launch import CheckRun, Interrupts, run_probes
+from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state
+from lnk_cli.check.probes import MARKER_TIME
+from lnk_cli.check.report import print_human, print_json
+from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
+from lnk_cli.spec_show import grants_from_arguments
 from lnk_shared.errors import EXIT_OK, StateError
 
 __all__ = ["check"]
@@ -106,10 +112,7 @@ def _target_key(target: str) -> str:
     return authority
 
 
-def _outside(probes: Sequence[Any], bait: Any, run: Any, proxy: bool) -> Any:
-    from lnk_cli.check.plan import folder_state
-    from lnk_cli.check.probes import MARKER_TIME
-    from lnk_cli.check.verdicts import Outside
+def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) -> Outside:
 
     exists: dict[str, bool] = {}
     mtimes: dict[str, int] = {}
@@ -125,6 +128,8 @@ def _outside(probes: Sequence[Any], bait: Any, run: Any, proxy: bool) -> Any:
                         os.utime(e.path, ns=e.value, follow_symlinks=False)
             elif e.kind == "confiner":
                 confiner[e.path] = folder_state(e.path, os.path.join(e.path, "confiner.py"))
+    if bait.server is None:
+        raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()
     output = (run.stdout + b"\n" + run.stderr).decode("latin-1")
     return Outside(
@@ -138,8 +143,7 @@ def _outside(probes: Sequence[Any], bait: Any, run: Any, proxy: bool) -> Any:
     )
 
 
-def _results(run: Any) -> object:
-    from lnk_cli.check.verdicts import ProbesFailed, clean_text
+def _results(run: CheckRun) -> object:
 
     lines = bytes(run.stdout).strip().splitlines()
     try:
@@ -156,12 +160,6 @@ def _results(run: Any) -> object:
 
 
 def check(args: argparse.Namespace) -> int:
-    from lnk_cli.check.bait import Bait, home_of
-    from lnk_cli.check.plan import LEAKED, build_plan
-    from lnk_cli.check.report import print_human, print_json
-    from lnk_cli.check.verdicts import judge_all
-    from lnk_cli.spec_show import grants_from_arguments
-
     grants = grants_from_arguments(args)  # unreadable or refused: exit 2 or 3, nothing set up
     spec = grants.spec
     confiner_dir = _confiner_dir()
