@@ -1,9 +1,12 @@
-"""`lnk agent create|list|remove|send`: your agents, kept by the controller.
+"""`lnk agent create|start|stop|list|remove|send`: your agents, kept by the controller.
 
 An agent's folder is `~/Link/Agents/NAME/` (made here, as you, mode 0700); its key pair is made
 by the controller, which keeps the private key (never shown) and registers the public key.
-`lnk agent send NAME MESSAGE` queues a message in the agent's inbox (the store bridge's way in),
-which the agent reads inside its sandbox with `lnk bridge inbox read`.
+`lnk agent start NAME -- PROGRAM` runs PROGRAM (its harness) in a sandbox of the agent's spec,
+with the agent's folder as its home, its private key readable at /run/lnk-agent/key.pem by it
+alone, and its store bridge at /run/lnk-bridge.sock. `lnk agent send NAME MESSAGE` queues a
+message in the agent's inbox (the store bridge's way in), which the agent reads inside its
+sandbox with `lnk bridge inbox read`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,20 @@ def register(groups: Any) -> None:
     listing = commands.add_parser("list", help="your agents")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_list)
+
+    start = commands.add_parser(
+        "start",
+        help="run the agent's harness in a sandbox of its spec, as the agent",
+        usage="lnk agent start NAME [--yes] [-- PROGRAM [ARGS...]]",
+    )
+    start.add_argument("name")
+    start.add_argument("--yes", action="store_true", help="approve a new or changed spec")
+    start.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
+    start.set_defaults(handler=cmd_start)
+
+    stop = commands.add_parser("stop", help="stop the agent's sandbox")
+    stop.add_argument("name")
+    stop.set_defaults(handler=cmd_stop)
 
     remove = commands.add_parser("remove", help="forget an agent and delete its key")
     remove.add_argument("name")
@@ -76,6 +93,37 @@ def cmd_list(args: argparse.Namespace) -> int:
     for agent in agents:
         state = f"running as uid {agent['host_uid']}" if agent["running"] else "stopped"
         print(f"{agent['name']:<24} {state:<22} {agent['spec']}")
+    return EXIT_OK
+
+
+DEFAULT_PROGRAM = ["/bin/sh"]  # a harness names itself: `lnk agent start NAME -- PROGRAM`
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from lnk_cli.launch_client import run_in_sandbox
+    from lnk_shared.spec_flags import add_spec_arguments
+
+    agents = {a["name"]: a for a in _call("GET", "/v1/agents")}
+    if args.name not in agents:
+        raise UsageError(f"you have no agent named {args.name!r}")
+    # The agent's spec, read as `lnk sandbox run --spec` reads one, and nothing else.
+    parser = argparse.ArgumentParser(add_help=False)
+    add_spec_arguments(parser)
+    flags = parser.parse_args(["--spec", agents[args.name]["spec"]])
+    program = list(args.program)
+    if "--" in program:  # argparse leaves options after NAME in the remainder: read them here
+        before, program = program[: program.index("--")], program[program.index("--") + 1 :]
+        for option in before:
+            if option != "--yes":
+                raise UsageError(f"lnk agent start: unknown option {option!r} before --")
+            args.yes = True
+    flags.yes = args.yes
+    return run_in_sandbox(flags, program or DEFAULT_PROGRAM, agent=args.name)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    _call("POST", f"/v1/agents/{args.name}/stop")
+    print(f"agent {args.name} stopped")
     return EXIT_OK
 
 

@@ -2,7 +2,8 @@
 its store bridge, from inside its sandbox, each signed with the agent's own key.
 
 Where the agent's identity is: `LNK_AGENT` (its id), `LNK_AGENT_KEY` (its private key file,
-default `/run/lnk-agent/key.pem`), `LNK_BRIDGE_SOCKET` (default `/run/lnk-bridge.sock`). Every
+default `/run/lnk-agent/key.pem`), `LNK_BRIDGE` (its bridge: the relay `127.0.0.1:3129` inside
+its sandbox by default, or a socket path). Every
 answer is printed as JSON; a refusal is an error (exit 1) with the bridge's message.
 """
 
@@ -20,7 +21,7 @@ from lnk_shared.errors import EXIT_OK, UsageError
 __all__ = ["register"]
 
 DEFAULT_KEY = "/run/lnk-agent/key.pem"  # where an agent's sandbox has its key, read-only
-DEFAULT_SOCKET = "/run/lnk-bridge.sock"  # where it has its store bridge's socket
+DEFAULT_BRIDGE = "127.0.0.1:3129"  # the relay to its store bridge's socket, inside
 
 
 def register(groups: Any) -> None:
@@ -62,14 +63,19 @@ def register(groups: Any) -> None:
 
 
 def _call(audience: str, action: str, args: dict[str, Any]) -> int:
-    from lnk_shared.proof_client import ProofSigner, call_bridge, load_private_key
+    from lnk_shared.proof_client import (
+        ProofSigner,
+        bridge_address,
+        call_bridge,
+        load_private_key,
+    )
 
     agent = os.environ.get("LNK_AGENT")
     if not agent:
         raise UsageError("LNK_AGENT is not set: `lnk bridge` runs inside an agent's sandbox")
     key = load_private_key(Path(os.environ.get("LNK_AGENT_KEY") or DEFAULT_KEY))
-    socket = Path(os.environ.get("LNK_BRIDGE_SOCKET") or DEFAULT_SOCKET)
-    result = call_bridge(socket, ProofSigner(agent, key, audience), action, args)
+    address = bridge_address(os.environ.get("LNK_BRIDGE") or DEFAULT_BRIDGE)
+    result = call_bridge(address, ProofSigner(agent, key, audience), action, args)
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return EXIT_OK
 

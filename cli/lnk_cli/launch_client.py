@@ -122,7 +122,9 @@ def _wait(sock: socket.socket) -> dict[str, Any]:
             signal.signal(n, handler)
 
 
-def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = False) -> int:
+def run_in_sandbox(
+    args: argparse.Namespace, command: list[str], *, dry: bool = False, agent: str | None = None
+) -> int:
     """Run `command` in the sandbox the arguments describe; with `dry`, only judge and approve
     the spec (asking if it is new or changed) and run nothing."""
     terminal = not dry and sys.stdin.isatty() and sys.stdout.isatty()
@@ -143,6 +145,8 @@ def run_in_sandbox(args: argparse.Namespace, command: list[str], *, dry: bool = 
         "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
         "with_fds": {},
     }
+    if agent is not None:  # `lnk agent start`: the controller checks it is the caller's
+        request["agent"] = agent
     if terminal:
         rows, cols = _winsize(0)
         request["terminal"] = {"rows": rows, "cols": cols}

@@ -26,9 +26,19 @@ from lnk_shared.errors import LnkError, StateError
 from lnk_shared.proofs import DEFAULT_MAX_LIFETIME_S, sign_call
 from lnk_shared.unix import recv_frame, send_frame
 
-__all__ = ["BridgeError", "ProofSigner", "call_bridge", "encode_body", "load_private_key"]
+__all__ = [
+    "BridgeError",
+    "ProofSigner",
+    "bridge_address",
+    "call_bridge",
+    "encode_body",
+    "load_private_key",
+]
 
 CALL_TIMEOUT_S = 30.0  # a store call waits at most for SQLite's busy budget
+LOOPBACK = "127.0.0.1"  # inside an agent's sandbox a relay serves its bridge there
+
+Address = Path | tuple[str, int]
 
 
 class BridgeError(LnkError):
@@ -69,8 +79,18 @@ class ProofSigner:
         )
 
 
+def bridge_address(text: str) -> Address:
+    """A bridge's socket path, or `127.0.0.1:PORT` (the relay inside an agent's sandbox)."""
+    if text.startswith("/"):
+        return Path(text)
+    host, _, port = text.rpartition(":")
+    if host != LOOPBACK or not port.isdigit() or not 0 < int(port) < 65536:
+        raise StateError(f"{text!r} is neither a socket path nor {LOOPBACK}:PORT")
+    return (host, int(port))
+
+
 def call_bridge(
-    path: Path,
+    path: Address,
     signer: ProofSigner,
     action: str,
     args: dict[str, Any],
@@ -80,9 +100,10 @@ def call_bridge(
     """One signed call; the bridge's result, or `BridgeError` with its message."""
     frame = signer.sign(action, encode_body(args))
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        family = socket.AF_UNIX if isinstance(path, Path) else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
-            sock.connect(str(path))
+            sock.connect(str(path) if isinstance(path, Path) else path)
             send_frame(sock, frame)
             reply, _ = recv_frame(sock)
     except (OSError, EOFError, ValueError) as exc:

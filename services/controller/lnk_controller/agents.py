@@ -160,6 +160,19 @@ class AgentRegistry:
         with database_errors(self._path, "write"), begin_write(self._engine) as conn:
             conn.execute(update(AgentRow).where(AgentRow.agent_id == agent_id).values(**values))
 
+    def stopped(self, host_uid: int) -> None:
+        """The sandbox of uid `host_uid` is over: no agent runs as it any more."""
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            conn.execute(
+                update(AgentRow).where(AgentRow.host_uid == host_uid).values(host_uid=None)
+            )
+
+    def stopped_if_set(self, owner_uid: int, name: str) -> None:
+        """Forget a stale host uid (its sandbox was cleaned away by a lease or a restart)."""
+        agent = self.get(owner_uid, name)
+        if agent is not None and agent.host_uid is not None:
+            self.set_running(agent.agent_id, None)
+
     def key_file(self, agent_id: str) -> Path:
         return self.key_dir / f"{agent_id}.pem"
 

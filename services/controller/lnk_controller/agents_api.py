@@ -5,6 +5,7 @@ agent of someone else is the same 404 as no agent. No answer ever holds a privat
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
@@ -13,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from lnk_controller.agents import AgentPublic, AgentRegistry
 from lnk_controller.api import Caller
 from lnk_controller.bridge_link import send_message
+from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
+from lnk_controller.sandbox_store import SandboxStore
 
 __all__ = ["AgentCreate", "AgentMessage", "add_agent_routes"]
 
@@ -31,12 +34,23 @@ class AgentMessage(BaseModel):
     message: str = Field(max_length=MAX_MESSAGE)
 
 
-def add_agent_routes(app: FastAPI, cfg: ControllerConfig, agents: AgentRegistry) -> None:
+def add_agent_routes(
+    app: FastAPI, cfg: ControllerConfig, agents: AgentRegistry, store: SandboxStore
+) -> None:
+    def live(agent: AgentPublic) -> AgentPublic:
+        """Running only while a live sandbox has its host uid (a sandbox a lease or a restart
+        cleaned away leaves a stale uid in the registry)."""
+        uids = {row.host_uid for row in store.find(live_only=True)}
+        running = agent.host_uid is not None and agent.host_uid in uids
+        return dataclasses.replace(
+            agent, running=running, host_uid=agent.host_uid if running else None
+        )
+
     def own(name: str, uid: int) -> AgentPublic:
         agent = agents.get(uid, name)
         if agent is None:
             raise HTTPException(status_code=404, detail=f"you have no agent named {name!r}")
-        return agent
+        return live(agent)
 
     @app.post("/v1/agents")
     def create(body: AgentCreate, uid: Caller) -> AgentPublic:
@@ -44,11 +58,24 @@ def add_agent_routes(app: FastAPI, cfg: ControllerConfig, agents: AgentRegistry)
 
     @app.get("/v1/agents")
     def listing(uid: Caller, all: bool = False) -> list[AgentPublic]:
-        return agents.find(None if uid == 0 and all else uid)
+        return [live(a) for a in agents.find(None if uid == 0 and all else uid)]
+
+    @app.post("/v1/agents/{name}/stop")
+    def stop(name: str, uid: Caller) -> AgentPublic:
+        agent = own(name, uid)
+        if agent.host_uid is None:
+            raise HTTPException(status_code=409, detail=f"agent {name!r} is not running")
+        for row in store.find(live_only=True):
+            if row.host_uid == agent.host_uid and row.owner_uid == uid:
+                clean_sandbox(row.id, store, cfg)
+        agents.stopped(agent.host_uid)
+        return own(name, uid)
 
     @app.delete("/v1/agents/{name}")
     def remove(name: str, uid: Caller) -> dict[str, Any]:
-        own(name, uid)
+        if own(name, uid).running:
+            raise HTTPException(status_code=409, detail=f"agent {name!r} is running: stop it first")
+        agents.stopped_if_set(uid, name)
         agents.remove(uid, name)
         return {"removed": name}
 

@@ -69,7 +69,7 @@ def make_app(
     if agents is not None:
         from lnk_controller.agents_api import add_agent_routes
 
-        add_agent_routes(app, cfg, agents)
+        add_agent_routes(app, cfg, agents, store)
 
     @app.exception_handler(LnkError)
     def refused(_request: Request, exc: LnkError) -> JSONResponse:

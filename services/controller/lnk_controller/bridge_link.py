@@ -14,7 +14,7 @@ from typing import Any
 from lnk_shared.errors import StateError
 from lnk_shared.unix import recv_frame, send_frame
 
-__all__ = ["bridge_admin_socket", "send_message"]
+__all__ = ["bridge_admin_socket", "close_agent", "open_agent", "send_message"]
 
 ADMIN_TIMEOUT_S = 10.0  # the bridge answers at once, after one SQLite write at most
 
@@ -51,3 +51,20 @@ def send_message(run_dir: Path, agent_id: str, sender: str, message: str) -> int
     if type(sent) is not int:
         raise StateError("the store bridge answered without a message id")
     return sent
+
+
+def open_agent(run_dir: Path, agent_id: str, public_key: str, host_uid: int) -> Path:
+    """Ask the bridge for the agent's socket, for calls from `host_uid` only; its path."""
+    answer = _call(
+        run_dir,
+        {"op": "open", "agent": agent_id, "public_key": public_key, "host_uid": host_uid},
+    )
+    path = answer.get("socket")
+    if not isinstance(path, str) or not Path(path).is_relative_to(run_dir / "bridge-store"):
+        raise StateError(f"the store bridge answered an unexpected socket {path!r}")
+    return Path(path)
+
+
+def close_agent(run_dir: Path, agent_id: str) -> None:
+    """Close the agent's socket; closing one that is not open is not an error."""
+    _call(run_dir, {"op": "close", "agent": agent_id})

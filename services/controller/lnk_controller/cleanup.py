@@ -14,15 +14,16 @@ import os
 import threading
 from pathlib import Path
 
-from lnk_controller import cgroups, host_users, idmap_mounts, proxy_link
+from lnk_controller import bridge_link, cgroups, host_users, idmap_mounts, proxy_link
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.staging import PLACEHOLDER, remove_placeholder
 from lnk_shared.errors import StateError
 
-__all__ = ["PROXY_RECORD", "clean_sandbox", "reconcile"]
+__all__ = ["BRIDGE_RECORD", "PROXY_RECORD", "clean_sandbox", "reconcile"]
 
 PROXY_RECORD = "proxy:"  # a record of the sandbox's proxy listener, closed at cleanup
+BRIDGE_RECORD = "bridge:"  # a record of an agent's store bridge socket, closed at cleanup
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def _clean(
                 remove_placeholder(target)
             elif target.startswith(PROXY_RECORD):
                 proxy_link.close_listener(cfg, target[len(PROXY_RECORD) :])
+            elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
+                bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
             else:
                 idmap_mounts.unmount(Path(target))
         except StateError as exc:

@@ -25,7 +25,7 @@ MAX_POLICY_BYTES = 1 << 20  # the controller writes a few KiB
 
 POLICY_HEADER = "lnk-confiner-policy 1"  # the format spawn.encode_policy writes
 _FLAGS = ("scope_abstract_unix", "scope_signal", "block_unix_sockets")
-_NUMBERS = ("min_abi", "unsafe_pretend_abi", "relay_port")
+_NUMBERS = ("min_abi", "unsafe_pretend_abi", "relay_port", "bridge_port")
 
 
 def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
@@ -54,7 +54,7 @@ def load_policy(path: str = POLICY_PATH) -> dict[str, object]:
             ports = _list(policy, key)
             if value != "-":
                 ports.append(_number(key, value))
-        elif key == "relay_socket" and value.startswith("/"):
+        elif key in ("relay_socket", "bridge_socket") and value.startswith("/"):
             policy[key] = value
         elif key in _FLAGS and value in ("0", "1"):
             policy[key] = value == "1"
@@ -120,6 +120,11 @@ def confine(policy: dict[str, object]) -> None:
         localhost = policy.get("relay_localhost", [])
         ports = [p for p in localhost if isinstance(p, int)] if isinstance(localhost, list) else []
         start_relay(relay_socket, relay_port, ports)  # before the unix-socket block
+    bridge_socket, bridge_port = policy.get("bridge_socket"), policy.get("bridge_port")
+    if isinstance(bridge_socket, str) and isinstance(bridge_port, int):  # an agent's bridge
+        from lnk_controller.relay import start_relay
+
+        start_relay(bridge_socket, bridge_port)  # raw bytes, also before the block
     if policy.get("block_unix_sockets", True):
         seccomp.block_unix_sockets()
 

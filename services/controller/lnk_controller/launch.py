@@ -24,6 +24,15 @@ from datetime import timedelta
 from pathlib import Path
 
 from lnk_controller import host_users, idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller.agent_launch import (
+    AGENT_DIR_INSIDE,
+    BRIDGE_PORT,
+    BRIDGE_SOCKET_INSIDE,
+    AgentLaunch,
+    agent_for_launch,
+    stage_agent,
+)
+from lnk_controller.agents import AgentRegistry
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
@@ -82,6 +91,7 @@ class Judged:
     program: str
     execute: tuple[str, ...]
     approval_lines: tuple[str, ...] | None  # None: already approved
+    agent: AgentLaunch | None = None  # `lnk agent start`: the agent this sandbox runs as
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -123,17 +133,27 @@ def _interpreter(path: str) -> str | None:
 
 class Launcher:
     def __init__(
-        self, cfg: ControllerConfig, store: SandboxStore, remembered: RememberedSpecs
+        self,
+        cfg: ControllerConfig,
+        store: SandboxStore,
+        remembered: RememberedSpecs,
+        agents: AgentRegistry | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.remembered = remembered
+        self.agents = agents
         self.uid_range = host_users.UidRange(cfg.uid_first, cfg.uid_last)
 
     # -- judging ---------------------------------------------------------------------------
 
     def judge(self, request: LaunchRequest, owner_uid: int, fds: list[int]) -> Judged:
         self.preflight()
+        agent = None
+        if request.agent is not None:
+            if self.agents is None:
+                raise LaunchRefused("agents", "this controller keeps no agents")
+            agent = agent_for_launch(self.agents, self.store, owner_uid, request.agent)
         builder = SpecBuilder()
         if request.spec_fd is not None:
             _read_spec_fd(fds[request.spec_fd], builder)
@@ -150,6 +170,12 @@ class Launcher:
         )
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         grants = judge(resolved, ctx)
+        if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
+            raise LaunchRefused(
+                "an agent's spec",
+                f"[network] mode = host, or [localhost] port {BRIDGE_PORT}, would put its "
+                "bridge's relay on this machine's loopback: not for an agent",
+            )
 
         execute: set[str] = set()
         program_path = ""
@@ -187,7 +213,7 @@ class Launcher:
                 "it was approved:",
                 *describe_changes(known.grants_json, grants),
             )
-        return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines)
+        return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines, agent)
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
@@ -201,7 +227,7 @@ class Launcher:
         g = judged.grants
         return wanted_paths(
             [p.real for p in g.read],
-            [p.real for p in g.write],
+            [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
             [(f.path.real, f.write) for f in g.spec.with_fds],
             judged.execute,
         )
@@ -257,6 +283,8 @@ class Launcher:
             return self._start(request, owner_uid, fds, judged, row)
         except BaseException:
             clean_sandbox(row.id, self.store, self.cfg)
+            if self.agents is not None and judged.agent is not None:
+                self.agents.stopped(row.host_uid)
             raise
 
     def _allocate(self, taken: set[int]) -> int:
@@ -284,7 +312,8 @@ class Launcher:
             request=request,
             fds=fds,
             grants_read=[p.real for p in grants.read],
-            grants_write=[p.real for p in grants.write],
+            grants_write=[p.real for p in grants.write]
+            + ([judged.agent.home] if judged.agent else []),
             fd_grants=[(f.path.real, f.write) for f in grants.spec.with_fds],
             read_only_inside=grants.read_only_inside,
             execute=judged.execute,
@@ -307,7 +336,20 @@ class Launcher:
                 "relay_port": proxy_link.relay_port(grants.spec.ports),
                 "relay_localhost": list(grants.spec.ports),
             }
-        cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else home
+        agent_env: dict[str, str] = {}
+        if judged.agent is not None and self.agents is not None:
+            agent_binds, agent_env = stage_agent(
+                cfg=cfg,
+                store=self.store,
+                registry=self.agents,
+                row=row,
+                host_uid=user.uid,
+                launch=judged.agent,
+            )
+            binds += agent_binds
+            agent_env["HOME"] = judged.agent.home  # the agent's folder is its home
+        default_cwd = judged.agent.home if judged.agent else home
+        cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else default_cwd
         env = {
             "PATH": SANDBOX_PATH,
             "HOME": home,
@@ -318,15 +360,19 @@ class Launcher:
             "LNK_SANDBOX_ID": row.id,
             **request.env,
             **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
+            **agent_env,
         }
         policy = confiner_policy(
-            reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible],
+            reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible]
+            + ([AGENT_DIR_INSIDE] if judged.agent else []),
             writes=[b.dest for b in staged.binds if b.write] + ["/tmp", "/dev/shm", home, "/dev"],
             execute=judged.execute,
             network_host=grants.spec.network_host,
             pretend_abi=cfg.unsafe_pretend_landlock_abi,
         )
         policy.update(relay)
+        if judged.agent is not None:
+            policy.update({"bridge_socket": BRIDGE_SOCKET_INSIDE, "bridge_port": BRIDGE_PORT})
         layout_args = {
             "home": Bind(staged.home, home, True),
             "tmp": Bind(staged.tmp, "/tmp", True),
@@ -375,3 +421,5 @@ class Launcher:
 
     def clean(self, running: Running, status: int) -> None:
         clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
+        if self.agents is not None:
+            self.agents.stopped(running.row.host_uid)

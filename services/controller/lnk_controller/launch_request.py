@@ -33,7 +33,9 @@ _FIELDS = {
     "yes",
     "fds",
     "with_fds",
+    "agent",
 }
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")  # `lnk agent start NAME`: the caller's agent
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class LaunchRequest:
     # `lnk sandbox check`: argv is the probe's arguments; the controller runs its own probe
     # program in the sandbox the spec makes, without asking or remembering the spec.
     check: bool = False
+    agent: str | None = None  # run as this agent of the caller's (its home, key and bridge)
 
 
 def _str(value: Any, what: str, limit: int = 4096) -> str:
@@ -70,6 +73,14 @@ def _str(value: Any, what: str, limit: int = 4096) -> str:
 def _index(value: Any, what: str, count: int) -> int:
     if type(value) is not int or not 0 <= value < count:
         raise ValueError(f"{what} must be the index of a passed descriptor")
+    return value
+
+
+def _agent(value: Any, dry_or_check: bool) -> str | None:
+    if value is not None and (not isinstance(value, str) or not AGENT_NAME.fullmatch(value)):
+        raise ValueError("agent must be an agent's name")
+    if value is not None and dry_or_check:
+        raise ValueError("an agent's launch is neither dry nor a check")
     return value
 
 
@@ -140,6 +151,7 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
             raise ValueError("with_fds keys must be descriptor numbers")
         with_fds[int(number)] = _index(i, "a with-fd descriptor", fd_count)
     return LaunchRequest(
+        agent=_agent(untrusted.get("agent"), dry or check),
         argv=args,
         cwd=cwd,
         path_env=path_env,

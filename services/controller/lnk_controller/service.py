@@ -101,7 +101,8 @@ def run_controller(cfg: ControllerConfig) -> None:
     if cleaned:
         log.info("reconcile: cleaned %d sandbox(es) a previous run left", cleaned)
 
-    launcher = Launcher(cfg, store, remembered)
+    agents = AgentRegistry(engine, cfg.state_dir / "agent-keys")
+    launcher = Launcher(cfg, store, remembered, agents)
     launch_sock = bind_socket(cfg.launch_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
     api_sock = bind_socket(cfg.api_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
     server = LaunchServer(launch_sock, launcher)
@@ -110,7 +111,6 @@ def run_controller(cfg: ControllerConfig) -> None:
     reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
     reaper.start()
 
-    agents = AgentRegistry(engine, cfg.state_dir / "agent-keys")
     app = make_app(cfg, store, remembered, agents)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)

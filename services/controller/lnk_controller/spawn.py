@@ -127,6 +127,11 @@ def encode_policy(policy: dict[str, Any]) -> str:
         lines.append(f"relay_socket\t{policy['relay_socket']}")
         lines.append(f"relay_port\t{policy['relay_port']}")
         lines += [f"relay_localhost\t{port}" for port in policy.get("relay_localhost", [])]
+    if policy.get("bridge_socket"):  # an agent's store bridge, relayed like the proxy
+        lines += [
+            f"bridge_socket\t{policy['bridge_socket']}",
+            f"bridge_port\t{policy['bridge_port']}",
+        ]
     if policy["unsafe_pretend_abi"] is not None:
         lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
     return "\n".join(lines) + "\n"

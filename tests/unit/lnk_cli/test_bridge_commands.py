@@ -47,7 +47,7 @@ def inside(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     key_file.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
     monkeypatch.setenv("LNK_AGENT", AGENT)
     monkeypatch.setenv("LNK_AGENT_KEY", str(key_file))
-    monkeypatch.setenv("LNK_BRIDGE_SOCKET", str(path))
+    monkeypatch.setenv("LNK_BRIDGE", str(path))
     try:
         yield root
     finally:
