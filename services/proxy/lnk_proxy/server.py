@@ -76,6 +76,7 @@ LISTENER_MODE = 0o666  # the sandbox's uid is not the proxy's; the path itself i
 HEAD_TIMEOUT_S = 60.0  # idle keep-alive plus one head: a slow client frees its slot by then
 IO_TIMEOUT_S = 300.0  # idle bound on each read or write of a plain http exchange (long polls)
 FLAG_POLL_S = 0.5  # how late a stop may close a sandbox's tunnels
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connections close
 BAD_GATEWAY = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -402,10 +403,12 @@ class ProxyServer:
             try:
                 forwarded = await forward_http(request, client, upstream)
             except (OSError, EOFError, BadResponse):
-                # A reused connection the origin closed as it was taken: nothing reached the
-                # sandbox and no body was read, so the same request goes on a new connection.
+                # A reused connection the origin closed as it was taken: nothing came back and
+                # nothing reached the sandbox; a request without a body that may be repeated
+                # (RFC 9110 9.2.2, as clients retry) goes again on a new connection.
                 retry = reused and upstream.received == answered_before
-                if not (retry and client.sent == exchange.sent and request.framing.kind == "none"):
+                retry = retry and client.sent == exchange.sent and request.framing.kind == "none"
+                if not (retry and request.method in IDEMPOTENT_METHODS):
                     raise
                 upstream.close()
                 upstream = await self._dial(allowed)
