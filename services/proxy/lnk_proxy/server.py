@@ -76,6 +76,7 @@ LISTENER_MODE = 0o666  # the sandbox's uid is not the proxy's; the path itself i
 HEAD_TIMEOUT_S = 60.0  # idle keep-alive plus one head: a slow client frees its slot by then
 IO_TIMEOUT_S = 300.0  # idle bound on each read or write of a plain http exchange (long polls)
 FLAG_POLL_S = 0.5  # how late a stop may close a sandbox's tunnels
+# RFC 9110 9.2.2: a request of these may be sent again (a dropped pooled connection)
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connections close
 BAD_GATEWAY = (

@@ -5,6 +5,7 @@ slow head and a flood of connections are cut off, a sandbox id must be a file na
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import shutil
 import tempfile
@@ -17,6 +18,8 @@ from lnk_proxy import server as server_module
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
+from lnk_shared.addresses import IPAddress
+from lnk_shared.hosts import parse_host_pattern
 
 SECRET = "x" * 40
 
@@ -162,3 +165,57 @@ def test_the_machine_is_read_at_start(base: Path) -> None:
         await server.close()
 
     asyncio.run(run())
+
+
+class CountingResolver:
+    """A resolver that may be cached (as the system one), answering from a table."""
+
+    caches_answers = True
+
+    def __init__(self, table: dict[str, tuple[str, ...]]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    async def resolve(self, name: str) -> tuple[IPAddress, ...]:
+        self.asked.append(name)
+        return tuple(ipaddress.ip_address(a) for a in self.table.get(name, ()))
+
+
+def test_an_answer_is_kept_per_sandbox_and_judged_on_every_request(base: Path) -> None:
+    """The second request reuses the first's answer (no second lookup) but is judged again;
+    another sandbox asks for itself; an empty answer is asked again; an unlisted name never."""
+    config = config_for(base)
+    resolver = CountingResolver({"lan.example.com": ("10.0.0.1",)})
+    grants = ProxyGrants(internet=(parse_host_pattern("*.example.com"),))
+
+    async def run() -> list[bytes]:
+        server = ProxyServer(config, resolver=resolver)
+        await server.start()
+        paths = []
+        for sandbox in ("sbx-a", "sbx-b"):
+            path = config.run_dir / "sbx" / f"{sandbox}.sock"
+            await server.open_listener(sandbox, path, grants, SECRET)
+            paths.append(path)
+        try:
+            answers = []
+            for path, host in [
+                (paths[0], "lan.example.com"),
+                (paths[0], "lan.example.com"),
+                (paths[1], "lan.example.com"),
+                (paths[0], "none.example.com"),
+                (paths[0], "none.example.com"),
+                (paths[0], "unlisted.test"),
+            ]:
+                answers.append(
+                    await exchange(path, f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode())
+                )
+            return answers
+        finally:
+            await server.close()
+
+    answers = [body(answer) for answer in asyncio.run(run())]
+    assert answers == [b"lnk: refused (internet-not-public)\n"] * 3 + [
+        b"lnk: refused (no-address)\n"
+    ] * 2 + [b"lnk: refused (not-listed)\n"]
+    assert resolver.asked == ["lan.example.com"] * 2 + ["none.example.com"] * 2
+    assert log_rules(config, "sbx-a").count("internet-not-public") == 2
