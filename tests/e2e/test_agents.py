@@ -7,52 +7,20 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge_helpers import as_uid, bridge_admin
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from lnk_shared.proof_client import ProofSigner, call_bridge
-from lnk_shared.unix import recv_frame, send_frame
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 
 READER_UID = 299_960  # stands for the agent's sandbox uid when the test opens its socket
-
-
-def bridge_admin(box: Any, message: dict[str, Any]) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(10)
-        sock.connect(str(box.run_dir / "bridge-store" / "admin.sock"))
-        send_frame(sock, message)
-        return recv_frame(sock)[0]
-
-
-def as_uid(uid: int, work: Any) -> Any:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            try:
-                result = work()
-            except Exception as exc:
-                result = {"exception": f"{type(exc).__name__}: {exc}"}
-            os.write(write_end, json.dumps(result).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data or b"null")
 
 
 def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> None:
@@ -91,7 +59,7 @@ def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> Non
         # The agent's side: its socket opened as the controller would for a sandbox of uid
         # READER_UID, and the inbox read with a call signed by the agent's own key.
         opened = bridge_admin(
-            box,
+            box.run_dir,
             {
                 "op": "open",
                 "agent": agent_id,
@@ -112,7 +80,7 @@ def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> Non
             READER_UID, lambda: call_bridge(path, forged, "inbox.read", {"after_id": 0, "limit": 5})
         )
         assert "refused the call" in refused["exception"]
-        bridge_admin(box, {"op": "close", "agent": agent_id})
+        bridge_admin(box.run_dir, {"op": "close", "agent": agent_id})
         assert base64.b64decode(agent["public_key"])  # registered, 32 bytes
     finally:
         removed = box.as_owner("agent", "remove", name)

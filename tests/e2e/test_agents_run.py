@@ -217,3 +217,20 @@ def test_events_survive_a_bridge_restart_and_a_stale_token_is_refused(running_bo
         assert page == {"events": [{"seq": 1, "event": "kept"}], "last_seq": 1}
     finally:
         box.as_owner("agent", "remove", name)
+
+
+def test_a_message_sent_from_outside_is_read_inside_with_lnk_bridge(running_box: Any) -> None:
+    box = running_box
+    name = f"d-{os.urandom(2).hex()}"
+    create(box, name)
+    try:
+        sent = box.as_owner("agent", "send", name, "please summarize the logs")
+        assert sent.returncode == 0, sent.stderr
+        read = box.as_owner(
+            "agent", "start", name, "--yes", "--", str(LNK), "bridge", "inbox", "read"
+        )
+        assert read.returncode == 0, read.stderr
+        (message,) = json.loads(read.stdout)["messages"]
+        assert (message["from"], message["message"]) == ("owner", "please summarize the logs")
+    finally:
+        box.as_owner("agent", "remove", name)

@@ -5,7 +5,6 @@ call reaches it only on an agent's socket the controller opened, from that agent
 from __future__ import annotations
 
 import base64
-import json
 import os
 import pwd
 import socket
@@ -14,46 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge_helpers import as_uid, bridge_admin
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from lnk_shared.proof_client import ProofSigner, call_bridge
-from lnk_shared.unix import recv_frame, send_frame
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 
 AGENT_UID = 299_950
-
-
-def admin(box: Any, message: dict[str, Any]) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(10)
-        sock.connect(str(box.run_dir / "bridge-store" / "admin.sock"))
-        send_frame(sock, message)
-        return recv_frame(sock)[0]
-
-
-def as_uid(uid: int, work: Any) -> Any:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            try:
-                result = work()
-            except Exception as exc:
-                result = {"exception": f"{type(exc).__name__}: {exc}"}
-            os.write(write_end, json.dumps(result).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(pid, 0)
-    return json.loads(data or b"null")
 
 
 def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
@@ -68,7 +36,7 @@ def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
             assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (user.pw_uid, 0o700)
         store = (box.state_dir / "bridge-store" / "store.db").stat()
         assert stat.S_IMODE(store.st_mode) == 0o600
-        assert admin(box, {"op": "ping"}) == {"ok": True}
+        assert bridge_admin(box.run_dir, {"op": "ping"}) == {"ok": True}
 
         def reach_admin() -> str:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -91,8 +59,8 @@ def test_an_agent_socket_opened_by_the_controller_serves_only_that_agent(
     key = Ed25519PrivateKey.generate()
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     with private_box() as box:
-        opened = admin(
-            box,
+        opened = bridge_admin(
+            box.run_dir,
             {
                 "op": "open",
                 "agent": "e2e-agent",
@@ -113,5 +81,5 @@ def test_an_agent_socket_opened_by_the_controller_serves_only_that_agent(
 
         assert as_uid(AGENT_UID, acquire)["token"] == 1
         assert "refused" in as_uid(AGENT_UID + 1, acquire)["exception"]
-        assert admin(box, {"op": "close", "agent": "e2e-agent"}) == {"ok": True}
+        assert bridge_admin(box.run_dir, {"op": "close", "agent": "e2e-agent"}) == {"ok": True}
         assert not path.exists()
