@@ -444,6 +444,7 @@ def _processes(c: _Context) -> None:
         ("bpf", "load a BPF program"),
         ("perf_event_open", "open a perf event"),
         ("userfaultfd", "open a userfaultfd"),
+        ("ptrace", "trace a process (its own child)"),
         ("io_uring_setup", "set up an io_uring"),
     ):
         c.add(

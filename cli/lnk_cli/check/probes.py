@@ -7,9 +7,10 @@ compared with the secrets outside. Each step is tried once and its outcome print
 result is one JSON document on stdout, `{"results": {step id: {"outcome", "detail", "data"}}}`.
 
 `outcome` is "through" when the attempt got through from where the probe stands (the file was
-read, the connection made, the syscall returned success), "stopped" otherwise, with `detail`
-naming the error. This module decides nothing: the verdicts are made outside (`verdicts.py`),
-on these outcomes, the data, and what the outside saw. Everything here is read back as hostile.
+read, the connection made, the syscall returned success), "stopped" when the system refused it
+(`detail` names the error), "error" when the probe itself failed (a bug, not a refusal). This
+module decides nothing: the verdicts are made outside (`verdicts.py`), on these outcomes, the
+data, and what the outside saw. Everything here is read back as hostile.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import ctypes
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +53,7 @@ IO_URING_SETUP = 425  # the same number on every architecture (generic table)
 IO_URING_PARAMS = 120  # bytes of struct io_uring_params
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
+PTRACE_ATTACH = 16
 
 
 def _errno_name(exc: OSError) -> str:
@@ -305,6 +309,18 @@ def _kernel(step: dict[str, Any]) -> dict[str, Any]:
         return _errno_result(libc.unshare(CLONE_NEWNS))
     if call == "mount":
         return _errno_result(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+    if call == "ptrace":  # attach to a child of its own: seccomp refuses ptrace outright
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child only waits to be attached to
+            time.sleep(EXEC_TIMEOUT_S)
+            os._exit(0)
+        try:
+            return _errno_result(
+                libc.ptrace(ctypes.c_long(PTRACE_ATTACH), ctypes.c_long(child), None, None)
+            )
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
     if call == "io_uring_setup":
         params = ctypes.create_string_buffer(IO_URING_PARAMS)
         return _errno_result(
@@ -339,8 +355,8 @@ def run_step(step: dict[str, Any]) -> dict[str, Any]:
         return _stopped(_errno_name(exc))
     except subprocess.TimeoutExpired:
         return _stopped("timed out")
-    except Exception as exc:
-        return _stopped(f"{type(exc).__name__}: {exc}"[:200])
+    except Exception as exc:  # the probe itself failed: not a refusal (the check says so)
+        return {"outcome": "error", "detail": f"{type(exc).__name__}: {exc}"[:200], "data": ""}
 
 
 def main(argv: list[str]) -> int:

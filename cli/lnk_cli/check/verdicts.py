@@ -135,6 +135,9 @@ def judge_probe(probe: Probe, untrusted_result: object, outside: Outside) -> Fin
         return Finding(
             probe.id, probe.tried, probe.expected, f"not tried: {probe.not_tried}", verdict
         )
+    if isinstance(untrusted_result, dict) and untrusted_result.get("outcome") == "error":
+        said = clean_text(untrusted_result.get("detail", ""))
+        raise ProbesFailed(f"the probe {probe.id!r} failed ({said}): the check is not complete")
     parsed = _result(untrusted_result)
     if parsed is None:
         raise ProbesFailed(f"the probe {probe.id!r} did not report: the check is not complete")

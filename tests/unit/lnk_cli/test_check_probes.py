@@ -152,9 +152,9 @@ def test_no_proxy_is_stopped_not_an_error(monkeypatch: pytest.MonkeyPatch) -> No
     assert result["outcome"] == "stopped"
 
 
-def test_an_unknown_or_broken_step_is_an_outcome_not_a_crash() -> None:
-    assert run_step({"id": "x", "kind": "read"})["outcome"] == "stopped"  # no path
-    assert run_step({"id": "x", "kind": "nope"})["outcome"] == "stopped"
+def test_a_broken_step_is_an_error_never_a_refusal_and_never_a_crash() -> None:
+    assert run_step({"id": "x", "kind": "read"})["outcome"] == "error"  # no path
+    assert run_step({"id": "x", "kind": "nope"})["outcome"] == "error"
 
 
 def test_exec_got_through_only_when_the_marker_came_back() -> None:

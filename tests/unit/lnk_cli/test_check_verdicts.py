@@ -148,3 +148,9 @@ def test_the_sandboxs_words_reach_the_report_without_control_characters() -> Non
     observed = judge_probe(probe("inside"), answer, Outside()).observed
     assert "\x1b" not in observed and "\x07" not in observed
     assert len(observed) <= 160
+
+
+def test_a_probe_that_failed_itself_fails_the_check_instead_of_reading_as_refused() -> None:
+    broken = {"outcome": "error", "detail": "KeyError: 'path'", "data": ""}
+    with pytest.raises(ProbesFailed, match="KeyError"):
+        judge_probe(probe("inside"), broken, Outside())
