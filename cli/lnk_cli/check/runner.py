@@ -13,16 +13,18 @@ Design choices (issue 5):
   user could not grant themselves; every other program stays ungranted, so "exec of an
   ungranted program" still means something (it is reported `allowed` only under `[commands]
   allow = ["*"]`). The caller chooses the probe's arguments (the plan), never the program.
-- Approval: a check neither asks nor remembers. It runs only the box's probes, so checking a
-  spec someone sent you never approves it for `lnk sandbox run`; that still asks.
+- Approval: a check neither asks nor remembers (a "check" launch request: the controller
+  skips the question and the remembering). It runs only the box's probes, so checking a spec
+  someone sent you never approves it for `lnk sandbox run`; that still asks. This opens
+  nothing new: only the owner's own processes reach the launch socket as the owner, and they
+  could send a run with `yes` anyway; a sandbox never reaches it.
 - Bait and signals: SIGINT, SIGTERM and SIGHUP end the run as an interrupt, in order: the
   sandbox (once it runs) gets SIGTERM and the check waits until the controller says it ended,
   then every bait and everything a probe may have made is removed, with those signals blocked
   so another Ctrl-C cannot cut the removal short. A second Ctrl-C stops waiting (bounded).
-- Nothing is sent off this machine: 1.1.1.1 is tried only where the sandbox has no route to it
-  (a UDP connect looks the route up without sending) and through the proxy, whose rules never
-  take an IP literal through `[internet]`; hosts a grant allows are tried only when the grant
-  names them.
+- Off this machine only what the spec names is reached: 1.1.1.1 is dialed only where the
+  sandbox has no route to it (a UDP connect looks the route up without sending) and asked of
+  the proxy by address, which `[internet]` never opens; a listed host gets one CONNECT.
 """
 
 from __future__ import annotations
