@@ -126,6 +126,8 @@ def test_two_agents_at_once_each_only_itself(running_box: Any) -> None:
             b_uid = next((a["host_uid"] for a in listed if a["name"] == b_name), None)
             time.sleep(0.2)
         assert b_uid is not None, "agent B did not start"
+        (b_entry,) = [a for a in listed if a["name"] == b_name]
+        assert b_entry["running"] and len(b_entry["spec_hash"]) == 64  # what B runs with
         b_sandbox = next(
             s
             for s in json.loads(box.as_owner("sandbox", "list", "--json").stdout)

@@ -95,6 +95,7 @@ def stage_agent(
     row: SandboxRow,
     host_uid: int,
     launch: AgentLaunch,
+    spec_hash: str,
 ) -> tuple[list[Bind], dict[str, str]]:
     """Stage the key and the bridge socket; (binds, environment) for the sandbox."""
     agent = launch.agent
@@ -117,7 +118,7 @@ def stage_agent(
     staged_socket = staging / "bridge.sock"
     store.add_mount(row.id, str(staged_socket))
     idmap_mounts.stage_bind(socket, staged_socket)
-    registry.set_running(agent.agent_id, host_uid)
+    registry.set_running(agent.agent_id, host_uid, spec_hash)
     binds = [
         Bind(str(key_dir), AGENT_DIR_INSIDE, False),
         Bind(str(staged_socket), BRIDGE_SOCKET_INSIDE, False),

@@ -345,6 +345,7 @@ class Launcher:
                 row=row,
                 host_uid=user.uid,
                 launch=judged.agent,
+                spec_hash=judged.digest,
             )
             binds += agent_binds
             agent_env["HOME"] = judged.agent.home  # the agent's folder is its home

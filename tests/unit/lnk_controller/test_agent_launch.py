@@ -1,0 +1,144 @@
+"""An agent's launch: the request names the caller's agent by name only; the agent's folder must
+be the owner's own, reached without links; a running agent is not started twice; the confiner's
+policy carries the bridge's relay and nothing else new."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lnk_controller import agent_launch
+from lnk_controller.agent_launch import BRIDGE_PORT, agent_for_launch
+from lnk_controller.agents import AgentRegistry
+from lnk_controller.confiner import load_policy
+from lnk_controller.db import open_database
+from lnk_controller.launch_request import parse_launch_request
+from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.spawn import encode_policy
+from lnk_shared.errors import LaunchRefused, UsageError
+
+OWNER = os.getuid()
+
+
+def request(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "type": "launch",
+        "argv": ["/bin/sh"],
+        "cwd": "/",
+        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
+    }
+    base.update(changes)
+    return base
+
+
+def test_a_launch_request_may_name_an_agent() -> None:
+    assert parse_launch_request(request(agent="helper"), 3).agent == "helper"
+    assert parse_launch_request(request(), 3).agent is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"agent": "../x"},
+        {"agent": "Helper"},
+        {"agent": 5},
+        {"agent": "u1000-helper/../../b"},
+        {"agent": "helper", "dry": True},
+        {"agent": "helper", "check": True},
+    ],
+)
+def test_a_bad_agent_in_a_launch_request_is_refused(changes: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="agent"):
+        parse_launch_request(request(**changes), 3)
+
+
+def test_the_confiner_policy_round_trips_the_bridge_relay(tmp_path: Path) -> None:
+    policy: dict[str, object] = {
+        "read": ["/usr"],
+        "write": [],
+        "execute": [],
+        "tcp_connect": None,
+        "tcp_bind": None,
+        "scope_abstract_unix": True,
+        "scope_signal": True,
+        "block_unix_sockets": True,
+        "min_abi": 6,
+        "unsafe_pretend_abi": None,
+        "bridge_socket": "/run/lnk-bridge.sock",
+        "bridge_port": BRIDGE_PORT,
+    }
+    path = tmp_path / "policy"
+    path.write_text(encode_policy(policy))
+    loaded = load_policy(str(path))
+    assert (loaded["bridge_socket"], loaded["bridge_port"]) == ("/run/lnk-bridge.sock", 3129)
+    assert loaded["block_unix_sockets"] is True  # the relay starts before it; the block stays
+    path.write_text(encode_policy(policy).replace("/run/lnk-bridge.sock", "relative.sock"))
+    with pytest.raises(LaunchRefused, match="unknown line"):
+        load_policy(str(path))
+
+
+class Setup:
+    def __init__(self, tmp_path: Path) -> None:
+        self.engine = open_database(tmp_path / "db" / "controller.db")
+        self.registry = AgentRegistry(self.engine, tmp_path / "keys")
+        self.store = SandboxStore(self.engine)
+        self.home = tmp_path / "home"
+        self.folder = self.home / "Link" / "Agents" / "helper"
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
+    made = Setup(tmp_path)
+    real = pwd.getpwuid(OWNER)
+    fake = pwd.struct_passwd((*real[:5], str(made.home), *real[6:]))
+    monkeypatch.setattr(agent_launch.pwd, "getpwuid", lambda uid: fake)
+    made.registry.create(OWNER, "helper", "/spec.toml")
+    yield made
+    made.engine.dispose()
+
+
+def test_the_agents_own_folder_is_its_home(setup: Setup) -> None:
+    setup.folder.mkdir(parents=True)
+    launch = agent_for_launch(setup.registry, setup.store, OWNER, "helper")
+    assert launch.home == str(setup.folder) and launch.agent.name == "helper"
+
+
+def test_an_unknown_agent_is_refused(setup: Setup) -> None:
+    with pytest.raises(UsageError, match="no agent named"):
+        agent_for_launch(setup.registry, setup.store, OWNER, "other")
+    with pytest.raises(UsageError, match="no agent named"):
+        agent_for_launch(setup.registry, setup.store, OWNER + 1, "helper")  # not theirs
+
+
+def test_a_missing_agent_folder_is_refused(setup: Setup) -> None:
+    with pytest.raises(LaunchRefused, match="missing"):
+        agent_for_launch(setup.registry, setup.store, OWNER, "helper")
+
+
+def test_an_agent_folder_that_is_a_link_is_refused(setup: Setup, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    setup.folder.parent.mkdir(parents=True)
+    setup.folder.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LaunchRefused, match="without links"):
+        agent_for_launch(setup.registry, setup.store, OWNER, "helper")
+
+
+def test_an_agent_folder_under_a_linked_parent_is_refused(setup: Setup, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere" / "helper").mkdir(parents=True)
+    (setup.home / "Link").mkdir(parents=True)
+    (setup.home / "Link" / "Agents").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LaunchRefused, match="without links"):
+        agent_for_launch(setup.registry, setup.store, OWNER, "helper")
+
+
+@pytest.mark.needs_root
+def test_an_agent_folder_of_someone_else_is_refused(setup: Setup) -> None:
+    setup.folder.mkdir(parents=True)
+    os.chown(setup.folder, OWNER + 4242, OWNER + 4242)
+    with pytest.raises(LaunchRefused, match="folder of yours"):
+        agent_for_launch(setup.registry, setup.store, OWNER, "helper")
