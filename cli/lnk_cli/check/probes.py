@@ -208,7 +208,7 @@ def _proxy(step: dict[str, Any]) -> dict[str, Any]:
                 s.settimeout(0.5)
                 answer += s.recv(PROXY_HEAD_LIMIT)
     body = answer.split(b"\r\n\r\n", 1)[-1][:200].decode("latin-1").strip()
-    detail = f"{code} {body}".strip()
+    detail = f"{code} {body}".strip() if code != "none" else "no answer (not the proxy's refusal)"
     if code == "403":
         return _stopped(detail, code)
     return _through(detail, code)
