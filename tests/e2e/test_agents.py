@@ -68,17 +68,24 @@ def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> Non
             },
         )
         path = Path(opened["socket"])
-        for folder_ in (path.parent.parent, path.parent):
-            folder_.chmod(0o711)  # as the bind into its sandbox would let it reach
-        signer = ProofSigner(agent_id, private, "inbox")
-        read = as_uid(
-            READER_UID, lambda: call_bridge(path, signer, "inbox.read", {"after_id": 0, "limit": 5})
-        )
+        folders = (path.parent.parent, path.parent)
+        for folder_ in folders:
+            folder_.chmod(0o711)  # for a moment, as the bind into its sandbox would let it reach
+        try:
+            signer = ProofSigner(agent_id, private, "inbox")
+            read = as_uid(
+                READER_UID,
+                lambda: call_bridge(path, signer, "inbox.read", {"after_id": 0, "limit": 5}),
+            )
+            forged = ProofSigner(agent_id, Ed25519PrivateKey.generate(), "inbox")
+            refused = as_uid(
+                READER_UID,
+                lambda: call_bridge(path, forged, "inbox.read", {"after_id": 0, "limit": 5}),
+            )
+        finally:
+            for folder_ in folders:
+                folder_.chmod(0o700)
         assert [(m["from"], m["message"]) for m in read["messages"]] == [("owner", "hello agent")]
-        forged = ProofSigner(agent_id, Ed25519PrivateKey.generate(), "inbox")
-        refused = as_uid(
-            READER_UID, lambda: call_bridge(path, forged, "inbox.read", {"after_id": 0, "limit": 5})
-        )
         assert "refused the call" in refused["exception"]
         bridge_admin(box.run_dir, {"op": "close", "agent": agent_id})
         assert base64.b64decode(agent["public_key"])  # registered, 32 bytes

@@ -54,32 +54,37 @@ def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
 
 
 def test_an_agent_socket_opened_by_the_controller_serves_only_that_agent(
-    private_box: Any,
+    running_box: Any,
 ) -> None:
     key = Ed25519PrivateKey.generate()
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    with private_box() as box:
-        opened = bridge_admin(
-            box.run_dir,
-            {
-                "op": "open",
-                "agent": "e2e-agent",
-                "public_key": base64.b64encode(public).decode(),
-                "host_uid": AGENT_UID,
-            },
-        )
-        assert opened["ok"] is True
-        path = Path(opened["socket"])
-        # On a box only a bind into the agent's sandbox reaches it; here root lets the agent's
-        # uid traverse the bridge's folders, as that bind would.
-        for folder in (path.parent.parent, path.parent):
+    run_dir, agent = running_box.run_dir, "e2e-agent-" + os.urandom(2).hex()
+    opened = bridge_admin(
+        run_dir,
+        {
+            "op": "open",
+            "agent": agent,
+            "public_key": base64.b64encode(public).decode(),
+            "host_uid": AGENT_UID,
+        },
+    )
+    assert opened["ok"] is True
+    path = Path(opened["socket"])
+    folders = (path.parent.parent, path.parent)
+    try:
+        # On a box only a bind into the agent's sandbox reaches it; here root lets the
+        # agent's uid traverse the bridge's folders for a moment, as that bind would.
+        for folder in folders:
             folder.chmod(0o711)
-        signer = ProofSigner("e2e-agent", key, "store")
+        signer = ProofSigner(agent, key, "store")
 
         def acquire() -> Any:
             return call_bridge(path, signer, "lease.acquire", {"holder": "e2e", "ttl_s": 30})
 
         assert as_uid(AGENT_UID, acquire)["token"] == 1
         assert "refused" in as_uid(AGENT_UID + 1, acquire)["exception"]
-        assert bridge_admin(box.run_dir, {"op": "close", "agent": "e2e-agent"}) == {"ok": True}
-        assert not path.exists()
+    finally:
+        for folder in folders:
+            folder.chmod(0o700)
+    assert bridge_admin(run_dir, {"op": "close", "agent": agent}) == {"ok": True}
+    assert not path.exists()
