@@ -51,4 +51,8 @@ def cmd_enter(args: argparse.Namespace) -> int:
     os.environ.clear()
     os.environ.update(plan.env)
     os.chdir(plan.folder)
+    if not (os.isatty(0) and os.isatty(1)):  # a pty hangs the session up by itself
+        from lnk_ssh_gate.connection import end_with_connection
+
+        end_with_connection()
     return run_in_sandbox(plan.args, list(plan.command.argv))

@@ -647,6 +647,44 @@ def test_a_command_without_a_pty_has_no_terminal_and_tiocsti_fails(
     assert "tty opened" not in result.stdout  # a new session: no controlling terminal
 
 
+def _pids_running(argv: list[str]) -> list[int]:
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read() == wanted:
+                    found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["no-pty", "pty"])
+def test_a_dropped_connection_ends_the_sandbox(sshd: GateSshd, user: BoxUser, tty: bool) -> None:
+    mark = f"{60 + secrets.randbelow(10_000) / 10_000:.4f}"  # a sleep no one else runs
+    late = user.folder / f"late-{mark}"
+    process = subprocess.Popen(
+        [*sshd.ssh_argv(user, "-tt" if tty else "-T"), f"sleep {mark}; touch {late}"],
+        stdin=subprocess.PIPE if tty else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not _pids_running(["sleep", mark]):
+            assert time.monotonic() < deadline, "the session's program never started"
+            time.sleep(0.1)
+    finally:
+        process.kill()  # the client vanishes: no exit, no EOF sent on purpose
+        process.wait()
+        if process.stdin is not None:
+            process.stdin.close()
+    deadline = time.monotonic() + WAIT_S
+    while _pids_running(["sleep", mark]):
+        assert time.monotonic() < deadline, "the sandbox outlived its connection"
+        time.sleep(0.1)
+    assert not late.exists()
+
+
 # -- the spec, at each session ------------------------------------------------------------------
 
 
