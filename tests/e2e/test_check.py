@@ -253,6 +253,10 @@ def test_check_of_an_open_sandbox_reports_exactly_its_leaks_gaps_and_grants(
     assert verdicts["read.agents:Link/Agents"] == "refused"
     assert verdicts["read.var-tmp"] == "refused"
     assert served.accepted() == 1  # the port's server was reached, once, by the probe
+    observed = {p["id"]: p["observed"] for p in doc["probes"]}
+    for ident in ("server:127.0.0.1", "server:::ffff:127.0.0.1"):  # seen outside, not only said
+        assert "the bait server accepted a connection" in observed[ident]
+    assert "the secret came back" in observed["read.home"]
     _assert_nothing_remains(running_box, before, _bait_port(doc))
 
 
