@@ -19,12 +19,20 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lnk_ssh_gate.sshd_dropin import DROPIN_NAME, DropinPlaces, apply_sshd_dropin
 
+PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
+LNK = PREFIX / "venv" / "bin" / "lnk"
+WAIT_S = 20.0  # how long a session, a refusal or a cleanup may take on a loaded machine
+# The usual tools of a test session's spec; /bin/bash is what every session runs in.
+TOOLS = ["/bin/bash", "id", "hostname", "cat", "touch", "ls", "scp", "tty", "python3", "stty"]
+TOOLS += ["sleep", "mkdir"]
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")  # sshd refuses to start without it (Debian's unit makes it)
 START_S = 10.0
@@ -272,3 +280,82 @@ class GateSshd:
             subprocess.run(["userdel", "-r", user.name], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+RunningBox = Any  # tests/e2e/conftest.py
+
+
+def spec_text(*, commands: list[str] = TOOLS, extra: str = "") -> str:
+    allow = ", ".join(f'"{c}"' for c in commands)
+    return f"[commands]\nallow = [{allow}]\n{extra}"
+
+
+def authorize(box: RunningBox, sshd: GateSshd, user: BoxUser, *extra: str) -> str:
+    result = subprocess.run(
+        [
+            str(LNK),
+            "box",
+            "authorize",
+            "--user",
+            user.name,
+            "--spec",
+            str(user.spec),
+            "--folder",
+            str(user.folder),
+            "--key",
+            f"{user.key}.pub",
+            "--run-dir",
+            str(box.run_dir),
+            "--keys-dir",
+            str(sshd.keys_dir),
+            *extra,
+        ],
+        env=box.env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@contextmanager
+def gate_sshd() -> Iterator[GateSshd]:
+    """A started test sshd, stopped with its users and folders whatever happens."""
+    tag = secrets.token_hex(4)
+    server = GateSshd(Path(f"/run/lnk-sshd-{tag}"), Path(f"/srv/lnk-gate-{tag}"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def let_in(box: RunningBox, server: GateSshd) -> BoxUser:
+    """A box user whose key is let in, its sessions under a spec with the usual tools."""
+    user = server.add_user(spec_text())
+    authorize(box, server, user)
+    return user
+
+
+def sftp(sshd: GateSshd, user: BoxUser, batch: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sftp", *sshd.client_options(user), "-b", "-", f"{user.name}@127.0.0.1"],
+        input=batch,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def home_state(user: BoxUser) -> dict[str, bytes]:
+    """Every file under the box user's home, with its bytes."""
+    state = {}
+    for path in sorted(user.home.rglob("*")):
+        if path.is_file():
+            state[str(path)] = path.read_bytes()
+        else:
+            state[str(path)] = b"<dir>"
+    return state

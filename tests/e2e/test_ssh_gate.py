@@ -1,10 +1,10 @@
-"""The SSH gate end to end: a real OpenSSH sshd on a loopback port (tests/e2e/sshd.py), real box
-users whose key lines `lnk box authorize` writes, OpenSSH's ssh/scp/sftp and paramiko as
-clients, and the session's box (`running_box`) behind `lnk sandbox enter`.
+"""The SSH gate end to end, sessions: a real OpenSSH sshd on a loopback port (tests/e2e/sshd.py),
+real box users whose key lines `lnk box authorize` writes, OpenSSH's ssh/scp/sftp and paramiko
+as clients, and the session's box (`running_box`) behind `lnk sandbox enter`.
 
-Every session runs in a sandbox: commands, shells, scp and sftp; the ways around it (port and
-socket forwarding, agent, X11, tun) are refused by sshd; the box user's login files and the
-key files stay out of reach; a spec edited between sessions rules the next one.
+Every session runs in a sandbox: commands, shells (with their terminal), scp and sftp; the box
+user's login files and the key files stay out of reach; a dropped connection ends the sandbox.
+Ways around the sandbox: test_ssh_gate_forwarding.py; specs and refusals: test_ssh_gate_specs.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -23,71 +21,30 @@ from typing import Any
 
 import paramiko
 import pytest
-from sshd import BoxUser, GateSshd, free_port
-
-RunningBox = Any  # tests/e2e/conftest.py
+from sshd import (
+    LNK,
+    WAIT_S,
+    BoxUser,
+    GateSshd,
+    RunningBox,
+    gate_sshd,
+    home_state,
+    let_in,
+    sftp,
+)
 
 pytestmark = pytest.mark.needs_root
-
-PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
-LNK = PREFIX / "venv" / "bin" / "lnk"
-WAIT_S = 20.0
-TOOLS = ["/bin/bash", "id", "hostname", "cat", "touch", "ls", "scp", "tty", "python3", "stty"]
-TOOLS += ["sleep", "mkdir"]
-
-
-def spec_text(*, commands: list[str] = TOOLS, extra: str = "") -> str:
-    allow = ", ".join(f'"{c}"' for c in commands)
-    return f"[commands]\nallow = [{allow}]\n{extra}"
-
-
-def authorize(box: RunningBox, sshd: GateSshd, user: BoxUser, *extra: str) -> str:
-    result = subprocess.run(
-        [
-            str(LNK),
-            "box",
-            "authorize",
-            "--user",
-            user.name,
-            "--spec",
-            str(user.spec),
-            "--folder",
-            str(user.folder),
-            "--key",
-            f"{user.key}.pub",
-            "--run-dir",
-            str(box.run_dir),
-            "--keys-dir",
-            str(sshd.keys_dir),
-            *extra,
-        ],
-        env=box.env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
 def sshd() -> Iterator[GateSshd]:
-    tag = secrets.token_hex(4)
-    server = GateSshd(Path(f"/run/lnk-sshd-{tag}"), Path(f"/srv/lnk-gate-{tag}"))
-    try:
-        server.start()
+    with gate_sshd() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def user(running_box: RunningBox, sshd: GateSshd) -> BoxUser:
-    """A box user whose key is let in, its sessions under a spec with the usual tools."""
-    box_user = sshd.add_user(spec_text())
-    authorize(running_box, sshd, box_user)
-    return box_user
+    return let_in(running_box, sshd)
 
 
 # -- the line the generator wrote ---------------------------------------------------------------
@@ -162,198 +119,6 @@ def test_the_environment_is_an_allowlist(sshd: GateSshd, user: BoxUser) -> None:
     assert result.stdout == "[][][][C.UTF-8][C]\n"
 
 
-# -- no way around the sandbox ------------------------------------------------------------------
-
-
-class _Listener:
-    """A TCP listener on the host that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
-
-
-@pytest.fixture
-def listener() -> Iterator[_Listener]:
-    target = _Listener()
-    try:
-        yield target
-    finally:
-        target.close()
-
-
-def test_a_session_reaches_no_network_the_spec_does_not_open(
-    sshd: GateSshd, user: BoxUser, listener: _Listener
-) -> None:
-    probe = (
-        "import socket\n"
-        "try:\n"
-        f"    socket.create_connection(('127.0.0.1', {listener.port}), timeout=3)\n"
-        "    print('connected')\n"
-        "except OSError as exc:\n"
-        "    print('refused', exc.errno)\n"
-    )
-    result = sshd.ssh(user, command=f'python3 -c "{probe}"')
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("refused")
-    assert listener.accepted == 0
-
-
-def test_stdio_forwarding_W_is_refused(sshd: GateSshd, user: BoxUser, listener: _Listener) -> None:
-    result = sshd.ssh(user, "-W", f"127.0.0.1:{listener.port}", input="x", stdin=None)
-    assert result.returncode != 0
-    assert "stdio forwarding failed" in result.stderr
-    assert listener.accepted == 0
-
-
-@pytest.fixture(scope="module")
-def plain(sshd: GateSshd) -> BoxUser:
-    """A user outside the gate on the same sshd: the control for every refusal."""
-    return sshd.add_plain_user()
-
-
-def test_control_the_test_sshd_lets_others_forward(
-    sshd: GateSshd, listener: _Listener, plain: BoxUser
-) -> None:
-    """The refusals above are the gate's: a user outside it forwards through this same sshd."""
-    result = sshd.ssh(plain, "-W", f"127.0.0.1:{listener.port}", stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr
-    deadline = time.monotonic() + WAIT_S
-    while listener.accepted == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert listener.accepted == 1
-
-
-def _forward_then_connect(
-    sshd: GateSshd, user: BoxUser, forward: list[str], local_port: int
-) -> bytes:
-    process = subprocess.Popen(
-        [*sshd.ssh_argv(user, "-N", *forward)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    got = b""
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", local_port)) == 0:
-                    s.settimeout(5)
-                    with suppress(OSError):
-                        got = s.recv(100)
-                    break
-            time.sleep(0.1)
-        else:
-            pytest.fail("ssh -L never listened")
-    finally:
-        process.terminate()
-        process.communicate(timeout=10)
-    return got
-
-
-def test_local_forwarding_L_is_refused(sshd: GateSshd, user: BoxUser, listener: _Listener) -> None:
-    port = free_port()
-    got = _forward_then_connect(
-        sshd, user, ["-L", f"127.0.0.1:{port}:127.0.0.1:{listener.port}"], port
-    )
-    assert got == b""
-    assert listener.accepted == 0
-
-
-def test_local_forwarding_L_to_a_unix_socket_is_refused(sshd: GateSshd, user: BoxUser) -> None:
-    path = sshd.root / f"target-{secrets.token_hex(3)}.sock"
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(path))
-    server.listen(1)
-    server.settimeout(0.5)
-    try:
-        port = free_port()
-        got = _forward_then_connect(sshd, user, ["-L", f"127.0.0.1:{port}:{path}"], port)
-        with pytest.raises(TimeoutError):
-            server.accept()
-    finally:
-        server.close()
-        path.unlink(missing_ok=True)
-    assert got == b""
-
-
-def test_remote_forwarding_R_is_refused(sshd: GateSshd, user: BoxUser, listener: _Listener) -> None:
-    port = free_port()
-    result = sshd.ssh(
-        user,
-        "-o",
-        "ExitOnForwardFailure=yes",
-        "-R",
-        f"127.0.0.1:{port}:127.0.0.1:{listener.port}",
-        command="sleep 3",
-    )
-    assert result.returncode != 0
-    assert "forwarding failed" in result.stderr
-    with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens on the host
-
-
-def test_agent_forwarding_A_is_refused(sshd: GateSshd, user: BoxUser, plain: BoxUser) -> None:
-    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True)
-    env = dict(os.environ)
-    for name in ("SSH_AUTH_SOCK", "SSH_AGENT_PID"):
-        env[name] = re.search(rf"{name}=([^;]+);", agent.stdout).group(1)  # type: ignore[union-attr]
-    try:
-        result = sshd.ssh(user, "-A", command='echo "[$SSH_AUTH_SOCK]"', env=env)
-        leftovers = [p for p in Path("/tmp").glob("ssh-*") if p.stat().st_uid == user.uid]
-        control = sshd.ssh(plain, "-A", command='echo "[$SSH_AUTH_SOCK]"', env=env)
-    finally:
-        subprocess.run(["ssh-agent", "-k"], env=env, capture_output=True, check=False)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "[]\n"
-    assert leftovers == []  # no agent socket made for the box user on the host
-    assert control.stdout.startswith("[/tmp/ssh-"), control.stderr  # others get the agent
-
-
-def test_x11_forwarding_X_is_refused(sshd: GateSshd, user: BoxUser, plain: BoxUser) -> None:
-    env = {**os.environ, "DISPLAY": ":99"}
-    result = sshd.ssh(user, "-X", command='echo "[$DISPLAY]"', env=env)
-    assert result.stdout == "[]\n", result.stderr
-    assert "X11 forwarding request failed" in result.stderr
-    control = sshd.ssh(plain, "-X", command='echo "[$DISPLAY]"', env=env)
-    assert control.stdout.startswith("[localhost:"), control.stderr  # others get a display
-
-
-def test_tunnel_w_is_refused(sshd: GateSshd, user: BoxUser, plain: BoxUser) -> None:
-    """sshd refuses before it opens any tun device; for a user outside the gate the same
-    sshd tries to open one (and fails here only for want of a device in this machine)."""
-    options = ("-v", "-o", "ExitOnForwardFailure=yes", "-w", "any:any")
-    result = sshd.ssh(user, *options, command="echo ran")
-    assert "ran" not in result.stdout
-    assert result.returncode != 0
-    assert "Remote: Server has rejected tunnel device forwarding" in result.stderr
-    assert "Failed to open the tunnel device" not in result.stderr
-    control = sshd.ssh(plain, *options, command="echo ran")
-    assert "Failed to open the tunnel device" in control.stderr, control.stderr
-
-
 # -- scp and sftp: inside F only ------------------------------------------------------------------
 
 
@@ -409,7 +174,7 @@ def test_scp_cannot_read_shadow_or_write_outside_the_folder(
     )
     assert shadow.returncode != 0
     assert not (tmp_path / "s").exists()
-    before = _home_state(user)
+    before = home_state(user)
     for outside in (f"{user.home}/.bashrc", f"{sshd.data}/planted"):
         result = subprocess.run(
             [
@@ -425,26 +190,15 @@ def test_scp_cannot_read_shadow_or_write_outside_the_folder(
             check=False,
         )
         assert result.returncode != 0, outside
-    assert _home_state(user) == before
+    assert home_state(user) == before
     assert not (sshd.data / "planted").exists()
-
-
-def _sftp(sshd: GateSshd, user: BoxUser, batch: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["sftp", *sshd.client_options(user), "-b", "-", f"{user.name}@127.0.0.1"],
-        input=batch,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_path: Path) -> None:
     payload = secrets.token_hex(16)
     (tmp_path / "in.txt").write_text(payload)
     name = f"sftp-{secrets.token_hex(3)}.txt"
-    ok = _sftp(
+    ok = sftp(
         sshd,
         user,
         f"put {tmp_path}/in.txt {user.folder}/{name}\n"
@@ -453,9 +207,9 @@ def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_pa
     assert ok.returncode == 0, ok.stderr
     assert (user.folder / name).read_text() == payload
     assert (tmp_path / "out.txt").read_text() == payload
-    before, key_line = _home_state(user), (sshd.keys_dir / user.name).read_bytes()
+    before, key_line = home_state(user), (sshd.keys_dir / user.name).read_bytes()
     # One session: `-` lets the batch go on after a refusal; each is judged by its effect.
-    refused = _sftp(
+    refused = sftp(
         sshd,
         user,
         f"-get /etc/shadow {tmp_path}/shadow\n"
@@ -469,28 +223,17 @@ def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_pa
     assert "/etc/shadow" in refused.stderr
     assert not (tmp_path / "shadow").exists()
     assert not (sshd.data / "x").exists()
-    assert _home_state(user) == before
+    assert home_state(user) == before
     assert (sshd.keys_dir / user.name).read_bytes() == key_line
 
 
 # -- the box user's login files and the key file stay out of reach --------------------------------
 
 
-def _home_state(user: BoxUser) -> dict[str, bytes]:
-    """Every file under the box user's home, with its bytes."""
-    state = {}
-    for path in sorted(user.home.rglob("*")):
-        if path.is_file():
-            state[str(path)] = path.read_bytes()
-        else:
-            state[str(path)] = b"<dir>"
-    return state
-
-
 def test_a_session_cannot_write_login_files_or_the_key_file(sshd: GateSshd, user: BoxUser) -> None:
     home = user.home
     keys = sshd.keys_dir / user.name
-    before, key_line = _home_state(user), keys.read_bytes()
+    before, key_line = home_state(user), keys.read_bytes()
     script = "; ".join(
         f"(echo pwned >> {path}) 2>/dev/null && echo wrote {path}"
         for path in (
@@ -506,7 +249,7 @@ def test_a_session_cannot_write_login_files_or_the_key_file(sshd: GateSshd, user
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "done"
     assert "wrote" not in result.stdout  # what it wrote, if anything, was the sandbox's own
-    assert _home_state(user) == before
+    assert home_state(user) == before
     assert keys.read_bytes() == key_line
 
 
@@ -683,246 +426,3 @@ def test_a_dropped_connection_ends_the_sandbox(sshd: GateSshd, user: BoxUser, tt
         assert time.monotonic() < deadline, "the sandbox outlived its connection"
         time.sleep(0.1)
     assert not late.exists()
-
-
-# -- the spec, at each session ------------------------------------------------------------------
-
-
-def test_a_spec_edited_between_sessions_rules_the_next_one(
-    running_box: RunningBox, sshd: GateSshd
-) -> None:
-    edited = sshd.add_user(spec_text())
-    authorize(running_box, sshd, edited)
-    data = sshd.data / f"shared-{edited.name}"
-    data.mkdir(mode=0o755)
-    (data / "notes.txt").write_text("from the admin\n")
-    first = sshd.ssh(edited, command=f"cat {data}/notes.txt")
-    assert first.returncode != 0
-    assert "from the admin" not in first.stdout
-    edited.spec.write_text(spec_text(extra=f'[folders]\nread = ["{data}"]\n'))
-    second = sshd.ssh(edited, command=f"cat {data}/notes.txt")  # no question asked: root chose
-    assert second.returncode == 0, second.stderr
-    assert second.stdout == "from the admin\n"
-    edited.spec.write_text(spec_text(commands=["id"]))
-    third = sshd.ssh(edited, command=f"cat {data}/notes.txt")
-    assert third.returncode != 0
-    assert "/bin/bash" in third.stderr
-
-
-def test_read_home_still_hides_the_box_settings_and_agents(
-    running_box: RunningBox, sshd: GateSshd
-) -> None:
-    reader = sshd.add_user(spec_text(extra='[folders]\nread = ["~"]\n'))
-    authorize(running_box, sshd, reader)
-    secret = secrets.token_hex(8)
-    for rel in ("visible.txt", ".lnk/settings", "Link/Agents/a1/key"):
-        path = reader.home / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{secret}\n")
-    subprocess.run(["chown", "-R", f"{reader.uid}:{reader.gid}", str(reader.home)], check=True)
-    visible = sshd.ssh(reader, command=f"cat {reader.home}/visible.txt")
-    assert visible.stdout == f"{secret}\n", visible.stderr
-    hidden = sshd.ssh(
-        reader, command=f"cat {reader.home}/.lnk/settings {reader.home}/Link/Agents/a1/key"
-    )
-    assert secret not in hidden.stdout
-    assert hidden.returncode != 0
-
-
-def _enter_as(user: BoxUser, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={user.uid}",
-            f"--regid={user.gid}",
-            "--init-groups",
-            "--",
-            str(LNK),
-            "sandbox",
-            "enter",
-            *args,
-        ],
-        env=env,
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_check_prints_the_grants_and_runs_nothing(
-    running_box: RunningBox, sshd: GateSshd, user: BoxUser
-) -> None:
-    mark = user.folder / f"ran-{secrets.token_hex(3)}"
-    result = _enter_as(
-        user,
-        "--spec",
-        str(user.spec),
-        "--folder",
-        str(user.folder),
-        "--run-dir",
-        str(running_box.run_dir),
-        "--check",
-        env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": f"touch {mark}"},
-    )
-    assert result.returncode == 0, result.stderr
-    assert re.search(rf"^\s+write\s+{re.escape(str(user.folder))}$", result.stdout, re.M)
-    assert re.search(r"^\s+run\s+/bin/bash", result.stdout, re.M), result.stdout
-    assert re.search(r"^hash: [0-9a-f]{64}$", result.stdout, re.M)
-    time.sleep(0.5)
-    assert not mark.exists()
-
-
-# -- fail closed ----------------------------------------------------------------------------------
-
-
-def test_a_spec_that_does_not_let_bash_run_is_refused_before_anything_runs(
-    running_box: RunningBox, sshd: GateSshd
-) -> None:
-    nobash = sshd.add_user(spec_text())
-    authorize(running_box, sshd, nobash)
-    nobash.spec.write_text(spec_text(commands=["touch", "id"]))  # edited after it was let in
-    mark = nobash.folder / "ran"
-    for command in (f"touch {mark}", None):
-        result = sshd.ssh(nobash, command=command)
-        assert result.returncode != 0
-        assert "/bin/bash" in result.stderr and "[commands]" in result.stderr
-    sftp = _sftp(sshd, nobash, "ls\n")
-    assert sftp.returncode != 0
-    assert not mark.exists()
-
-
-def test_a_spec_that_writes_elsewhere_is_refused(running_box: RunningBox, sshd: GateSshd) -> None:
-    other = sshd.data / f"other-{secrets.token_hex(3)}"
-    other.mkdir()
-    writer = sshd.add_user(spec_text())
-    os.chown(other, writer.uid, writer.gid)
-    authorize(running_box, sshd, writer)
-    writer.spec.write_text(spec_text(extra=f'[folders]\nwrite = ["{other}"]\n'))
-    result = sshd.ssh(writer, command=f"touch {other}/x {writer.folder}/x")
-    assert result.returncode == 3
-    assert "session-writes" in result.stderr
-    assert list(other.iterdir()) == [] and list(writer.folder.iterdir()) == []
-
-
-def test_a_spec_the_box_user_could_rewrite_is_refused(
-    running_box: RunningBox, sshd: GateSshd
-) -> None:
-    owned = sshd.add_user(spec_text())
-    authorize(running_box, sshd, owned)
-    os.chown(owned.spec, owned.uid, owned.gid)  # e.g. an admin's slip after the key went in
-    result = sshd.ssh(owned, command=f"touch {owned.folder}/x")
-    assert result.returncode == 3
-    assert "the spec" in result.stderr and "not root" in result.stderr
-    assert list(owned.folder.iterdir()) == []
-
-
-def test_a_box_that_is_down_is_a_clear_refusal(running_box: RunningBox, sshd: GateSshd) -> None:
-    down = sshd.root / "box-that-is-down"
-    down.mkdir(mode=0o755)
-    lost = sshd.add_user(spec_text())
-    authorize(running_box, sshd, lost, "--run-dir", str(down))
-    result = sshd.ssh(lost, command=f"touch {lost.folder}/x")
-    assert result.returncode == 1
-    assert "the box is not running" in result.stderr
-    assert list(lost.folder.iterdir()) == []
-
-
-def test_an_over_long_command_is_refused(sshd: GateSshd, user: BoxUser) -> None:
-    mark = user.folder / f"long-{secrets.token_hex(3)}"
-    result = sshd.ssh(user, command=f"touch {mark}; : " + "x" * 70_000)
-    assert result.returncode == 2
-    assert "over the limit" in result.stderr
-    assert not mark.exists()
-
-
-# -- the generator, as root runs it ---------------------------------------------------------------
-
-
-def _authorize_cli(box: RunningBox, sshd: GateSshd, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LNK), "box", "authorize", "--keys-dir", str(sshd.keys_dir), *args],
-        env=box.env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-
-
-@pytest.mark.parametrize(
-    "where", ["home", "home-inside", "etc", "run-dir", "state-dir", "keys-dir", "through-a-link"]
-)
-def test_authorize_refuses_a_folder_in_a_protected_place(
-    running_box: RunningBox, sshd: GateSshd, user: BoxUser, where: str
-) -> None:
-    link = sshd.data / f"link-{secrets.token_hex(3)}"
-    link.symlink_to(user.folder)
-    folder = {
-        "home": user.home,
-        "home-inside": user.home / "work",
-        "etc": Path("/etc"),
-        "run-dir": running_box.run_dir,
-        "state-dir": running_box.state_dir,
-        "keys-dir": sshd.keys_dir,
-        "through-a-link": link,
-    }[where]
-    if where == "home-inside":
-        folder.mkdir(exist_ok=True)
-    before = (sshd.keys_dir / user.name).read_text()
-    result = _authorize_cli(
-        running_box,
-        sshd,
-        *("--user", user.name, "--spec", str(user.spec), "--folder", str(folder)),
-        *("--key", f"{user.key}.pub", "--run-dir", str(running_box.run_dir)),
-    )
-    assert result.returncode == 3, result.stderr
-    assert "session-folder" in result.stderr or "gate-path" in result.stderr
-    assert (sshd.keys_dir / user.name).read_text() == before
-
-
-def test_authorize_refuses_the_same_key_twice_and_revoke_takes_it_out(
-    running_box: RunningBox, sshd: GateSshd
-) -> None:
-    twice = sshd.add_user(spec_text())
-    authorize(running_box, sshd, twice)
-    again = _authorize_cli(
-        running_box,
-        sshd,
-        *("--user", twice.name, "--spec", str(twice.spec), "--folder", str(twice.folder)),
-        *("--key", f"{twice.key}.pub"),
-    )
-    assert again.returncode == 3
-    assert "already in" in again.stderr
-    found = re.search(r"SHA256:[A-Za-z0-9+/]+", again.stderr)
-    assert found is not None
-    fingerprint = found.group(0)
-    revoked = _authorize_cli(running_box, sshd, "--revoke", fingerprint, "--user", twice.name)
-    assert revoked.returncode == 0, revoked.stderr
-    assert sshd.ssh(twice, command="true").returncode == 255  # the key no longer gets in
-
-
-@pytest.mark.parametrize(
-    ("spec", "why"),
-    [
-        (spec_text(commands=["id"]), "/bin/bash"),
-        (spec_text(extra='[folders]\nwrite = ["/var/tmp"]\n'), "session-writes"),
-        ("[nonsense]\n", "nonsense"),
-    ],
-    ids=["no-bash", "writes-elsewhere", "unreadable-spec"],
-)
-def test_authorize_refuses_a_line_every_session_would_fail(
-    running_box: RunningBox, sshd: GateSshd, spec: str, why: str
-) -> None:
-    """The line's command is run with --check as the user before anything is written."""
-    doomed = sshd.add_user(spec)
-    result = _authorize_cli(
-        running_box,
-        sshd,
-        *("--user", doomed.name, "--spec", str(doomed.spec), "--folder", str(doomed.folder)),
-        *("--key", f"{doomed.key}.pub", "--run-dir", str(running_box.run_dir)),
-    )
-    assert result.returncode == 3, result.stderr
-    assert "session-check" in result.stderr and why in result.stderr
-    assert not (sshd.keys_dir / doomed.name).exists()
