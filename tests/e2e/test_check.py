@@ -299,7 +299,7 @@ def test_check_with_grants_allows_what_they_open_and_refuses_the_rest(
     _write_spec(
         running_box,
         spec_file,
-        f'[folders]\nwrite = ["{out}"]\n'
+        f'[folders]\nread = ["{home / "project"}"]\nwrite = ["{out}"]\n'
         f'[internet]\nhosts = ["{WWW}"]\n'
         f'[lan]\nhosts = ["{NAS}"]\n'
         f"[localhost]\nports = [{served.port}]\n",
@@ -325,6 +325,7 @@ def test_check_with_grants_allows_what_they_open_and_refuses_the_rest(
     assert any(i.startswith("proxy:network:") for i in asked)
     assert sum(1 for i in verdicts if i.startswith(f"write.dot:{out}/")) == 14
     assert verdicts[f"exec:write-copy:{out}"] == "refused"  # written there, not run from there
+    assert verdicts[f"write.read-folder:{home / 'project'}"] == "refused"  # granted read only
     # The outside agrees: the listed hosts were reached once each (the probes), nothing else of
     # the test internet was (its networks were asked for by address, and refused).
     assert internet.accepted(internet.www) == www + 1

@@ -42,6 +42,7 @@ __all__ = [
     "Probe",
     "build_plan",
     "folder_state",
+    "read_folders",
     "write_folders",
 ]
 
@@ -140,6 +141,14 @@ def write_folders(grants: Grants) -> list[str]:
     return sorted(folders)
 
 
+def read_folders(grants: Grants) -> list[str]:
+    """Every folder granted for reading only (the spec's, and `--with-fd N:read`)."""
+    spec = grants.spec
+    folders = {r.real for r in spec.read if r.is_dir}
+    folders |= {f.path.real for f in spec.with_fds if not f.write and f.path.is_dir}
+    return sorted(folders)
+
+
 def _expect(granted: bool) -> str:
     return ALLOWED if granted else REFUSED
 
@@ -225,6 +234,12 @@ def _writes(c: _Context) -> None:
         deep = os.path.join(folder, c.name(), ".envrc")
         tried = f"write a .envrc below the top of {folder}"
         _write_or_create(c, f"write.deep-dot:{folder}", tried, deep, KNOWN_GAP)
+    writable = write_folders(c.grants)
+    for folder in read_folders(c.grants):  # granted for reading only: a write must fail
+        if folder == home or any(inside(folder, w) for w in writable):
+            continue  # the home is probed above; inside a write grant, writing is granted
+        ident, tried = f"write.read-folder:{folder}", f"write a new file in {folder} (read only)"
+        _write_or_create(c, ident, tried, folder, REFUSED)
 
 
 def _confiner(c: _Context, confiner_dir: str) -> None:

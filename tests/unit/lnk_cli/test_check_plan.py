@@ -172,3 +172,19 @@ def test_a_folder_passed_with_with_fd_is_probed_as_a_write_folder(
         os.close(fd)
     assert wanted[f"write.folder:{passed}"] == ALLOWED
     assert wanted[f"write.dot:{passed}/.envrc"] == REFUSED
+
+
+def test_a_folder_granted_for_reading_must_refuse_a_write(home: Path, bait: Bait) -> None:
+    project, out = home / "project", home / "project" / "out"
+    probes = build_plan(
+        grants_for(home, f"--read={project}", f"--write={out}", f"--read={home}"),
+        bait,
+        CONFINER_DIR,
+    )
+    wanted = expected(probes)
+    assert wanted[f"write.read-folder:{project}"] == REFUSED
+    assert f"write.read-folder:{home}" not in wanted  # the home has its own probe
+    assert f"write.read-folder:{out}" not in wanted  # written, not only read
+    leftovers = {p.id: p.leftovers for p in probes}
+    (made,) = leftovers[f"write.read-folder:{project}"]
+    assert os.path.dirname(made) == str(project)
