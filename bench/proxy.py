@@ -30,7 +30,7 @@ Both must allow www and refuse `other.test-public.example` before anything is me
     request (its process, plus the relay's on that row: the figure least moved by other load
     on the machine). Added p50 is judged against the direct row with the same connection
     behaviour: kept alive against direct, a connection per request against direct new.
-    `--rounds N` repeats (b) N times and prints the medians (the machine is shared: take 3);
+    `--rounds N` repeats (a) and (b) N times and prints the medians (a shared machine: take 3);
 (c) the proxy's RSS before and after opening 500 idle tunnels (first, on the fresh proxy).
 
 The client is asyncio protocols over raw sockets.
@@ -691,19 +691,34 @@ def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
 
-def bench_transfers(bench: Bench) -> None:
+def bench_transfers(bench: Bench, rounds: int) -> None:
     print(f"\n(a) one {TUNNEL_BYTES >> 30} GiB transfer from a sendfile source in the netns")
-    rates: dict[str, float] = {}
     tunnel_to = f"{WWW}:{SOURCE_PORT}"
     rows: list[tuple[str, Dial, str | None, dict[str, int]]] = [
         ("direct", bench.dial_source, None, {}),
         ("lnk_proxy tunnel", bench.dial_lnk, tunnel_to, bench.lnk_pids),
         ("tinyproxy tunnel", bench.dial_tiny, tunnel_to, bench.tiny_pids),
     ]
-    for name, dial, target, pids in rows:
-        cpu = Cpu({"source": bench.source.pid} | pids)
-        rates[name] = transfer(dial, target)
-        print(f"  {name:18} {rates[name]:8.0f} MiB/s   cpu: {cpu.report()}")
+    done: list[dict[str, float]] = []
+    for number in range(1, rounds + 1):
+        if rounds > 1:
+            print(f"  round {number} of {rounds}")
+        rates: dict[str, float] = {}
+        for name, dial, target, pids in rows:
+            cpu = Cpu({"source": bench.source.pid} | pids)
+            rates[name] = transfer(dial, target)
+            print(f"  {name:18} {rates[name]:8.0f} MiB/s   cpu: {cpu.report()}", flush=True)
+        judge_transfers(rates)
+        done.append(rates)
+    if rounds > 1:
+        medians = {name: statistics.median(r[name] for r in done) for name, *_ in rows}
+        print(f"  medians of {rounds} rounds")
+        for name, rate in medians.items():
+            print(f"  {name:18} {rate:8.0f} MiB/s")
+        judge_transfers(medians)
+
+
+def judge_transfers(rates: dict[str, float]) -> None:
     ratio = rates["lnk_proxy tunnel"] / rates["direct"]
     print(
         f"  lnk / direct       {100 * ratio:8.0f} %       target >= {100 * TUNNEL_TARGET:.0f} %"
@@ -792,7 +807,7 @@ def bench_small(bench: Bench, rounds: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=1, help="repeat (b), print medians")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat (a), (b); print medians")
     parser.add_argument("--only-small", action="store_true", help="skip (a) and (c)")
     arguments = parser.parse_args()
     rounds, only_small = max(1, arguments.rounds), arguments.only_small
@@ -826,7 +841,7 @@ def main() -> int:
             bench_small(bench, rounds)
             return 0
         before, after = idle_tunnel_memory(bench.dial_lnk, lnk.process.pid)  # on a fresh proxy
-        bench_transfers(bench)
+        bench_transfers(bench, rounds)
         bench_small(bench, rounds)
         per_tunnel = (after - before) / IDLE_TUNNELS
         print(f"\n(c) lnk_proxy RSS with {IDLE_TUNNELS} idle tunnels open (measured first)")
