@@ -72,6 +72,10 @@ CONFINER_ONLY = [
     "import os, sys; sys.path.insert(0, sys.argv[1]); import lnk_controller.confiner; "
     "os.execv('/bin/true', ['true'])",
 ]
+# A uid block of its own (as tests/e2e/conftest.py picks one): a starting controller removes
+# the sandbox users of its range it has no record of, so sharing a running box's range would
+# take that box's sandboxes away.
+UID_BASE, UID_BLOCK, UID_BLOCKS = 2_000_000_000, 1000, 100
 PHASES = ("judged", "started", "ran", "cleaned")
 _PHASE = re.compile(
     r"judged ([0-9.]+) ms, started ([0-9.]+) ms, ran ([0-9.]+) ms, cleaned ([0-9.]+)"
@@ -111,7 +115,7 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def idle_helper_memory(env: dict[str, str]) -> tuple[float, int]:
+def idle_helper_memory(env: dict[str, str], uids: range) -> tuple[float, int]:
     """RSS (MiB) of an idle sandbox's processes other than its program, and how many."""
     proc = subprocess.Popen(
         [LNK, "sandbox", "run", "--yes", "--", "/bin/sleep", "30"],
@@ -122,11 +126,11 @@ def idle_helper_memory(env: dict[str, str]) -> tuple[float, int]:
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            pids = _sandbox_pids()
+            pids = _sandbox_pids(uids)
             if any(_comm(p) == "sleep" for p in pids):
                 break
             time.sleep(0.05)
-        pids = _sandbox_pids()
+        pids = _sandbox_pids(uids)
         helpers = [p for p in pids if _comm(p) != "sleep"]
         rss = sum(_rss_kib(p) for p in helpers) / 1024
         return rss, len(helpers)
@@ -135,7 +139,7 @@ def idle_helper_memory(env: dict[str, str]) -> tuple[float, int]:
         proc.wait(timeout=15)
 
 
-def _sandbox_pids() -> list[int]:
+def _sandbox_pids(uids: range) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -144,7 +148,7 @@ def _sandbox_pids() -> list[int]:
                     uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
             except (OSError, StopIteration):
                 continue
-            if 2_000_000_000 <= uid <= 2_000_099_999:
+            if uid in uids:
                 out.append(int(entry))
     return out
 
@@ -177,6 +181,11 @@ def main() -> int:
         "LNK_STATE_DIR": f"/var/lib/lnk-bench-{tag}",
         "LNK_CONFIG_DIR": f"/etc/lnk-bench-{tag}",
     }
+    first = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
+    uids = range(first, first + UID_BLOCK)
+    config_dir = Path(env["LNK_CONFIG_DIR"])
+    config_dir.mkdir(mode=0o755)
+    (config_dir / "controller.toml").write_text(f"uid_first = {uids[0]}\nuid_last = {uids[-1]}\n")
     subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
     try:
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
@@ -205,7 +214,7 @@ def main() -> int:
                 )
             )
         concurrent_ms = (time.perf_counter() - start) * 1000
-        rss, helpers = idle_helper_memory(env)
+        rss, helpers = idle_helper_memory(env, uids)
     finally:
         subprocess.run([LNK, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)
         subprocess.run(
