@@ -15,8 +15,8 @@ leaves this machine and both proxies resolve the same way, through getaddrinfo):
 Both must allow www and refuse `other.test-public.example` before anything is measured.
 
 (a) one CONNECT tunnel moving 1 GiB from a sendfile source started in the test internet's
-    namespace, against the same transfer direct from the root namespace (tinyproxy's tunnel
-    for reference);
+    namespace, against the same transfer direct from the root namespace (through the relay too,
+    and tinyproxy's tunnel, for reference);
 (b) `GET http://www.test-public.example/` at concurrency 1 and 64 (one connection each) for
     10 s each, after a 1 s warm-up, by the same client, which always offers keep-alive:
     - direct: keep-alive to the origin; direct new: a new connection per request;
@@ -646,6 +646,13 @@ class Bench:
         sock.connect(str(self.lnk.listener))
         return sock
 
+    def dial_relay(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.relay_port), IO_TIMEOUT_S)
+
+    @property
+    def relay_pids(self) -> dict[str, int]:
+        return {"relay": self.relay.pid}
+
     def dial_tiny(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.tiny_port), IO_TIMEOUT_S)
 
@@ -697,6 +704,7 @@ def bench_transfers(bench: Bench, rounds: int) -> None:
     rows: list[tuple[str, Dial, str | None, dict[str, int]]] = [
         ("direct", bench.dial_source, None, {}),
         ("lnk_proxy tunnel", bench.dial_lnk, tunnel_to, bench.lnk_pids),
+        ("lnk relay tunnel", bench.dial_relay, tunnel_to, bench.lnk_pids | bench.relay_pids),
         ("tinyproxy tunnel", bench.dial_tiny, tunnel_to, bench.tiny_pids),
     ]
     done: list[dict[str, float]] = []
@@ -725,6 +733,8 @@ def judge_transfers(rates: dict[str, float]) -> None:
         f"  {verdict(ratio >= TUNNEL_TARGET)}"
     )
     print(f"  lnk / tinyproxy    {rates['lnk_proxy tunnel'] / rates['tinyproxy tunnel']:8.2f} x")
+    relayed = rates["lnk relay tunnel"] / rates["direct"]
+    print(f"  lnk relay / direct {100 * relayed:8.0f} %       (the whole path from a sandbox)")
 
 
 # The rows judged against tinyproxy, and the direct row with the same connection behaviour.
