@@ -475,3 +475,46 @@ def test_orphan_of_a_killed_controller_is_cleaned_on_restart(
             _end(client)
         assert left == [], f"orphan not cleaned {RECONCILE_S:g} s after restart: {left}"
         assert client.returncode != 0
+
+
+def test_box_down_with_a_sandbox_running_leaves_no_process_user_or_mount(
+    running_box: RunningBox, private_box: Any
+) -> None:
+    owner = running_box.owner
+    with private_box() as box:
+        env = {
+            **running_box.owner_env(),
+            **{k: box.env[k] for k in box.env if k.startswith("LNK_")},
+        }
+        client = subprocess.Popen(
+            _owner_argv(
+                owner.uid,
+                owner.gid,
+                "sandbox",
+                "run",
+                "--yes",
+                "--command=sleep",
+                "--",
+                "/bin/sleep",
+                "60",
+            ),
+            env=env,
+            cwd=str(owner.home),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            (uid,) = _wait_for("the sandbox's user", box.uids)
+            _wait_for("the sandbox's program", lambda: _uid_processes(uid))
+            down = box.lnk("box", "down")
+            assert down.returncode == 0, down.stderr
+            client.wait(timeout=WAIT_S)
+            left = _leftovers(uid, box.run_dir, box.state_dir)
+            with open("/proc/self/mountinfo", encoding="utf-8") as f:
+                mounts = [line.split()[4] for line in f if str(box.run_dir) in line.split()[4]]
+        finally:
+            _end(client)
+        assert left == []
+        assert mounts == [], "a stopped box keeps mounts under its run dir"
+        assert client.returncode == 128 + signal.SIGKILL  # its client is told it was killed

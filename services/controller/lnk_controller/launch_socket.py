@@ -49,6 +49,7 @@ class LaunchServer:
         self._sock = sock
         self._launcher = launcher
         self._stopping = threading.Event()
+        self._handlers: set[threading.Thread] = set()
 
     def serve_forever(self) -> None:
         while not self._stopping.is_set():
@@ -58,11 +59,21 @@ class LaunchServer:
                 if self._stopping.is_set():
                     return
                 raise
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+            handler = threading.Thread(target=self._handle, args=(conn,), daemon=True)
+            self._handlers = {t for t in self._handlers if t.is_alive()} | {handler}
+            handler.start()
 
     def shutdown(self) -> None:
+        """Take no new launch; those running go on until their sandbox ends."""
         self._stopping.set()
         self._sock.close()
+
+    def drain(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for running launches to answer their clients: after the
+        controller has cleaned their sandboxes away, each still owes its client an exit."""
+        deadline = time.monotonic() + timeout
+        for handler in list(self._handlers):
+            handler.join(max(0.0, deadline - time.monotonic()))
 
     def _handle(self, conn: socket.socket) -> None:
         fds: list[int] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from lnk_shared.unix import bind_socket
 __all__ = ["run_controller"]
 
 log = logging.getLogger("lnk_controller")
+# At stop, how long launches whose sandboxes were just cleaned get to tell their clients.
+DRAIN_TIMEOUT_S = 5.0
 
 REAP_INTERVAL_S = 1.0  # how late an expired lease may be noticed
 RUN_DIR_MODE = 0o755  # clients must reach the sockets in it
@@ -114,16 +117,28 @@ def run_controller(cfg: ControllerConfig) -> None:
     app = make_app(cfg, store, remembered, agents)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
+    # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it
+    # before: under the default disposition that would end the process here, before the
+    # sandboxes below are cleaned. Handled, it is just the end of api.run.
+    signal.signal(signal.SIGTERM, lambda *_: log.info("stopping: cleaning every sandbox"))
     log.info("controller ready: %s, %s", cfg.launch_socket, cfg.api_socket)
     try:
         api.run(sockets=[api_sock])
     finally:
         stop.set()
         server.shutdown()
+        left = 0
         for row in store.find(live_only=True):
             try:
                 clean_sandbox(row.id, store, cfg)
             except StateError as exc:
+                left += 1
                 log.error("%s", exc)
+        server.drain(DRAIN_TIMEOUT_S)
         for path in (cfg.launch_socket, cfg.api_socket):
             path.unlink(missing_ok=True)
+        if not left:  # a clean stop leaves no mount; what is left waits for the next reconcile
+            try:
+                idmap_mounts.unmount(cfg.staging_root)
+            except StateError as exc:
+                log.error("%s", exc)
