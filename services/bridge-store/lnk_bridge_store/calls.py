@@ -27,6 +27,7 @@ from lnk_shared.errors import LnkError
 
 __all__ = [
     "ACTIONS",
+    "AUDIENCE_OF",
     "Acquire",
     "Append",
     "CallRefused",

@@ -6,6 +6,7 @@ The bridge runs as its own system user and answers only the controller's uid (SO
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
@@ -66,5 +67,12 @@ def open_agent(run_dir: Path, agent_id: str, public_key: str, host_uid: int) -> 
 
 
 def close_agent(run_dir: Path, agent_id: str) -> None:
-    """Close the agent's socket; closing one that is not open is not an error."""
-    _call(run_dir, {"op": "close", "agent": agent_id})
+    """Close the agent's socket; closing one that is not open is not an error, nor is a bridge
+    that is not running (its sockets died with it): the file is removed either way."""
+    try:
+        _call(run_dir, {"op": "close", "agent": agent_id})
+    except StateError as exc:
+        if "does not answer" not in str(exc):
+            raise
+    with contextlib.suppress(FileNotFoundError):
+        (run_dir / "bridge-store" / "agents" / f"{agent_id}.sock").unlink()
