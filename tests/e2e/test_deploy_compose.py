@@ -30,6 +30,11 @@ SERVICE_KEYS = {
     "cap_drop", "cap_add", "security_opt", "privileged", "depends_on", "healthcheck",
 }  # fmt: skip
 RUN_DIR = "/run/lnk"
+READY_SOCKETS = {  # what each service listens on once ready, under the run dir
+    "proxy": "proxy/admin.sock",
+    "bridge-store": "bridge-store/admin.sock",
+    "controller": "controller.sock",
+}
 START_S = 60.0
 
 
@@ -117,11 +122,14 @@ def test_the_structure_check_finds_a_broken_file() -> None:
     assert "controller: command must be an argv list (no shell)" in problems
 
 
-def test_the_proxy_container_is_not_root_and_only_the_controller_is_privileged() -> None:
+def test_only_the_controller_is_root_and_privileged() -> None:
     services = _compose()["services"]
-    assert services["proxy"]["user"] == "lnk-proxy"
-    assert "no-new-privileges:true" in services["proxy"]["security_opt"]
-    assert services["proxy"]["cap_drop"] == ["ALL"]
+    assert sorted(services) == ["bridge-store", "controller", "proxy"]
+    for name, user in (("proxy", "lnk-proxy"), ("bridge-store", "lnk-bridge-store")):
+        assert services[name]["user"] == user
+        assert "no-new-privileges:true" in services[name]["security_opt"]
+        assert services[name]["cap_drop"] == ["ALL"]
+        assert services[name]["read_only"] is True
     privileged = sorted(n for n, s in services.items() if s.get("privileged"))
     assert privileged == ["controller"]
 
@@ -173,7 +181,7 @@ def box_containers(engine: Any) -> Iterator[dict[str, Any]]:
     }
     started: dict[str, Any] = {}
     try:
-        for name in ("proxy", "controller"):
+        for name in ("proxy", "bridge-store", "controller"):
             service = services[name]
             binds = {}
             for spec in service["volumes"]:
@@ -193,8 +201,7 @@ def box_containers(engine: Any) -> Iterator[dict[str, Any]]:
                 name=f"lnk-box-test-{tag}-{name}",
                 detach=True,
             )
-            listening = "proxy/admin.sock" if name == "proxy" else "controller.sock"
-            _wait_for_socket(started[name], f"{RUN_DIR}/{listening}")
+            _wait_for_socket(started[name], f"{RUN_DIR}/{READY_SOCKETS[name]}")
         yield started
     finally:
         for container in reversed(list(started.values())):
