@@ -68,7 +68,7 @@ def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> Non
             },
         )
         path = Path(opened["socket"])
-        folders = (path.parent.parent, path.parent)
+        folders = (path.parents[2], path.parents[1])  # bridge-store/, agents/
         for folder_ in folders:
             folder_.chmod(0o711)  # for a moment, as the bind into its sandbox would let it reach
         try:

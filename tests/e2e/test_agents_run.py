@@ -134,7 +134,7 @@ def test_two_agents_at_once_each_only_itself(running_box: Any) -> None:
             if s.get("host_uid") == b_uid or "/bin/sleep" in s.get("command", [])
         )
         b_key_on_host = box.run_dir / "sandboxes" / b_sandbox["id"] / "agent" / "key.pem"
-        b_socket_on_host = box.run_dir / "bridge-store" / "agents" / f"{b_id}.sock"
+        b_socket_on_host = box.run_dir / "bridge-store" / "agents" / b_id / "bridge.sock"
         assert b_key_on_host.exists() and b_socket_on_host.exists()
 
         me, own_key, b_key, b_sock, as_b, lease, home = inside(
@@ -235,4 +235,64 @@ def test_a_message_sent_from_outside_is_read_inside_with_lnk_bridge(running_box:
         (message,) = json.loads(read.stdout)["messages"]
         assert (message["from"], message["message"]) == ("owner", "please summarize the logs")
     finally:
+        box.as_owner("agent", "remove", name)
+
+
+# Inside: one call, a mark in the agent's home, a wait for the test's "go" (after it restarted
+# the bridge), then a second call on the same relay.
+ACROSS_RESTART = r"""
+import json, os, sys, time
+from pathlib import Path
+from lnk_shared.proof_client import ProofSigner, bridge_address, call_bridge, load_private_key
+me, home = os.environ["LNK_AGENT"], Path(os.environ["HOME"])
+key = load_private_key(Path(os.environ["LNK_AGENT_KEY"]))
+bridge = bridge_address(os.environ["LNK_BRIDGE"])
+signer = ProofSigner(me, key, "inbox")
+out = [call_bridge(bridge, signer, "inbox.read", {"after_id": 0, "limit": 5})]
+(home / "first-call-done").write_text("")
+deadline = time.monotonic() + 40
+while not (home / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+try:
+    out.append(call_bridge(bridge, signer, "inbox.read", {"after_id": 0, "limit": 5}))
+except Exception as exc:
+    out.append({"error": str(exc)})
+print(json.dumps(out))
+"""
+
+
+def test_a_running_agent_reaches_its_bridge_again_after_the_bridge_restarts(
+    running_box: Any,
+) -> None:
+    box = running_box
+    name = f"e-{os.urandom(2).hex()}"
+    create(box, name)
+    home = box.owner.home / "Link" / "Agents" / name
+    run = subprocess.Popen(
+        owner_argv(box, "agent", "start", name, "--yes", "--", PYTHON, "-c", ACROSS_RESTART),
+        env=box.owner_env(),
+        cwd=str(box.owner.home),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 40
+        while not (home / "first-call-done").exists() and time.monotonic() < deadline:
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.1)
+        restart_bridge(box)
+        sent = box.as_owner("agent", "send", name, "after the restart")
+        assert sent.returncode == 0, sent.stderr
+        (home / "go").write_text("")
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+        first, second = json.loads(out.strip().splitlines()[-1])
+        assert first == {"messages": []}
+        assert [m["message"] for m in second["messages"]] == ["after the restart"]
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate(timeout=20)
+        box.as_owner("agent", "stop", name)
         box.as_owner("agent", "remove", name)

@@ -70,7 +70,7 @@ def test_an_agent_socket_opened_by_the_controller_serves_only_that_agent(
     )
     assert opened["ok"] is True
     path = Path(opened["socket"])
-    folders = (path.parent.parent, path.parent)
+    folders = (path.parents[2], path.parents[1])  # bridge-store/, agents/
     try:
         # On a box only a bind into the agent's sandbox reaches it; here root lets the
         # agent's uid traverse the bridge's folders for a moment, as that bind would.

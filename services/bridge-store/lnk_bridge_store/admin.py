@@ -65,6 +65,7 @@ _KEYS = {
 @dataclass(frozen=True)
 class OpenAgent:
     key: AgentKey
+    public_key: str  # as sent (checked), kept to open the socket again after a restart
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,13 @@ def parse_command(untrusted: dict[str, Any], own_uid: int) -> Command:
         public_key = enroll_public_key(decoded)
     except (binascii.Error, ValueError, KeyRefused) as exc:
         raise ValueError(f"public_key: {exc}") from None
-    return OpenAgent(AgentKey(agent, public_key, uid))
+    return OpenAgent(AgentKey(agent, public_key, uid), raw)
 
 
 def run_command(server: BridgeServer, command: Command) -> dict[str, Any]:
     try:
         if isinstance(command, OpenAgent):
-            return {"ok": True, "socket": str(server.open_agent(command.key))}
+            return {"ok": True, "socket": str(server.remember(command.key, command.public_key))}
         if isinstance(command, CloseAgent):
             server.close_agent(command.agent)
         elif isinstance(command, SendMessage):

@@ -7,6 +7,7 @@ no query can reach another agent's rows without naming that agent.
     leases         one row per agent, kept after release so the fencing token only grows
     nonces         proofs' nonces until they expire: UNIQUE (agent, nonce) refuses a replay
     inbox          messages in (from the owner, schedules, other agents) until acknowledged
+    open_agents    the agents whose sockets are open, opened again at start
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Integer, LargeBinary, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "Conversation", "Event", "InboxMessage", "Lease", "Nonce", "Usage"]
+__all__ = ["Base", "Conversation", "Event", "InboxMessage", "Lease", "Nonce", "OpenAgent", "Usage"]
 
 AGENT = 64
 NAME = 128
@@ -74,3 +75,13 @@ class InboxMessage(Base):
     sender: Mapped[str] = mapped_column(String(NAME))
     body: Mapped[str] = mapped_column(Text)
     sent_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class OpenAgent(Base):
+    """An agent whose socket the controller opened and has not closed: opened again when the
+    bridge starts, so a running agent's calls go on after a bridge restart."""
+
+    __tablename__ = "open_agents"
+    agent: Mapped[str] = mapped_column(String(AGENT), primary_key=True)
+    public_key: Mapped[str] = mapped_column(String(64))
+    host_uid: Mapped[int] = mapped_column(BigInteger)

@@ -1,8 +1,10 @@
 """The agents' sockets: one per agent, each call verified (`lnk_shared.proofs`) then served.
 
-Each agent's socket is `<bridge dir>/agents/<agent>.sock`, mode 0666 in a folder of mode 0700
-that only the bridge's user (and root) can enter: on the host no one else reaches it; the
-controller binds it into that agent's sandbox. A connection is accepted on one agent's socket
+Each agent's socket is `<bridge dir>/agents/<agent>/bridge.sock`, mode 0666 in a folder of its
+own (0711) inside `agents/` (0700), which only the bridge's user (and root) can enter: on the host
+no one else reaches it; the controller binds the agent's folder into that agent's sandbox, so a
+socket made again after a bridge restart is there too. Open agents are kept in the store and
+opened again when the bridge starts. A connection is accepted on one agent's socket
 and `SO_PEERCRED` is read once; each frame on it is a signed call (`lnk_shared.proofs`), checked
 for that socket's agent and that peer uid, then parsed (`calls`) and served (`store`).
 
@@ -18,6 +20,7 @@ socket) for each agent's key and host uid.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import socket
@@ -42,7 +45,7 @@ from lnk_bridge_store.calls import (
 )
 from lnk_bridge_store.config import StoreConfig
 from lnk_bridge_store.store import Store, StoreRefused
-from lnk_shared.errors import StateError
+from lnk_shared.errors import LnkError, StateError
 from lnk_shared.proofs import (
     REFUSAL,
     AgentKey,
@@ -50,6 +53,7 @@ from lnk_shared.proofs import (
     ProofPolicy,
     ProofRefused,
     VerifiedCall,
+    enroll_public_key,
     verify_call,
 )
 from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
@@ -59,7 +63,9 @@ __all__ = ["AGENT_SOCKET_MODE", "BridgeServer"]
 log = logging.getLogger(__name__)
 
 AGENT_SOCKET_MODE = 0o666  # the sandbox's uid is not the bridge's; the 0700 folder is the guard
-AGENTS_DIR_MODE = 0o700
+AGENTS_DIR_MODE = 0o700  # on the host, the guard: only the bridge's user and root enter it
+AGENT_DIR_MODE = 0o711  # an agent's own folder: reached only through the bind into its sandbox
+SOCKET_NAME = "bridge.sock"
 MAX_CONNECTIONS_PER_AGENT = 16  # a harness and its tools; more is a flood of threads
 IDLE_TIMEOUT_S = 120.0  # a connection with no frame for this long is closed
 ACCEPT_POLL_S = 0.5  # how soon a closed agent's accept thread notices
@@ -91,15 +97,17 @@ class BridgeServer:
         return self.config.bridge_dir / "agents"
 
     def socket_path(self, agent: str) -> Path:
-        return self.agents_dir / f"{agent}.sock"
+        return self.agents_dir / agent / SOCKET_NAME
 
     # --- the controller's commands ---
 
     def open_agent(self, key: AgentKey) -> Path:
         """Bind (or rebind) the agent's socket for `key`; its path."""
-        self.close_agent(key.agent)
+        self._close(key.agent)
+        self.agents_dir.mkdir(mode=AGENTS_DIR_MODE, parents=True, exist_ok=True)
+        self.agents_dir.chmod(AGENTS_DIR_MODE)
         path = self.socket_path(key.agent)
-        listening = bind_socket(path, mode=AGENT_SOCKET_MODE, dir_mode=AGENTS_DIR_MODE)
+        listening = bind_socket(path, mode=AGENT_SOCKET_MODE, dir_mode=AGENT_DIR_MODE)
         listening.settimeout(ACCEPT_POLL_S)
         entry = _Agent(key, path, listening)
         with self._lock:
@@ -110,8 +118,36 @@ class BridgeServer:
         log.info("agent %s: socket %s open for uid %s", key.agent, path, key.host_uid)
         return path
 
+    def remember(self, key: AgentKey, public_key: str) -> Path:
+        """Open the agent's socket and keep it open across restarts (the controller's open)."""
+        assert key.host_uid is not None, "an open agent has a host uid"
+        path = self.open_agent(key)
+        self.store.remember_open(key.agent, public_key, key.host_uid)
+        return path
+
     def close_agent(self, agent: str) -> None:
-        """Close the agent's socket and its connections; nothing when it has none."""
+        """Close the agent's socket for good (the controller's close); nothing when none."""
+        self.store.forget_open(agent)
+        self._close(agent)
+        with contextlib.suppress(OSError):
+            self.socket_path(agent).parent.rmdir()
+
+    def reopen_all(self) -> None:
+        """At start: open again every agent the controller left open."""
+        for agent, public_key, host_uid in self.store.opened():
+            try:
+                raw = base64.b64decode(public_key, validate=True)
+                self.open_agent(AgentKey(agent, enroll_public_key(raw), host_uid))
+            except (ValueError, LnkError, OSError) as exc:
+                log.error("agent %s: not opened again (%s); forgotten", agent, exc)
+                self.store.forget_open(agent)
+
+    def close_all(self) -> None:
+        """At stop: close every socket, leaving them open in the store for the next start."""
+        for agent in list(self._agents):
+            self._close(agent)
+
+    def _close(self, agent: str) -> None:
         with self._lock:
             entry = self._agents.pop(agent, None)
         if entry is None:
@@ -123,10 +159,6 @@ class BridgeServer:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
         log.info("agent %s: socket closed", agent)
-
-    def close_all(self) -> None:
-        for agent in list(self._agents):
-            self.close_agent(agent)
 
     def key_for(self, agent: str) -> AgentKey | None:
         with self._lock:

@@ -25,6 +25,7 @@ def run_bridge(config: StoreConfig) -> None:
     engine = open_store(config.database_url)
     where = make_url(config.database_url).render_as_string(hide_password=True)
     server = BridgeServer(config, Store(engine, where))
+    server.reopen_all()
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -32,7 +32,15 @@ from lnk_bridge_store.limits import (
     MAX_PAGE_BYTES,
     MAX_STORE_BYTES_PER_AGENT,
 )
-from lnk_bridge_store.models import Conversation, Event, InboxMessage, Lease, Nonce, Usage
+from lnk_bridge_store.models import (
+    Conversation,
+    Event,
+    InboxMessage,
+    Lease,
+    Nonce,
+    OpenAgent,
+    Usage,
+)
 from lnk_shared.errors import LnkError
 
 __all__ = ["Conflict", "LimitReached", "StaleToken", "Store", "StoreRefused"]
@@ -228,6 +236,25 @@ class Store:
             except sa_exc.IntegrityError:
                 return False
         return True
+
+    # --- the agents whose sockets are open ---
+
+    def remember_open(self, agent: str, public_key: str, host_uid: int) -> None:
+        with database_errors(self.where, "record an open agent in"), write(self.engine) as conn:
+            conn.execute(delete(OpenAgent).where(OpenAgent.agent == agent))
+            conn.execute(
+                insert(OpenAgent).values(agent=agent, public_key=public_key, host_uid=host_uid)
+            )
+
+    def forget_open(self, agent: str) -> None:
+        with database_errors(self.where, "forget an open agent in"), write(self.engine) as conn:
+            conn.execute(delete(OpenAgent).where(OpenAgent.agent == agent))
+
+    def opened(self) -> list[tuple[str, str, int]]:
+        """(agent, public key, host uid) of every agent left open."""
+        with database_errors(self.where, "read the open agents in"), self.engine.connect() as c:
+            rows = c.execute(select(OpenAgent.agent, OpenAgent.public_key, OpenAgent.host_uid))
+            return [(a, k, u) for a, k, u in rows.all()]
 
     # --- the inbox (the way in) ---
 

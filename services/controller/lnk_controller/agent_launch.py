@@ -9,7 +9,8 @@ home, its private key, and its store bridge's socket.
   0400 and owned by the sandbox's host uid, bound read-only at `/run/lnk-agent/key.pem`. It is
   never in argv, environment or a log; the tmpfs goes with the sandbox's mounts at cleanup.
 - Bridge: the store bridge opens the agent's socket for this host uid (admin socket); the
-  controller clones it into staging and binds it at `/run/lnk-bridge.sock`, where a relay the
+  controller clones the socket's folder into staging and binds it at `/run/lnk-bridge` (a
+  bridge that restarts opens the socket again in that same folder), where a relay the
   confiner starts (before it blocks unix sockets) serves it on 127.0.0.1:`BRIDGE_PORT` of the
   sandbox's own loopback (so an agent's spec may not share this machine's network). Cleanup
   closes it (`BRIDGE_RECORD`).
@@ -49,7 +50,8 @@ __all__ = [
 
 AGENT_DIR_INSIDE = "/run/lnk-agent"
 AGENT_KEY_INSIDE = f"{AGENT_DIR_INSIDE}/key.pem"
-BRIDGE_SOCKET_INSIDE = "/run/lnk-bridge.sock"
+BRIDGE_DIR_INSIDE = "/run/lnk-bridge"  # the agent's bridge folder: its socket, made again
+BRIDGE_SOCKET_INSIDE = f"{BRIDGE_DIR_INSIDE}/bridge.sock"  # by a restarted bridge, is there
 # Inside, programs cannot make unix sockets (the confiner's block): a relay started before the
 # block serves the bridge's socket on this port of the sandbox's own loopback, as for the proxy.
 BRIDGE_PORT = 3129
@@ -115,13 +117,13 @@ def stage_agent(
         os.close(fd)
     store.add_mount(row.id, f"{BRIDGE_RECORD}{agent.agent_id}")
     socket = bridge_link.open_agent(cfg.run_dir, agent.agent_id, agent.public_key, host_uid)
-    staged_socket = staging / "bridge.sock"
-    store.add_mount(row.id, str(staged_socket))
-    idmap_mounts.stage_bind(socket, staged_socket)
+    staged_bridge = staging / "bridge"
+    store.add_mount(row.id, str(staged_bridge))
+    idmap_mounts.stage_bind(socket.parent, staged_bridge, is_dir=True)
     registry.set_running(agent.agent_id, host_uid, spec_hash)
     binds = [
         Bind(str(key_dir), AGENT_DIR_INSIDE, False),
-        Bind(str(staged_socket), BRIDGE_SOCKET_INSIDE, False),
+        Bind(str(staged_bridge), BRIDGE_DIR_INSIDE, False),
     ]
     env = {
         "LNK_AGENT": agent.agent_id,

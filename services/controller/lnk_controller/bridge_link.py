@@ -74,5 +74,8 @@ def close_agent(run_dir: Path, agent_id: str) -> None:
     except StateError as exc:
         if "does not answer" not in str(exc):
             raise
+    folder = run_dir / "bridge-store" / "agents" / agent_id
     with contextlib.suppress(FileNotFoundError):
-        (run_dir / "bridge-store" / "agents" / f"{agent_id}.sock").unlink()
+        (folder / "bridge.sock").unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()

@@ -321,9 +321,10 @@ def stage_idmapped(
     return StagedMount(source_name, str(target), read_only, noexec)
 
 
-def stage_bind(source: Path, target: Path) -> StagedMount:
-    """Attach a plain (not idmapped) clone of the file at `source` at `target`: how a proxy
-    listener in the proxy's 0700 folder becomes reachable for the sandbox's bwrap to bind."""
+def stage_bind(source: Path, target: Path, *, is_dir: bool = False) -> StagedMount:
+    """Attach a plain (not idmapped) clone of the file (or folder) at `source` at `target`: how
+    a proxy listener in the proxy's 0700 folder (or an agent's bridge folder) becomes reachable
+    for the sandbox's bwrap to bind."""
     parent_fd = _open_staging(target)
     tree_fd = -1
     try:
@@ -332,7 +333,7 @@ def stage_bind(source: Path, target: Path) -> StagedMount:
             tree_fd = _syscall("open_tree", _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), flags)
         except OSError as exc:
             raise StateError(f"cannot clone the mount of {source}: {exc}") from exc
-        _attach(tree_fd, parent_fd, target, is_dir=False)
+        _attach(tree_fd, parent_fd, target, is_dir=is_dir)
     finally:
         for fd in (tree_fd, parent_fd):
             if fd >= 0:

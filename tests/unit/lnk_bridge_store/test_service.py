@@ -118,6 +118,15 @@ def test_a_host_user_cannot_reach_an_agents_socket_through_the_bridge_folder(
         kit.open_to_children(bridge_process.bridge_dir)
 
 
+def test_a_closed_agent_is_not_opened_again_at_restart(bridge_process: Any, kit: Any) -> None:
+    a = kit.new_agent("agent-a", UID_A)
+    path = bridge_process.open_agent(a)
+    assert bridge_process.admin({"op": "close", "agent": a.name}) == {"ok": True}
+    bridge_process.kill(signal.SIGTERM)
+    bridge_process.start()
+    assert not path.exists() and not path.parent.exists()
+
+
 def test_killing_the_bridge_mid_append_loses_no_acknowledged_event_and_stores_no_partial_one(
     bridge_process: Any, kit: Any
 ) -> None:
@@ -164,8 +173,7 @@ def test_events_and_nonces_survive_a_restart(bridge_process: Any, kit: Any) -> N
 
     assert kit.in_child_as(UID_A, before) == {"last_seq": 1}
     bridge_process.kill(signal.SIGTERM)
-    bridge_process.start()
-    path = bridge_process.open_agent(a)
+    bridge_process.start()  # the agent's socket is opened again at start, at the same path
 
     def after() -> Any:
         return {

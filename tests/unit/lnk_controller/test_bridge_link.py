@@ -62,7 +62,8 @@ def bridge(run_dir: Path) -> Iterator[Path]:
 
 def test_open_send_close_through_a_real_bridge(bridge: Path) -> None:
     path = bridge_link.open_agent(bridge, "u1000-helper", PUBLIC, 200_001)
-    assert path == bridge / "bridge-store" / "agents" / "u1000-helper.sock" and path.exists()
+    assert path == bridge / "bridge-store" / "agents" / "u1000-helper" / "bridge.sock"
+    assert path.exists()
     assert bridge_link.send_message(bridge, "u1000-helper", "owner", "hi") == 1
     bridge_link.close_agent(bridge, "u1000-helper")
     assert not path.exists()
@@ -80,8 +81,8 @@ def test_without_a_bridge_sending_fails_and_closing_still_removes_the_socket(
 ) -> None:
     with pytest.raises(StateError, match="lnk box up"):
         bridge_link.send_message(run_dir, "u1000-helper", "owner", "hi")
-    left = run_dir / "bridge-store" / "agents" / "u1000-helper.sock"
+    left = run_dir / "bridge-store" / "agents" / "u1000-helper" / "bridge.sock"
     left.parent.mkdir(parents=True)
     left.write_text("")
     bridge_link.close_agent(run_dir, "u1000-helper")
-    assert not left.exists()
+    assert not left.exists() and not left.parent.exists()
