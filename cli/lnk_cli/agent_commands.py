@@ -4,7 +4,7 @@ An agent's folder is `~/Link/Agents/NAME/` (made here, as you, mode 0700); its k
 by the controller, which keeps the private key (never shown) and registers the public key.
 `lnk agent start NAME -- PROGRAM` runs PROGRAM (its harness) in a sandbox of the agent's spec,
 with the agent's folder as its home, its private key readable at /run/lnk-agent/key.pem by it
-alone, and its store bridge at /run/lnk-bridge.sock. `lnk agent send NAME MESSAGE` queues a
+alone, and its store bridge on 127.0.0.1:3129 inside. `lnk agent send NAME MESSAGE` queues a
 message in the agent's inbox (the store bridge's way in), which the agent reads inside its
 sandbox with `lnk bridge inbox read`.
 """

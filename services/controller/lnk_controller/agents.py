@@ -6,7 +6,7 @@ controller generates the agent's Ed25519 key pair (it never accepts a key from a
 public key, checked by `lnk_shared.proofs.enroll_public_key`, goes into the registry; the
 private key into `<state dir>/agent-keys/<agent id>.pem`, mode 0600 in a 0700 folder, both
 root's. It never appears in a reply, an argv, an environment or a log; a sandbox of that agent
-gets a copy readable only by its host uid (not yet: see the issue's remaining work).
+gets a copy readable only by its host uid (`lnk_controller.agent_launch`).
 
 Security limitations: root reads every private key; this does NOT encrypt them at rest.
 Removing an agent deletes its key file (unlink, not a secure erase).

@@ -69,15 +69,15 @@ def test_the_confiner_policy_round_trips_the_bridge_relay(tmp_path: Path) -> Non
         "block_unix_sockets": True,
         "min_abi": 6,
         "unsafe_pretend_abi": None,
-        "bridge_socket": "/run/lnk-bridge.sock",
+        "bridge_socket": "/run/lnk-bridge/bridge.sock",
         "bridge_port": BRIDGE_PORT,
     }
     path = tmp_path / "policy"
     path.write_text(encode_policy(policy))
     loaded = load_policy(str(path))
-    assert (loaded["bridge_socket"], loaded["bridge_port"]) == ("/run/lnk-bridge.sock", 3129)
+    assert (loaded["bridge_socket"], loaded["bridge_port"]) == ("/run/lnk-bridge/bridge.sock", 3129)
     assert loaded["block_unix_sockets"] is True  # the relay starts before it; the block stays
-    path.write_text(encode_policy(policy).replace("/run/lnk-bridge.sock", "relative.sock"))
+    path.write_text(encode_policy(policy).replace("/run/lnk-bridge/bridge.sock", "relative.sock"))
     with pytest.raises(LaunchRefused, match="unknown line"):
         load_policy(str(path))
 
