@@ -22,6 +22,7 @@ grant covers (a grant of the whole home) is hidden over it, so such a spec gets 
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import stat
@@ -37,7 +38,7 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
-from lnk_shared.errors import LaunchRefused, UsageError
+from lnk_shared.errors import LaunchRefused, StateError, UsageError
 
 __all__ = [
     "AGENT_KEY_INSIDE",
@@ -45,8 +46,11 @@ __all__ = [
     "BRIDGE_SOCKET_INSIDE",
     "AgentLaunch",
     "agent_for_launch",
+    "reconcile_agents",
     "stage_agent",
 ]
+
+log = logging.getLogger(__name__)
 
 AGENT_DIR_INSIDE = "/run/lnk-agent"
 AGENT_KEY_INSIDE = f"{AGENT_DIR_INSIDE}/key.pem"
@@ -131,3 +135,19 @@ def stage_agent(
         "LNK_BRIDGE": f"127.0.0.1:{BRIDGE_PORT}",
     }
     return binds, env
+
+
+def reconcile_agents(cfg: ControllerConfig, store: SandboxStore, registry: AgentRegistry) -> int:
+    """At start, after the sandboxes' reconcile: an agent recorded as running without a live
+    sandbox is stopped, and its socket closed at the bridge (which would otherwise open it again
+    at its next start). Returns how many."""
+    live = {row.host_uid for row in store.find(live_only=True)}
+    stale = [a for a in registry.find(None) if a.host_uid is not None and a.host_uid not in live]
+    for agent in stale:
+        try:
+            bridge_link.close_agent(cfg.run_dir, agent.agent_id)
+        except StateError as exc:
+            log.error("agent %s: its bridge socket was not closed: %s", agent.agent_id, exc)
+        assert agent.host_uid is not None
+        registry.stopped(agent.host_uid)
+    return len(stale)

@@ -15,6 +15,7 @@ from pathlib import Path
 import uvicorn
 
 from lnk_controller import idmap_mounts, landlock
+from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
 from lnk_controller.cleanup import clean_sandbox, reconcile
@@ -105,6 +106,8 @@ def run_controller(cfg: ControllerConfig) -> None:
         log.info("reconcile: cleaned %d sandbox(es) a previous run left", cleaned)
 
     agents = AgentRegistry(engine, cfg.state_dir / "agent-keys")
+    if reconcile_agents(cfg, store, agents):
+        log.info("reconcile: agents without a sandbox marked stopped")
     launcher = Launcher(cfg, store, remembered, agents)
     launch_sock = bind_socket(cfg.launch_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
     api_sock = bind_socket(cfg.api_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)

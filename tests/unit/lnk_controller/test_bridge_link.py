@@ -86,3 +86,28 @@ def test_without_a_bridge_sending_fails_and_closing_still_removes_the_socket(
     left.write_text("")
     bridge_link.close_agent(run_dir, "u1000-helper")
     assert not left.exists() and not left.parent.exists()
+
+
+def test_an_agent_left_running_without_a_sandbox_is_stopped_and_closed_at_start(
+    bridge: Path, tmp_path: Path
+) -> None:
+    from lnk_controller.agent_launch import reconcile_agents
+    from lnk_controller.agents import AgentRegistry
+    from lnk_controller.config import ControllerConfig
+    from lnk_controller.db import open_database
+    from lnk_controller.sandbox_store import SandboxStore
+
+    engine = open_database(tmp_path / "db" / "controller.db")
+    try:
+        registry = AgentRegistry(engine, tmp_path / "keys")
+        agent = registry.create(1000, "helper", "/spec.toml")
+        idle = registry.create(1000, "idle", "/spec.toml")
+        registry.set_running(agent.agent_id, 200_001)  # its sandbox was cleaned meanwhile
+        path = bridge_link.open_agent(bridge, agent.agent_id, agent.public_key, 200_001)
+        cfg = ControllerConfig(run_dir=bridge, state_dir=tmp_path, config_dir=tmp_path)
+        assert reconcile_agents(cfg, SandboxStore(engine), registry) == 1
+        assert not path.exists()
+        assert [a.running for a in registry.find(1000)] == [False, False]
+        assert idle.host_uid is None
+    finally:
+        engine.dispose()
