@@ -77,7 +77,7 @@ def serve(root: Path, signed: bool, key: Ed25519PrivateKey) -> tuple[int, Path]:
         database_url=f"sqlite:///{root}/state/{os.urandom(4).hex()}.db",  # a fresh store each
     )
     raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    path = config.bridge_dir / "agents" / f"{AGENT}.sock"
+    path = config.bridge_dir / "agents" / AGENT / "bridge.sock"
     path.unlink(missing_ok=True)
     pid = os.fork()
     if pid == 0:
@@ -90,11 +90,20 @@ def serve(root: Path, signed: bool, key: Ed25519PrivateKey) -> tuple[int, Path]:
         finally:
             os._exit(0)
     deadline = time.monotonic() + 20
-    while not path.exists():
+    while not _listening(path):  # bound is not yet listening: ask, not look
         if time.monotonic() > deadline:
             raise SystemExit("the bridge did not start")
         time.sleep(0.01)
     return pid, path
+
+
+def _listening(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def unsigned_frame(action: str, body: bytes) -> dict[str, Any]:
