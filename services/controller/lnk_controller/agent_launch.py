@@ -81,7 +81,8 @@ def agent_for_launch(
     if agent.host_uid is not None and agent.host_uid in live:
         raise UsageError(f"agent {name!r} is already running (uid {agent.host_uid})")
     owner = pwd.getpwuid(owner_uid)
-    home = os.path.join(owner.pw_dir, *AGENTS_FOLDER, name)
+    # Links above the owner's home are the machine's (/home -> /data/home); below it, none.
+    home = os.path.join(os.path.realpath(owner.pw_dir), *AGENTS_FOLDER, name)
     try:
         info = os.lstat(home)
     except OSError:

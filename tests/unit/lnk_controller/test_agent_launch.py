@@ -142,3 +142,20 @@ def test_an_agent_folder_of_someone_else_is_refused(setup: Setup) -> None:
     os.chown(setup.folder, OWNER + 4242, OWNER + 4242)
     with pytest.raises(LaunchRefused, match="folder of yours"):
         agent_for_launch(setup.registry, setup.store, OWNER, "helper")
+
+
+def test_a_link_above_the_owners_home_is_the_machines_and_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = Setup(tmp_path)
+    (tmp_path / "data" / "home" / "Link" / "Agents" / "helper").mkdir(parents=True)
+    made.home.symlink_to(tmp_path / "data" / "home")  # /home -> /data/home, say
+    real = pwd.getpwuid(OWNER)
+    fake = pwd.struct_passwd((*real[:5], str(made.home), *real[6:]))
+    monkeypatch.setattr(agent_launch.pwd, "getpwuid", lambda uid: fake)
+    made.registry.create(OWNER, "helper", "/spec.toml")
+    try:
+        launch = agent_for_launch(made.registry, made.store, OWNER, "helper")
+        assert launch.home == str(tmp_path / "data" / "home" / "Link" / "Agents" / "helper")
+    finally:
+        made.engine.dispose()
