@@ -1,0 +1,925 @@
+"""A box deployed by the Ansible role (deploy/ansible) onto THIS machine over real SSH, into
+private folders, for the deploy tests.
+
+- `build_wheel`: the project's wheel from a copy of the checkout (`pip wheel --no-deps`); for
+  the upgrade, a higher version carrying one more controller migration.
+- `RootSshd`: a test sshd on a free loopback port with its own host key, letting in root with a
+  temp key only (`AuthorizedKeysFile` of its own, `UsePAM no`): the machine's sshd, its config
+  and root's keys are never read or changed.
+- `DeployedBox`: the paths and names the role is given (prefix, config/state/run dirs, unit dir,
+  unit and user names, all with a random tag), `playbook()` to run site.yml against the test
+  sshd, and `cleanup()` that removes everything the box made, whatever happened.
+- Where systemd is not PID 1 the role's handlers call `python deploy_box.py restart UNIT`
+  (`lnk_box_restart_hook`): it starts the service from its rendered unit, as systemd would
+  (`ExecStart`, `User=`/`Group=`, `Environment=`, `UMask=`, `NoNewPrivileges=`,
+  `RuntimeDirectory=` with its mode and owner, `WorkingDirectory=`), stopping the running one
+  first, and counts each restart.
+
+Only the standard library: the hook runs outside pytest, from the role.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+PLAYBOOK_DIR = CHECKOUT / "deploy" / "ansible"
+SOURCE_DIRS = ("shared", "services", "cli")  # what setuptools packs (pyproject's `where`)
+START_S = 30.0  # the controller migrates its database and reconciles before it listens
+STOP_S = 20.0  # it stops every sandbox and removes its user before it exits
+SSHD_START_S = 10.0
+PLAYBOOK_S = 300.0
+UID_BLOCKS_START = 2_101_000_000  # above the e2e boxes' blocks (conftest), below bwrap's 2**31
+UID_BLOCK = 1000
+UID_BLOCKS = 40_000
+GATE_SPEC = '[commands]\nallow = ["/bin/bash", "id", "cat", "touch"]\n'
+PAM_WITH_USER_READENV = (
+    "@include common-auth\n"
+    "session    required     pam_env.so user_readenv=1 envfile=/etc/default/locale\n"
+    "@include common-session\n"
+)
+READY_SOCKETS = (  # what each service listens on once it is ready, under the run dir
+    ("lnk_proxy", "proxy/admin.sock"),
+    ("lnk_bridge_store", "bridge-store/admin.sock"),
+    ("lnk_controller", "controller.sock"),
+)
+PROBE_REVISION = "deploy_probe"  # the upgrade wheel's extra migration
+PROBE_TABLE = "deploy_upgrade_probe"
+
+
+def find_tool(name: str) -> str | None:
+    """`name` next to the running Python first (the venv the deploy extra went into), then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+# --- wheels ---------------------------------------------------------------------------------
+
+
+def head_revision(versions: Path) -> str:
+    """The controller's newest migration: the revision no other revision names as its parent."""
+    revisions, parents = set(), set()
+    for path in versions.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        found = re.search(r'^revision: str = "([^"]+)"', text, re.MULTILINE)
+        parent = re.search(r'^down_revision: [^=]+= "([^"]+)"', text, re.MULTILINE)
+        if found:
+            revisions.add(found.group(1))
+        if parent:
+            parents.add(parent.group(1))
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise RuntimeError(f"{versions}: expected one head revision, found {sorted(heads)}")
+    return heads.pop()
+
+
+_PROBE_MIGRATION = '''"""{table}: made by the deploy test's upgrade wheel only."""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "{revision}"
+down_revision = "{parent}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table("{table}", sa.Column("id", sa.Integer(), primary_key=True))
+
+
+def downgrade() -> None:
+    op.drop_table("{table}")
+'''
+
+
+def project_version() -> str:
+    found = re.search(
+        r'^version = "([^"]+)"', (CHECKOUT / "pyproject.toml").read_text(), re.MULTILINE
+    )
+    if not found:
+        raise RuntimeError("pyproject.toml has no version")
+    return found.group(1)
+
+
+def build_wheel(out_dir: Path, work_dir: Path, *, upgrade: bool = False) -> Path:
+    """The wheel of this checkout (its working tree, as scripts/install installs it). With
+    `upgrade`, version `<version>.post1` and one more controller migration on top."""
+    source = work_dir / ("src-upgrade" if upgrade else "src")
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in SOURCE_DIRS:
+        shutil.copytree(CHECKOUT / name, source / name, ignore=ignore)
+    pyproject = (CHECKOUT / "pyproject.toml").read_text()
+    version = project_version()
+    if upgrade:
+        pyproject = pyproject.replace(f'version = "{version}"', f'version = "{version}.post1"', 1)
+        versions = source / "services/controller/lnk_controller/migrations/versions"
+        (versions / "9999_deploy_probe.py").write_text(
+            _PROBE_MIGRATION.format(
+                table=PROBE_TABLE, revision=PROBE_REVISION, parent=head_revision(versions)
+            )
+        )
+    (source / "pyproject.toml").write_text(pyproject)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(out_dir.glob("*.whl"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-w",
+            str(out_dir),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"pip wheel failed: {result.stderr}")
+    made = sorted(set(out_dir.glob("*.whl")) - before)
+    if len(made) != 1:
+        raise RuntimeError(f"pip wheel made {made} in {out_dir}")
+    return made[0]
+
+
+# --- the test sshd --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class RootSshd:
+    """sshd on 127.0.0.1:<free port> letting root in with one temp key, nothing else."""
+
+    root: Path
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def client_key(self) -> Path:
+        return self.root / "root_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.root / "known_hosts"
+
+    @property
+    def control_path(self) -> Path:
+        return self.root / "cm-%C"
+
+    def ssh_options(self) -> list[str]:
+        return [
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            "ControlPersist=120s",
+            "-o",
+            f"ControlPath={self.control_path}",
+        ]
+
+    def start(self) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privsep folder
+        self.root.mkdir(mode=0o700)
+        host_key = self.root / "host_ed25519"
+        for key in (host_key, self.client_key):
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "lnk-deploy-test",
+                    "-f",
+                    str(key),
+                ],
+                check=True,
+            )
+        keys = self.root / "authorized_keys"
+        keys.write_text(Path(f"{self.client_key}.pub").read_text())
+        keys.chmod(0o600)
+        self.port = free_port()
+        config = self.root / "sshd_config"
+        config.write_text(
+            f"ListenAddress 127.0.0.1:{self.port}\n"
+            f"HostKey {host_key}\n"
+            f"PidFile {self.root / 'sshd.pid'}\n"
+            f"AuthorizedKeysFile {keys}\n"
+            "PermitRootLogin prohibit-password\n"
+            "AllowUsers root\n"
+            "UsePAM no\n"
+            "StrictModes yes\n"
+            "PubkeyAuthentication yes\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            "MaxSessions 50\n"
+            "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+        )
+        log = open(self.root / "sshd.log", "ab")  # noqa: SIM115 - sshd writes it while it runs
+        with log:
+            self.process = subprocess.Popen(
+                ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + SSHD_START_S
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sshd did not start: {(self.root / 'sshd.log').read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        # The connection master ssh left running for ControlPersist: its pid, then it ends.
+        check = subprocess.run(
+            ["ssh", *self.ssh_options(), "-O", "check", "-p", str(self.port), "root@127.0.0.1"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
+        found = re.search(r"pid=(\d+)", check.stderr + check.stdout)
+        if found:
+            with suppress(ProcessLookupError):
+                os.kill(int(found.group(1)), signal.SIGTERM)
+        if self.process is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+# --- units ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What a rendered unit's [Service] says; a key given twice keeps every value in order."""
+
+    path: Path
+    settings: dict[str, list[str]]
+
+    @classmethod
+    def read(cls, path: Path) -> Unit:
+        settings: dict[str, list[str]] = {}
+        section = ""
+        for raw in path.read_text().splitlines():
+            line = raw.strip()
+            if not line or line.startswith(("#", ";")):
+                continue
+            if line.startswith("["):
+                section = line.strip("[]")
+                continue
+            key, _, value = line.partition("=")
+            settings.setdefault(f"{section}.{key.strip()}", []).append(value.strip())
+        return cls(path, settings)
+
+    def get(self, key: str, default: str = "") -> str:
+        values = self.settings.get(f"Service.{key}")
+        return values[-1] if values else default
+
+    def argv(self) -> list[str]:
+        return shlex.split(self.get("ExecStart"))
+
+    def environment(self) -> dict[str, str]:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8"}
+        for value in self.settings.get("Service.Environment", []):
+            for item in shlex.split(value):
+                key, _, val = item.partition("=")
+                env[key] = val
+        return env
+
+    def runtime_dirs(self) -> list[Path]:
+        return [Path("/run") / name for name in self.get("RuntimeDirectory").split()]
+
+
+@dataclass
+class Services:
+    """The services of one box started from their units, as systemd would start them."""
+
+    unit_dir: Path
+    state: Path  # pidfiles, logs, the restart count
+
+    def unit(self, name: str) -> Unit:
+        return Unit.read(self.unit_dir / f"{name}.service")
+
+    def pidfile(self, name: str) -> Path:
+        return self.state / f"{name}.pid"
+
+    def pid(self, name: str) -> int | None:
+        try:
+            pid = int(self.pidfile(name).read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        return pid
+
+    def restarts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        log = self.state / "restarts.log"
+        for line in log.read_text().splitlines() if log.exists() else []:
+            counts[line] = counts.get(line, 0) + 1
+        return counts
+
+    def restart(self, name: str) -> int:
+        self.stop(name)
+        pid = self.start(name)
+        with open(self.state / "restarts.log", "a", encoding="utf-8") as f:
+            f.write(f"{name}\n")
+        return pid
+
+    def start(self, name: str) -> int:
+        unit = self.unit(name)
+        user = pwd.getpwnam(unit.get("User", "root"))
+        group = unit.get("Group")
+        gid = pwd.getpwnam(group).pw_gid if group and group != user.pw_name else user.pw_gid
+        mode = int(unit.get("RuntimeDirectoryMode", "0755"), 8)
+        for directory in unit.runtime_dirs():
+            directory.mkdir(parents=True, exist_ok=True)
+            os.chown(directory, user.pw_uid, gid)
+            directory.chmod(mode)
+        prefix = ["/usr/bin/setpriv"]
+        if user.pw_uid != 0:
+            prefix += [f"--reuid={user.pw_uid}", f"--regid={gid}", "--clear-groups"]
+        if unit.get("NoNewPrivileges") == "yes":
+            prefix.append("--no-new-privs")
+        self.state.mkdir(parents=True, exist_ok=True)
+        with open(self.state / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                [*prefix, "--", *unit.argv()],
+                env=unit.environment(),
+                cwd=unit.get("WorkingDirectory", "/"),
+                umask=int(unit.get("UMask", "0022"), 8),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self.pidfile(name).write_text(f"{process.pid}\n")
+        self._wait_ready(name, unit, process)
+        return process.pid
+
+    def _wait_ready(self, name: str, unit: Unit, process: subprocess.Popen[bytes]) -> None:
+        """Ready when its socket accepts: the controller's API, the proxy's admin socket."""
+        run_dir = Path(unit.environment()["LNK_RUN_DIR"])
+        sock = run_dir / next(path for module, path in READY_SOCKETS if module in unit.argv())
+        deadline = time.monotonic() + START_S
+        while True:
+            with socket.socket(socket.AF_UNIX) as s:
+                if s.connect_ex(str(sock)) == 0:
+                    return
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = (self.state / f"{name}.log").read_text(errors="replace")
+                raise RuntimeError(f"{name} did not start (status {process.poll()}): {log}")
+            time.sleep(0.05)
+
+    def stop(self, name: str) -> None:
+        """SIGTERM to the main process only (KillMode=mixed), SIGKILL after STOP_S."""
+        pid = self.pid(name)
+        if pid is None:
+            return
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_S
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        self.pidfile(name).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie of ours or of init has finished)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+# --- the box --------------------------------------------------------------------------------
+
+
+@dataclass
+class DeployedBox:
+    """One box the role deploys into private folders, with names of its own."""
+
+    tag: str = field(default_factory=lambda: secrets.token_hex(3))
+    uid_first: int = field(
+        default_factory=lambda: UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
+    )
+    proxy_settings: dict[str, object] = field(default_factory=dict)
+    box_sshd_port: int = 0
+    box_sshd: subprocess.Popen[bytes] | None = None
+
+    @property
+    def uid_last(self) -> int:
+        return self.uid_first + UID_BLOCK - 1
+
+    @property
+    def prefix(self) -> Path:  # outside /tmp: sandboxes run the confiner from it
+        return Path(f"/opt/lnk-dt-{self.tag}")
+
+    @property
+    def venv(self) -> Path:
+        return self.prefix / "venv"
+
+    @property
+    def config_dir(self) -> Path:
+        return Path(f"/etc/lnk-dt-{self.tag}")
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(f"/var/lib/lnk-dt-{self.tag}")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(f"/run/lnk-dt-{self.tag}")
+
+    @property
+    def work(self) -> Path:
+        """The test's own folder: sshd, wheels, the unit dir, Ansible's temp, the services'
+        pidfiles and logs (root's, 0700)."""
+        return Path(f"/run/lnk-dt-{self.tag}-test")
+
+    @property
+    def unit_dir(self) -> Path:
+        return self.work / "units"
+
+    @property
+    def proxy_user(self) -> str:
+        return f"lnkdp-{self.tag}"
+
+    @property
+    def bridge_store_user(self) -> str:
+        return f"lnkdb-{self.tag}"
+
+    @property
+    def bridge_store_service(self) -> str:
+        return f"lnk-dt-{self.tag}-bridge-store"
+
+    @property
+    def service_names(self) -> tuple[str, str, str]:
+        """In the order they start."""
+        return (self.proxy_service, self.bridge_store_service, self.controller_service)
+
+    @property
+    def controller_service(self) -> str:
+        return f"lnk-dt-{self.tag}-controller"
+
+    @property
+    def proxy_service(self) -> str:
+        return f"lnk-dt-{self.tag}-proxy"
+
+    @property
+    def services(self) -> Services:
+        return Services(self.unit_dir, self.work / "services")
+
+    # The SSH gate: the box's own sshd config (never the machine's), a box user, its folder.
+
+    @property
+    def sshd_dir(self) -> Path:
+        """root's, 0755: sshd reads the key files as the user, root's all the way up."""
+        return Path(f"/run/lnk-dt-{self.tag}-sshd")
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.sshd_dir / "sshd_config"
+
+    @property
+    def dropin_dir(self) -> Path:
+        return self.sshd_dir / "sshd_config.d"
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.sshd_dir / "authorized_keys"
+
+    @property
+    def pam_file(self) -> Path:
+        """A copy of sshd's PAM stack with user_readenv=1 for the role to fix (the machine's
+        /etc/pam.d/sshd is never touched)."""
+        return self.sshd_dir / "pam.d-sshd"
+
+    @property
+    def box_user(self) -> str:
+        return f"lnkdg{self.tag}"
+
+    @property
+    def box_user_key(self) -> Path:
+        return self.work / "box_user_ed25519"
+
+    @property
+    def gate_root(self) -> Path:
+        return Path(f"/srv/lnk-dt-{self.tag}")
+
+    @property
+    def gate_folder(self) -> Path:
+        return self.gate_root / "work"
+
+    def env(self) -> dict[str, str]:
+        """LNK_* pointing a client at this box."""
+        return {
+            "LNK_CONFIG_DIR": str(self.config_dir),
+            "LNK_STATE_DIR": str(self.state_dir),
+            "LNK_RUN_DIR": str(self.run_dir),
+        }
+
+    def extra_vars(self, wheel: Path) -> dict[str, object]:
+        return {
+            "lnk_box_wheel": str(wheel),
+            "lnk_box_install_packages": True,
+            "lnk_box_prefix": str(self.prefix),
+            "lnk_box_config_dir": str(self.config_dir),
+            "lnk_box_state_dir": str(self.state_dir),
+            "lnk_box_run_dir": str(self.run_dir),
+            "lnk_box_unit_dir": str(self.unit_dir),
+            "lnk_box_controller_service": self.controller_service,
+            "lnk_box_proxy_service": self.proxy_service,
+            "lnk_box_proxy_user": self.proxy_user,
+            "lnk_box_bridge_store_service": self.bridge_store_service,
+            "lnk_box_bridge_store_user": self.bridge_store_user,
+            "lnk_box_service_manager": "none",
+            "lnk_box_restart_hook": [
+                sys.executable,
+                "-I",
+                str(Path(__file__).resolve()),
+                "restart",
+                "--unit-dir",
+                str(self.unit_dir),
+                "--state",
+                str(self.services.state),
+            ],
+            "lnk_box_controller_settings": {
+                "uid_first": self.uid_first,
+                "uid_last": self.uid_last,
+            },
+            "lnk_box_proxy_settings": self.proxy_settings,
+            "lnk_box_sshd_config": str(self.sshd_config),
+            "lnk_box_sshd_dropin_dir": str(self.dropin_dir),
+            "lnk_box_ssh_keys_dir": str(self.keys_dir),
+            "lnk_box_sshd_pam": str(self.pam_file),
+            "lnk_box_users": [
+                {
+                    "name": self.box_user,
+                    "spec": GATE_SPEC,
+                    "folder": str(self.gate_folder),
+                    "keys": [Path(f"{self.box_user_key}.pub").read_text().strip()],
+                }
+            ],
+        }
+
+    def prepare(self, sshd: RootSshd) -> Path:
+        """The inventory reaching this machine through `sshd` (written in the work folder), and
+        what the gate's part of the role works on: the box's sshd config (Including its drop-in
+        folder, on a port of its own), a PAM stack with user_readenv=1, the box user's key."""
+        self.sshd_dir.mkdir(mode=0o755)
+        self.sshd_dir.chmod(0o755)
+        self.dropin_dir.mkdir(mode=0o755)
+        self.gate_root.mkdir(mode=0o755)
+        self.gate_root.chmod(0o755)
+        host_key = self.sshd_dir / "host_ed25519"
+        for key in (host_key, self.box_user_key):
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lnk-dt", "-f", str(key)],
+                check=True,
+            )
+        self.box_sshd_port = free_port()
+        self.sshd_config.write_text(
+            f"Include {self.dropin_dir}/*.conf\n"
+            f"ListenAddress 127.0.0.1:{self.box_sshd_port}\n"
+            f"HostKey {host_key}\n"
+            f"PidFile {self.sshd_dir / 'sshd.pid'}\n"
+            f"AllowUsers {self.box_user}\n"
+            "UsePAM no\n"
+            "StrictModes yes\n"
+            "PubkeyAuthentication yes\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            "AllowTcpForwarding yes\n"  # on for everyone else: the drop-in's Match turns it off
+            "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+        )
+        self.pam_file.write_text(PAM_WITH_USER_READENV)
+        inventory = self.work / "inventory.json"
+        options = " ".join(shlex.quote(o) for o in sshd.ssh_options())
+        inventory.write_text(
+            json.dumps(
+                {
+                    "lnk_boxes": {
+                        "hosts": {
+                            "testbox": {
+                                "ansible_host": "127.0.0.1",
+                                "ansible_port": sshd.port,
+                                "ansible_user": "root",
+                                "ansible_connection": "ssh",
+                                "ansible_ssh_private_key_file": str(sshd.client_key),
+                                "ansible_ssh_common_args": options,
+                                "ansible_python_interpreter": "/usr/bin/python3",
+                            }
+                        }
+                    }
+                }
+            )
+        )
+        return inventory
+
+    def playbook(
+        self, wheel: Path, *args: str, extra: dict[str, object] | None = None
+    ) -> PlaybookRun:
+        """site.yml against this box."""
+        ansible_playbook = find_tool("ansible-playbook")
+        if ansible_playbook is None:
+            raise RuntimeError("ansible-playbook is missing (pip install '.[deploy]')")
+        variables = self.work / f"vars-{secrets.token_hex(4)}.json"  # runs may overlap
+        variables.write_text(json.dumps({**self.extra_vars(wheel), **(extra or {})}))
+        home = self.work / "ansible"
+        env = {
+            "PATH": f"{Path(ansible_playbook).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "ANSIBLE_CONFIG": str(PLAYBOOK_DIR / "ansible.cfg"),
+            "ANSIBLE_HOME": str(home),
+            "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+            "ANSIBLE_REMOTE_TEMP": str(home / "remote-tmp"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+            "ANSIBLE_DISPLAY_OK_HOSTS": "false",
+            "ANSIBLE_DISPLAY_SKIPPED_HOSTS": "false",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+        }
+        result = subprocess.run(
+            [
+                ansible_playbook,
+                "-i",
+                str(self.work / "inventory.json"),
+                "-e",
+                f"@{variables}",
+                *args,
+                str(PLAYBOOK_DIR / "site.yml"),
+            ],
+            env=env,
+            cwd=str(PLAYBOOK_DIR),
+            capture_output=True,
+            text=True,
+            timeout=PLAYBOOK_S,
+            check=False,
+        )
+        return PlaybookRun(result)
+
+    def cleanup(self, sshd: RootSshd | None) -> list[str]:
+        """Stop its services, remove its sandbox users, mounts, folders and its proxy user.
+        Returns what could not be removed."""
+        problems: list[str] = []
+        services = self.services
+        for name in reversed(self.service_names):
+            try:
+                services.stop(name)
+            except OSError as exc:
+                problems.append(f"stop {name}: {exc}")
+        subprocess.run(
+            ["umount", "-R", "-l", str(self.run_dir / "sandboxes")],
+            capture_output=True,
+            check=False,
+        )
+        python = self.venv / "bin" / "python"
+        if python.exists():
+            subprocess.run(
+                [str(python), "-I", "-c", _REMOVE_USERS, str(self.uid_first), str(self.uid_last)],
+                capture_output=True,
+                check=False,
+            )
+        if sshd is not None:
+            sshd.stop()
+        if self.box_sshd is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.box_sshd.pid, signal.SIGKILL)
+            self.box_sshd.wait()
+        with suppress(KeyError):
+            for pid in _uid_pids(pwd.getpwnam(self.box_user).pw_uid):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        subprocess.run(["userdel", "-r", self.box_user], capture_output=True, check=False)
+        for user in (self.proxy_user, self.bridge_store_user):
+            with suppress(KeyError):
+                for pid in _uid_pids(pwd.getpwnam(user).pw_uid):
+                    with suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            subprocess.run(["userdel", user], capture_output=True, check=False)
+            subprocess.run(["groupdel", user], capture_output=True, check=False)
+        for path in (
+            self.prefix,
+            self.config_dir,
+            self.state_dir,
+            self.run_dir,
+            self.work,
+            self.sshd_dir,
+            self.gate_root,
+        ):
+            shutil.rmtree(path, ignore_errors=True)
+            if path.exists():
+                problems.append(f"{path} is left")
+        return problems
+
+    def start_box_sshd(self) -> None:
+        """sshd with the box's config (the role's drop-in in it), as the box's sshd would run."""
+        log = self.sshd_dir / "sshd.log"
+        with open(log, "ab") as out:
+            self.box_sshd = subprocess.Popen(
+                ["/usr/sbin/sshd", "-D", "-e", "-f", str(self.sshd_config)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + SSHD_START_S
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.box_sshd_port)) == 0:
+                    return
+            if self.box_sshd.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the box's sshd did not start: {log.read_text()}")
+            time.sleep(0.05)
+
+    def ssh_as_box_user(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "ssh",
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                f"UserKnownHostsFile={self.work / 'box_known_hosts'}",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "LogLevel=ERROR",
+                "-i",
+                str(self.box_user_key),
+                "-p",
+                str(self.box_sshd_port),
+                f"{self.box_user}@127.0.0.1",
+                command,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def sandbox_users(self) -> list[str]:
+        found = []
+        for path in ("/etc/passwd", "/etc/group"):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    fields = line.split(":")
+                    if fields[2].isdigit() and self.uid_first <= int(fields[2]) <= self.uid_last:
+                        found.append(f"{path}: {fields[0]}")
+        return found
+
+    def mounts(self) -> list[str]:
+        """Mount points under the box's run dir, as /proc/self/mountinfo lists them."""
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            points = [line.split()[4] for line in f]
+        return [p for p in points if p == str(self.run_dir) or p.startswith(f"{self.run_dir}/")]
+
+    def sockets(self) -> list[Path]:
+        return sorted(p for p in _walk(self.run_dir) if p.is_socket())
+
+
+_REMOVE_USERS = """
+import sys
+from lnk_controller import host_users
+first, last = int(sys.argv[1]), int(sys.argv[2])
+for user in host_users.list_lnk_users():
+    if first <= user.uid <= last:
+        host_users.remove_user(user)
+"""
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            yield Path(folder) / name
+
+
+def _uid_pids(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+    return pids
+
+
+RECAP = re.compile(r"^testbox\s*:\s*(.*)$", re.MULTILINE)
+TASK = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(.*?)\]", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    """A finished ansible-playbook run, read from its default output (ok and skipped hosts
+    hidden, so every task shown changed, failed or printed a diff)."""
+
+    result: subprocess.CompletedProcess[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.result.returncode == 0
+
+    def stats(self) -> dict[str, int]:
+        found = RECAP.findall(self.result.stdout)
+        if not found:
+            return {}
+        return {k: int(v) for k, v in (item.split("=") for item in found[-1].split())}
+
+    def changed_tasks(self) -> list[str]:
+        """Each task that reported a change, with what it printed (its diff under --diff)."""
+        out = self.result.stdout.split("PLAY RECAP", 1)[0]
+        heads = list(TASK.finditer(out))
+        found = []
+        ends = [h.start() for h in heads[1:]] + ([len(out)] if heads else [])
+        for head, end in zip(heads, ends, strict=True):
+            body = out[head.end() : end]
+            if re.search(r"^changed: \[testbox\]", body, re.MULTILINE):
+                found.append(f"{head.group(1)}:{body.rstrip()}")
+        return found
+
+    def failure(self) -> str:
+        return (self.result.stdout[-6000:] + self.result.stderr[-2000:]).strip()
+
+
+def main() -> int:
+    """`deploy_box.py restart --unit-dir D --state S UNIT`: the role's restart hook."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["restart", "stop"])
+    parser.add_argument("--unit-dir", type=Path, required=True)
+    parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("unit")
+    args = parser.parse_args()
+    services = Services(args.unit_dir, args.state)
+    if args.action == "stop":
+        services.stop(args.unit)
+    else:
+        print(f"{args.unit}: pid {services.restart(args.unit)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
