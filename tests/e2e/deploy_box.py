@@ -1,26 +1,15 @@
 """A box deployed by the Ansible role (deploy/ansible) onto THIS machine over real SSH, into
 private folders, for the deploy tests.
 
-- `build_wheel`: the project's wheel from a copy of the checkout (`pip wheel --no-deps`); for
-  the upgrade, a higher version carrying one more controller migration.
-- `RootSshd`: a test sshd on a free loopback port with its own host key, letting in root with a
-  temp key only (`AuthorizedKeysFile` of its own, `UsePAM no`): the machine's sshd, its config
-  and root's keys are never read or changed.
-- `DeployedBox`: the paths and names the role is given (prefix, config/state/run dirs, unit dir,
-  unit and user names, all with a random tag), `playbook()` to run site.yml against the test
-  sshd, and `cleanup()` that removes everything the box made, whatever happened.
-- Where systemd is not PID 1 the role's handlers call `python deploy_box.py restart UNIT`
-  (`lnk_box_restart_hook`): it starts the service from its rendered unit, as systemd would
-  (`ExecStart`, `User=`/`Group=`, `Environment=`, `UMask=`, `NoNewPrivileges=`,
-  `RuntimeDirectory=` with its mode and owner, `WorkingDirectory=`), stopping the running one
-  first, and counts each restart.
-
-Only the standard library: the hook runs outside pytest, from the role.
+`DeployedBox`: the paths and names the role is given (prefix, config/state/run dirs, unit dir,
+unit and user names, the SSH gate's sshd config and box user, all with a random tag),
+`playbook()` to run site.yml against the test sshd (deploy_sshd), and `cleanup()` that removes
+everything the box made, whatever happened. Where systemd is not PID 1 the role's handlers start
+each service from its unit through deploy_units (`lnk_box_restart_hook`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
@@ -38,11 +27,12 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import deploy_units
+from deploy_sshd import RootSshd, free_port
+from deploy_units import Services
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 PLAYBOOK_DIR = CHECKOUT / "deploy" / "ansible"
-SOURCE_DIRS = ("shared", "services", "cli")  # what setuptools packs (pyproject's `where`)
-START_S = 30.0  # the controller migrates its database and reconciles before it listens
-STOP_S = 20.0  # it stops every sandbox and removes its user before it exits
 SSHD_START_S = 10.0
 PLAYBOOK_S = 300.0
 UID_BLOCKS_START = 2_101_000_000  # above the e2e boxes' blocks (conftest), below bwrap's 2**31
@@ -54,13 +44,6 @@ PAM_WITH_USER_READENV = (
     "session    required     pam_env.so user_readenv=1 envfile=/etc/default/locale\n"
     "@include common-session\n"
 )
-READY_SOCKETS = (  # what each service listens on once it is ready, under the run dir
-    ("lnk_proxy", "proxy/admin.sock"),
-    ("lnk_bridge_store", "bridge-store/admin.sock"),
-    ("lnk_controller", "controller.sock"),
-)
-PROBE_REVISION = "deploy_probe"  # the upgrade wheel's extra migration
-PROBE_TABLE = "deploy_upgrade_probe"
 
 
 def find_tool(name: str) -> str | None:
@@ -69,388 +52,6 @@ def find_tool(name: str) -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which(name)
-
-
-# --- wheels ---------------------------------------------------------------------------------
-
-
-def head_revision(versions: Path) -> str:
-    """The controller's newest migration: the revision no other revision names as its parent."""
-    revisions, parents = set(), set()
-    for path in versions.glob("*.py"):
-        text = path.read_text(encoding="utf-8")
-        found = re.search(r'^revision: str = "([^"]+)"', text, re.MULTILINE)
-        parent = re.search(r'^down_revision: [^=]+= "([^"]+)"', text, re.MULTILINE)
-        if found:
-            revisions.add(found.group(1))
-        if parent:
-            parents.add(parent.group(1))
-    heads = revisions - parents
-    if len(heads) != 1:
-        raise RuntimeError(f"{versions}: expected one head revision, found {sorted(heads)}")
-    return heads.pop()
-
-
-_PROBE_MIGRATION = '''"""{table}: made by the deploy test's upgrade wheel only."""
-
-import sqlalchemy as sa
-from alembic import op
-
-revision = "{revision}"
-down_revision = "{parent}"
-branch_labels = None
-depends_on = None
-
-
-def upgrade() -> None:
-    op.create_table("{table}", sa.Column("id", sa.Integer(), primary_key=True))
-
-
-def downgrade() -> None:
-    op.drop_table("{table}")
-'''
-
-
-def project_version() -> str:
-    found = re.search(
-        r'^version = "([^"]+)"', (CHECKOUT / "pyproject.toml").read_text(), re.MULTILINE
-    )
-    if not found:
-        raise RuntimeError("pyproject.toml has no version")
-    return found.group(1)
-
-
-def build_wheel(out_dir: Path, work_dir: Path, *, upgrade: bool = False) -> Path:
-    """The wheel of this checkout (its working tree, as scripts/install installs it). With
-    `upgrade`, version `<version>.post1` and one more controller migration on top."""
-    source = work_dir / ("src-upgrade" if upgrade else "src")
-    shutil.rmtree(source, ignore_errors=True)
-    source.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for name in SOURCE_DIRS:
-        shutil.copytree(CHECKOUT / name, source / name, ignore=ignore)
-    pyproject = (CHECKOUT / "pyproject.toml").read_text()
-    version = project_version()
-    if upgrade:
-        pyproject = pyproject.replace(f'version = "{version}"', f'version = "{version}.post1"', 1)
-        versions = source / "services/controller/lnk_controller/migrations/versions"
-        (versions / "9999_deploy_probe.py").write_text(
-            _PROBE_MIGRATION.format(
-                table=PROBE_TABLE, revision=PROBE_REVISION, parent=head_revision(versions)
-            )
-        )
-    (source / "pyproject.toml").write_text(pyproject)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = set(out_dir.glob("*.whl"))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--disable-pip-version-check",
-            "-w",
-            str(out_dir),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"pip wheel failed: {result.stderr}")
-    made = sorted(set(out_dir.glob("*.whl")) - before)
-    if len(made) != 1:
-        raise RuntimeError(f"pip wheel made {made} in {out_dir}")
-    return made[0]
-
-
-# --- the test sshd --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class RootSshd:
-    """sshd on 127.0.0.1:<free port> letting root in with one temp key, nothing else."""
-
-    root: Path
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def client_key(self) -> Path:
-        return self.root / "root_ed25519"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.root / "known_hosts"
-
-    @property
-    def control_path(self) -> Path:
-        return self.root / "cm-%C"
-
-    def ssh_options(self) -> list[str]:
-        return [
-            "-o",
-            f"UserKnownHostsFile={self.known_hosts}",
-            "-o",
-            "StrictHostKeyChecking=accept-new",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "ControlMaster=auto",
-            "-o",
-            "ControlPersist=120s",
-            "-o",
-            f"ControlPath={self.control_path}",
-        ]
-
-    def start(self) -> None:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privsep folder
-        self.root.mkdir(mode=0o700)
-        host_key = self.root / "host_ed25519"
-        for key in (host_key, self.client_key):
-            subprocess.run(
-                [
-                    "ssh-keygen",
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-C",
-                    "lnk-deploy-test",
-                    "-f",
-                    str(key),
-                ],
-                check=True,
-            )
-        keys = self.root / "authorized_keys"
-        keys.write_text(Path(f"{self.client_key}.pub").read_text())
-        keys.chmod(0o600)
-        self.port = free_port()
-        config = self.root / "sshd_config"
-        config.write_text(
-            f"ListenAddress 127.0.0.1:{self.port}\n"
-            f"HostKey {host_key}\n"
-            f"PidFile {self.root / 'sshd.pid'}\n"
-            f"AuthorizedKeysFile {keys}\n"
-            "PermitRootLogin prohibit-password\n"
-            "AllowUsers root\n"
-            "UsePAM no\n"
-            "StrictModes yes\n"
-            "PubkeyAuthentication yes\n"
-            "PasswordAuthentication no\n"
-            "KbdInteractiveAuthentication no\n"
-            "MaxSessions 50\n"
-            "Subsystem sftp /usr/lib/openssh/sftp-server\n"
-        )
-        log = open(self.root / "sshd.log", "ab")  # noqa: SIM115 - sshd writes it while it runs
-        with log:
-            self.process = subprocess.Popen(
-                ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + SSHD_START_S
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd did not start: {(self.root / 'sshd.log').read_text()}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        # The connection master ssh left running for ControlPersist: its pid, then it ends.
-        check = subprocess.run(
-            ["ssh", *self.ssh_options(), "-O", "check", "-p", str(self.port), "root@127.0.0.1"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=10,
-        )
-        found = re.search(r"pid=(\d+)", check.stderr + check.stdout)
-        if found:
-            with suppress(ProcessLookupError):
-                os.kill(int(found.group(1)), signal.SIGTERM)
-        if self.process is not None:
-            with suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-
-# --- units ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Unit:
-    """What a rendered unit's [Service] says; a key given twice keeps every value in order."""
-
-    path: Path
-    settings: dict[str, list[str]]
-
-    @classmethod
-    def read(cls, path: Path) -> Unit:
-        settings: dict[str, list[str]] = {}
-        section = ""
-        for raw in path.read_text().splitlines():
-            line = raw.strip()
-            if not line or line.startswith(("#", ";")):
-                continue
-            if line.startswith("["):
-                section = line.strip("[]")
-                continue
-            key, _, value = line.partition("=")
-            settings.setdefault(f"{section}.{key.strip()}", []).append(value.strip())
-        return cls(path, settings)
-
-    def get(self, key: str, default: str = "") -> str:
-        values = self.settings.get(f"Service.{key}")
-        return values[-1] if values else default
-
-    def argv(self) -> list[str]:
-        return shlex.split(self.get("ExecStart"))
-
-    def environment(self) -> dict[str, str]:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8"}
-        for value in self.settings.get("Service.Environment", []):
-            for item in shlex.split(value):
-                key, _, val = item.partition("=")
-                env[key] = val
-        return env
-
-    def runtime_dirs(self) -> list[Path]:
-        return [Path("/run") / name for name in self.get("RuntimeDirectory").split()]
-
-
-@dataclass
-class Services:
-    """The services of one box started from their units, as systemd would start them."""
-
-    unit_dir: Path
-    state: Path  # pidfiles, logs, the restart count
-
-    def unit(self, name: str) -> Unit:
-        return Unit.read(self.unit_dir / f"{name}.service")
-
-    def pidfile(self, name: str) -> Path:
-        return self.state / f"{name}.pid"
-
-    def pid(self, name: str) -> int | None:
-        try:
-            pid = int(self.pidfile(name).read_text())
-        except (OSError, ValueError):
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        return pid
-
-    def restarts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        log = self.state / "restarts.log"
-        for line in log.read_text().splitlines() if log.exists() else []:
-            counts[line] = counts.get(line, 0) + 1
-        return counts
-
-    def restart(self, name: str) -> int:
-        self.stop(name)
-        pid = self.start(name)
-        with open(self.state / "restarts.log", "a", encoding="utf-8") as f:
-            f.write(f"{name}\n")
-        return pid
-
-    def start(self, name: str) -> int:
-        unit = self.unit(name)
-        user = pwd.getpwnam(unit.get("User", "root"))
-        group = unit.get("Group")
-        gid = pwd.getpwnam(group).pw_gid if group and group != user.pw_name else user.pw_gid
-        mode = int(unit.get("RuntimeDirectoryMode", "0755"), 8)
-        for directory in unit.runtime_dirs():
-            directory.mkdir(parents=True, exist_ok=True)
-            os.chown(directory, user.pw_uid, gid)
-            directory.chmod(mode)
-        prefix = ["/usr/bin/setpriv"]
-        if user.pw_uid != 0:
-            prefix += [f"--reuid={user.pw_uid}", f"--regid={gid}", "--clear-groups"]
-        if unit.get("NoNewPrivileges") == "yes":
-            prefix.append("--no-new-privs")
-        self.state.mkdir(parents=True, exist_ok=True)
-        with open(self.state / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(
-                [*prefix, "--", *unit.argv()],
-                env=unit.environment(),
-                cwd=unit.get("WorkingDirectory", "/"),
-                umask=int(unit.get("UMask", "0022"), 8),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
-        self.pidfile(name).write_text(f"{process.pid}\n")
-        self._wait_ready(name, unit, process)
-        return process.pid
-
-    def _wait_ready(self, name: str, unit: Unit, process: subprocess.Popen[bytes]) -> None:
-        """Ready when its socket accepts: the controller's API, the proxy's admin socket."""
-        run_dir = Path(unit.environment()["LNK_RUN_DIR"])
-        sock = run_dir / next(path for module, path in READY_SOCKETS if module in unit.argv())
-        deadline = time.monotonic() + START_S
-        while True:
-            with socket.socket(socket.AF_UNIX) as s:
-                if s.connect_ex(str(sock)) == 0:
-                    return
-            if process.poll() is not None or time.monotonic() > deadline:
-                log = (self.state / f"{name}.log").read_text(errors="replace")
-                raise RuntimeError(f"{name} did not start (status {process.poll()}): {log}")
-            time.sleep(0.05)
-
-    def stop(self, name: str) -> None:
-        """SIGTERM to the main process only (KillMode=mixed), SIGKILL after STOP_S."""
-        pid = self.pid(name)
-        if pid is None:
-            return
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_S
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        self.pidfile(name).unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie of ours or of init has finished)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
-# --- the box --------------------------------------------------------------------------------
 
 
 @dataclass
@@ -595,7 +196,7 @@ class DeployedBox:
             "lnk_box_restart_hook": [
                 sys.executable,
                 "-I",
-                str(Path(__file__).resolve()),
+                str(Path(deploy_units.__file__).resolve()),
                 "restart",
                 "--unit-dir",
                 str(self.unit_dir),
@@ -903,23 +504,3 @@ class PlaybookRun:
 
     def failure(self) -> str:
         return (self.result.stdout[-6000:] + self.result.stderr[-2000:]).strip()
-
-
-def main() -> int:
-    """`deploy_box.py restart --unit-dir D --state S UNIT`: the role's restart hook."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["restart", "stop"])
-    parser.add_argument("--unit-dir", type=Path, required=True)
-    parser.add_argument("--state", type=Path, required=True)
-    parser.add_argument("unit")
-    args = parser.parse_args()
-    services = Services(args.unit_dir, args.state)
-    if args.action == "stop":
-        services.stop(args.unit)
-    else:
-        print(f"{args.unit}: pid {services.restart(args.unit)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from deploy_box import (
+from deploy_box import PLAYBOOK_DIR, DeployedBox, PlaybookRun, find_tool
+from deploy_sshd import RootSshd
+from deploy_wheel import (
     CHECKOUT,
-    PLAYBOOK_DIR,
     PROBE_REVISION,
     PROBE_TABLE,
-    DeployedBox,
-    PlaybookRun,
-    RootSshd,
     build_wheel,
-    find_tool,
     head_revision,
     project_version,
 )
