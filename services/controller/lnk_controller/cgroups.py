@@ -18,7 +18,6 @@ limits would be a separate setting.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from lnk_shared.errors import LaunchRefused, StateError
 
-__all__ = ["PARENT", "create", "freeze", "group_of", "join", "remove", "root"]
+__all__ = ["PARENT", "create", "freeze", "group_of", "remove", "root"]
 
 # The groups' common parent under the cgroup v2 root. Boxes on one machine share it: each group
 # is named by its sandbox's id, which no other sandbox has.
@@ -72,15 +71,6 @@ def create(sandbox_id: str) -> Path:
         group.rmdir()
         raise LaunchRefused("cgroup v2", "cgroup.kill is missing: Linux 5.14 or newer is needed")
     return group
-
-
-def join(group: Path, pid: int) -> None:
-    """Move `pid` (the chain's first process, the pid namespace's parent outside it) into the
-    group, so killing the group ends it too: the launch then reports the kill's status, not
-    that process's complaint about a child killed under it. A process already gone is fine.
-    The caller must not have reaped `pid` yet: a reaped pid may be another process's now."""
-    with contextlib.suppress(ProcessLookupError):
-        (group / "cgroup.procs").write_text(str(pid))
 
 
 def _events(group: Path) -> dict[str, str]:

@@ -56,6 +56,9 @@ def _clean(
         return
     store.set(sandbox_id, state="stopping")
     problems: list[str] = []
+    # The chain's first process (root, the parent of the sandbox's pid namespace, outside the
+    # cgroup): killed, it takes the namespace with it and its launch reports the kill (137).
+    host_users.kill_recorded_process(row.pid, row.pid_start)
     try:  # the whole group at once: a process forked meanwhile cannot outlive it
         cgroups.remove(sandbox_id)
     except StateError as exc:

@@ -67,6 +67,7 @@ __all__ = [
     "check_range_is_free",
     "create_user",
     "ids_in_use",
+    "kill_recorded_process",
     "kill_uid_processes",
     "list_lnk_users",
     "range_conflicts",
@@ -112,7 +113,14 @@ def _read(path: str, *, missing_ok: bool = False) -> tuple[bytes, os.stat_result
 
 
 def _replace(path: str, data: bytes, like: os.stat_result) -> None:
-    """Atomically replace `path` (in /etc) with `data`, keeping its mode and owner."""
+    """Atomically replace `path` (in /etc) with `data`, keeping its mode and owner.
+
+    The new file's data reaches the disk before the rename, so after a crash the file is the
+    old one or the new one, never empty or torn. The folder is not fsynced (as useradd does
+    not): a crash may then forget the rename itself, which leaves the file as it was before
+    this edit: a sandbox user never made (its processes died with the machine), or one not yet
+    removed, which the controller's reconcile removes at its next start. It halves the fsyncs
+    of every launch's user edits, the largest part of making and removing its user."""
     folder, base = os.path.split(path)
     tmp = f"{folder}/.{base}.lnk-new"
     with contextlib.suppress(FileNotFoundError):
@@ -130,11 +138,6 @@ def _replace(path: str, data: bytes, like: os.stat_result) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @contextlib.contextmanager
@@ -340,6 +343,32 @@ def _uid_pidfds(uid_b: bytes) -> Iterator[tuple[int, int]]:
             os.close(pidfd)
             continue
         yield pid, pidfd
+
+
+def kill_recorded_process(pid: int | None, start: int | None) -> bool:
+    """SIGKILL the process recorded as (`pid`, its start time in clock ticks) if it is still
+    that process, through a pidfd opened before the check, so a reused pid is never hit.
+    Returns whether it was signalled."""
+    if pid is None or start is None or pid <= 1:
+        return False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return False
+    try:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return False
+        if int(fields[19]) != start:
+            return False  # the pid is someone else's now
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pidfd)
 
 
 def kill_uid_processes(uid: int, *, timeout: float = 5.0) -> int:

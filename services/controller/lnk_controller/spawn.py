@@ -239,7 +239,6 @@ def spawn_sandbox(
                 env={},
                 cwd="/",
             )
-            cgroups.join(cgroup, process.pid)
         finally:
             if terminal is not None:
                 os.close(streams[0])

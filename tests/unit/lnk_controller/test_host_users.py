@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller import host_users
+from lnk_controller import host_users, spawn
 from lnk_controller.host_users import (
     HostUser,
     UidRange,
@@ -601,3 +601,16 @@ def test_exports() -> None:
     assert sorted(host_users.__all__) == sorted(set(host_users.__all__))
     for name in host_users.__all__:
         assert hasattr(host_users, name), name
+
+
+def test_a_recorded_process_is_killed_only_while_it_is_that_process() -> None:
+    with subprocess.Popen(["/bin/sleep", "30"]) as sleeper:
+        start = spawn.start_time(sleeper.pid)
+        assert start is not None
+        # Another start time: a reused pid is someone else's and is left alone.
+        assert not host_users.kill_recorded_process(sleeper.pid, start + 1)
+        assert sleeper.poll() is None
+        assert host_users.kill_recorded_process(sleeper.pid, start)
+        assert sleeper.wait(timeout=5) == -9
+    assert not host_users.kill_recorded_process(None, None)
+    assert not host_users.kill_recorded_process(1, 0)  # never init
