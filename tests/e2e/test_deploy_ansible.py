@@ -11,6 +11,7 @@ CI): the role's handlers start each service from its rendered unit through the r
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import secrets
@@ -355,6 +356,17 @@ def test_a_sandbox_of_the_deployed_box_cannot_read_the_owners_home(
     assert result.returncode != 0
     assert owner.secret not in result.stdout + result.stderr
     assert deployed.box.sandbox_users() == [], "each sandbox's user is gone when it ends"
+
+
+def test_the_deployed_box_checks_a_sandbox_with_no_grants_as_closed(deployed: Deployment) -> None:
+    result = deployed.lnk_as_owner("sandbox", "check", "--json")
+    assert result.returncode == 0, result.stderr
+    probes = json.loads(result.stdout)["probes"]
+    assert len(probes) > 20  # every family of probes ran
+    verdicts = {p["id"]: p["verdict"] for p in probes}
+    assert "leaked" not in verdicts.values(), verdicts
+    # Only the wall's documented gap (the ELF loader mapping an ungranted /usr program).
+    assert {i for i, v in verdicts.items() if v != "refused"} <= {"exec:loader"}, verdicts
 
 
 def _curl_in_sandbox(deployed: Deployment, url: str) -> subprocess.CompletedProcess[str]:
