@@ -425,54 +425,59 @@ def test_sigterm_to_the_client_reaches_the_program(running_box: RunningBox) -> N
 # -- a controller killed ------------------------------------------------------------------------
 
 
+@contextmanager
+def _sleeping_sandbox(
+    running_box: RunningBox, box: Any
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The session owner's `sleep 60` in a sandbox of `box`: (its client, the sandbox's uid)."""
+    owner = running_box.owner
+    env = {**running_box.owner_env(), **{k: box.env[k] for k in box.env if k.startswith("LNK_")}}
+    client = subprocess.Popen(
+        _owner_argv(
+            owner.uid,
+            owner.gid,
+            "sandbox",
+            "run",
+            "--yes",
+            "--command=sleep",
+            "--",
+            "/bin/sleep",
+            "60",
+        ),
+        env=env,
+        cwd=str(owner.home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        (uid,) = _wait_for("the sandbox's user", box.uids)
+        _wait_for("the sandbox's program", lambda: _uid_processes(uid))
+        yield client, uid
+    finally:
+        _end(client)
+
+
 def test_orphan_of_a_killed_controller_is_cleaned_on_restart(
     running_box: RunningBox, private_box: Any
 ) -> None:
-    owner = running_box.owner
-    with private_box() as box:
-        env = {
-            **running_box.owner_env(),
-            **{k: box.env[k] for k in box.env if k.startswith("LNK_")},
-        }
-        client = subprocess.Popen(
-            _owner_argv(
-                owner.uid,
-                owner.gid,
-                "sandbox",
-                "run",
-                "--yes",
-                "--command=sleep",
-                "--",
-                "/bin/sleep",
-                "60",
-            ),
-            env=env,
-            cwd=str(owner.home),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            (uid,) = _wait_for("the sandbox's user", box.uids)
-            _wait_for("the sandbox's program", lambda: _uid_processes(uid))
-            assert _sandbox_mounts(box.run_dir), "no staged mount while the sandbox runs"
-            os.kill(box.controller_pid(), signal.SIGKILL)
-            # The client notices its controller is gone. (Not `communicate`: a sandbox that
-            # outlives its controller still holds the client's stdout until reconcile.)
-            client.wait(timeout=WAIT_S)
-            orphan = _leftovers(uid, box.run_dir, box.state_dir)
-            assert any("/etc/passwd" in o for o in orphan), "no orphan for reconcile to clean"
-            assert any(o.startswith("mount ") for o in orphan), orphan
-            up = box.lnk("box", "up")
-            assert up.returncode == 0, up.stderr
-            started = time.monotonic()
-            while _leftovers(uid, box.run_dir, box.state_dir):
-                if time.monotonic() - started > RECONCILE_S:
-                    break
-                time.sleep(0.1)
-            left = _leftovers(uid, box.run_dir, box.state_dir)
-        finally:
-            _end(client)
+    with private_box() as box, _sleeping_sandbox(running_box, box) as (client, uid):
+        assert _sandbox_mounts(box.run_dir), "no staged mount while the sandbox runs"
+        os.kill(box.controller_pid(), signal.SIGKILL)
+        # The client notices its controller is gone. (Not `communicate`: a sandbox that
+        # outlives its controller still holds the client's stdout until reconcile.)
+        client.wait(timeout=WAIT_S)
+        orphan = _leftovers(uid, box.run_dir, box.state_dir)
+        assert any("/etc/passwd" in o for o in orphan), "no orphan for reconcile to clean"
+        assert any(o.startswith("mount ") for o in orphan), orphan
+        up = box.lnk("box", "up")
+        assert up.returncode == 0, up.stderr
+        started = time.monotonic()
+        while _leftovers(uid, box.run_dir, box.state_dir):
+            if time.monotonic() - started > RECONCILE_S:
+                break
+            time.sleep(0.1)
+        left = _leftovers(uid, box.run_dir, box.state_dir)
         assert left == [], f"orphan not cleaned {RECONCILE_S:g} s after restart: {left}"
         assert client.returncode != 0
 
@@ -480,41 +485,12 @@ def test_orphan_of_a_killed_controller_is_cleaned_on_restart(
 def test_box_down_with_a_sandbox_running_leaves_no_process_user_or_mount(
     running_box: RunningBox, private_box: Any
 ) -> None:
-    owner = running_box.owner
-    with private_box() as box:
-        env = {
-            **running_box.owner_env(),
-            **{k: box.env[k] for k in box.env if k.startswith("LNK_")},
-        }
-        client = subprocess.Popen(
-            _owner_argv(
-                owner.uid,
-                owner.gid,
-                "sandbox",
-                "run",
-                "--yes",
-                "--command=sleep",
-                "--",
-                "/bin/sleep",
-                "60",
-            ),
-            env=env,
-            cwd=str(owner.home),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            (uid,) = _wait_for("the sandbox's user", box.uids)
-            _wait_for("the sandbox's program", lambda: _uid_processes(uid))
-            down = box.lnk("box", "down")
-            assert down.returncode == 0, down.stderr
-            client.wait(timeout=WAIT_S)
-            left = _leftovers(uid, box.run_dir, box.state_dir)
-            with open("/proc/self/mountinfo", encoding="utf-8") as f:
-                mounts = [line.split()[4] for line in f if str(box.run_dir) in line.split()[4]]
-        finally:
-            _end(client)
-        assert left == []
+    with private_box() as box, _sleeping_sandbox(running_box, box) as (client, uid):
+        down = box.lnk("box", "down")
+        assert down.returncode == 0, down.stderr
+        client.wait(timeout=WAIT_S)
+        assert _leftovers(uid, box.run_dir, box.state_dir) == []
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mounts = [line.split()[4] for line in f if str(box.run_dir) in line.split()[4]]
         assert mounts == [], "a stopped box keeps mounts under its run dir"
         assert client.returncode == 128 + signal.SIGKILL  # its client is told it was killed

@@ -11,17 +11,12 @@ import os
 import sys
 
 from lnk_shared.errors import EXIT_USAGE, LnkError
-
-MIN_SANDBOX_UID = 100_000  # the controller takes sandbox uids at or above this, never below
+from lnk_shared.service_identity import identity_refusal
 
 
 def refuse_identity(uid: int) -> str | None:
-    """Why the bridge must not run as `uid`, or None when it may."""
-    if uid == 0:
-        return "lnk_bridge_store runs as its own system user, not root"
-    if uid >= MIN_SANDBOX_UID:
-        return f"lnk_bridge_store runs as its own system user, not uid {uid} (the sandboxes')"
-    return None
+    """Why this service must not run as `uid`, or None when it may."""
+    return identity_refusal("lnk_bridge_store", uid)
 
 
 def main() -> int:

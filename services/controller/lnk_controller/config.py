@@ -16,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lnk_shared.paths import BoxPaths
 from lnk_shared.service_config import load_service_config
+from lnk_shared.service_identity import MIN_SANDBOX_UID
 
 __all__ = ["CONFIG_FILE", "ControllerConfig", "load_config"]
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "controller.toml"
-MIN_SANDBOX_UID = 100_000  # above every system and login uid, and classic subuid blocks start
 MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger uids fail there
 DAY = 86_400
 

@@ -9,8 +9,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from lnk_bridge_store.__main__ import MIN_SANDBOX_UID, refuse_identity
+from lnk_bridge_store.__main__ import refuse_identity
 from lnk_bridge_store.admin import CloseAgent, OpenAgent, Ping, SendMessage, parse_command
+from lnk_shared.service_identity import MIN_SANDBOX_UID
 
 OWN_UID = 998
 PUBLIC = base64.b64encode(

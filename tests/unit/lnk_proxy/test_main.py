@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lnk_proxy.__main__ import MIN_SANDBOX_UID, refuse_identity
+from lnk_proxy.__main__ import refuse_identity
+from lnk_shared.service_identity import MIN_SANDBOX_UID
 
 
 @pytest.mark.parametrize("uid", [0, MIN_SANDBOX_UID, 2_000_000_000, 2**31 - 1])
