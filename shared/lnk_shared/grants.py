@@ -73,6 +73,7 @@ class ResolvedSpec:
     browser: tuple[HostPattern, ...]
     ports: tuple[int, ...]
     with_fds: tuple[ResolvedFd, ...]
+    store_driver: str | None = None
 
     @property
     def has_proxy(self) -> bool:
@@ -123,6 +124,8 @@ class Grants:
             "browser": sorted({str(h) for h in s.browser}),
             "localhost_ports": sorted(set(s.ports)),
             "with_fds": sorted({(f.path.real, "write" if f.write else "read") for f in s.with_fds}),
+            # Only when kept: specs without a store hash as they did before [store] existed.
+            **({"store": s.store_driver} if s.store_driver else {}),
         }
 
     def canonical_json(self) -> str:

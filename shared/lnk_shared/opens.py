@@ -21,6 +21,7 @@ _SECTION_TITLES = {
     "localhost_ports": "localhost port",
     "with_fds": "passed folder",
     "hidden": "hidden inside",
+    "store": "store",
 }
 
 
@@ -56,6 +57,11 @@ def describe(grants: Grants) -> list[str]:
     lines += [
         f"  {'localhost port':<15} {p} (whatever serves it, with its whole API)" for p in s.ports
     ]
+    if s.store_driver:
+        lines.append(
+            f"  {'store':<15} {s.store_driver} (the agent's conversations and lease, kept outside "
+            "by the box's store bridge)"
+        )
     lines += [f"  {'hidden inside':<15} {h}" for h in grants.hidden]
     if not lines:
         lines.append("  nothing: no folders, no network, no programs but the one it runs")

@@ -10,6 +10,7 @@ through `SpecBuilder`, so one set of checks applies. This module checks the *for
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -39,6 +40,8 @@ __all__ = [
 ANY = "*"
 MAIN_PROXY_PORT = 40781  # the main proxy's port: a sandbox holding it could impersonate the box
 MAX_ENTRIES = 256  # per key: far above any real spec, low enough to keep judging cheap
+# A SQLAlchemy dialect's name ("sqlite", "postgresql"): the backend part of a database URL.
+STORE_DRIVER = re.compile(r"[a-z][a-z0-9_]{0,31}")
 MAX_PATH_LENGTH = 4096  # PATH_MAX on Linux
 
 
@@ -104,6 +107,7 @@ class Spec:
     commands: tuple[PathEntry, ...] = ()
     commands_given: bool = False
     with_fds: tuple[FdGrant, ...] = ()
+    store_driver: str | None = None  # [store] driver: an agent's store, kept by the box's bridge
 
     @property
     def has_proxy(self) -> bool:
@@ -152,6 +156,7 @@ class SpecBuilder:
     _commands_any: bool = False
     _commands_given: bool = False
     _fds: list[FdGrant] = field(default_factory=list)
+    _store_driver: str | None = None
     _counts: dict[str, int] = field(default_factory=dict)
 
     def _count(self, origin: Origin) -> None:
@@ -235,6 +240,23 @@ class SpecBuilder:
             raise origin.error(f"the descriptor {fd} is not a passed folder (3 or above)")
         self._fds.append(FdGrant(fd, mode == "write"))
 
+    def set_store_driver(self, value: object, origin: Origin) -> None:
+        # A driver's name only: the database itself (its URL, file, credentials) is the box's,
+        # in bridge-store.toml. A URL here would let whoever writes a spec point the store
+        # bridge, which runs outside with its own identity, at any database or file it reaches.
+        if isinstance(value, str) and "://" in value:
+            raise origin.error(
+                f'{value!r} is a URL: name the driver only (e.g. "sqlite"); the database '
+                "is the box's (database_url in bridge-store.toml)"
+            )
+        if not isinstance(value, str) or not STORE_DRIVER.fullmatch(value):
+            raise origin.error(f'expected a driver name such as "sqlite", got {value!r}')
+        if self._store_driver is not None and self._store_driver != value:
+            raise origin.error(
+                f"a second store driver {value!r} (the first: {self._store_driver!r})"
+            )
+        self._store_driver = value
+
     def _host(self, text: object, origin: Origin, *, allow_port: bool, kind: str) -> HostPattern:
         if not isinstance(text, str):
             raise origin.error(f"expected a host name, got {type(text).__name__}")
@@ -261,6 +283,7 @@ class SpecBuilder:
             commands=() if self._commands_any else tuple(sorted(set(self._commands))),
             commands_given=self._commands_given,
             with_fds=tuple(sorted(set(self._fds))),
+            store_driver=self._store_driver,
         )
 
 

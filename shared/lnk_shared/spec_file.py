@@ -30,6 +30,7 @@ SECTIONS: dict[str, dict[str, str]] = {
     "browser": {"hosts": "a list of host names"},
     "localhost": {"ports": "a list of port numbers"},
     "commands": {"allow": 'a list of program names or paths, or "*"'},
+    "store": {"driver": 'a driver name, e.g. "sqlite"'},
 }
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_\-\"'. ]+?)\s*\]")  # [table] or [[array]]
@@ -146,6 +147,9 @@ def _add(
     expected = SECTIONS[section][key]
     if section == "network":
         builder.set_network_mode(value, origin)
+        return
+    if section == "store":
+        builder.set_store_driver(value, origin)
         return
     if not isinstance(value, list):
         raise origin.error(f"expected {expected}, got {_type_name(value)}")

@@ -75,6 +75,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         help="[localhost] ports: a port of this machine served inside",
     )
     group.add_argument(
+        "--store-driver",
+        action="append",
+        default=[],
+        metavar="DRIVER",
+        help="[store] driver: an agent's store, kept outside by the box's bridge (\"sqlite\")",
+    )
+    group.add_argument(
         "--command",
         action="append",
         default=[],
@@ -123,6 +130,8 @@ def spec_from_arguments(
         builder.add_browser(text, origin("--browser-host"))
     for text in args.port:
         builder.add_port(text, origin("--port"))
+    for text in args.store_driver:
+        builder.set_store_driver(text, origin("--store-driver"))
     for text in args.command:
         builder.add_command(text, cwd, origin("--command"))
     for text in args.with_fd:
@@ -138,6 +147,7 @@ FLAG_NAMES = (
     "lan_host",
     "browser_host",
     "port",
+    "store_driver",
     "command",
     "with_fd",
 )

@@ -45,6 +45,14 @@ def _call(run_dir: Path, message: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def store_driver(run_dir: Path) -> str:
+    """The database driver the box's store bridge keeps agents' stores with ("sqlite", ...)."""
+    driver = _call(run_dir, {"op": "ping"}).get("driver")
+    if not isinstance(driver, str) or not driver:
+        raise StateError("the store bridge did not say which database driver it runs")
+    return driver
+
+
 def send_message(run_dir: Path, agent_id: str, sender: str, message: str) -> int:
     """Queue `message` in the agent's inbox; its id there."""
     answer = _call(run_dir, {"op": "send", "agent": agent_id, "sender": sender, "message": message})

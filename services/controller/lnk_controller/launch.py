@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import host_users, idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller import bridge_link, host_users, idmap_mounts, landlock, proxy_link, seccomp
 from lnk_controller.agent_launch import (
     AGENT_DIR_INSIDE,
     BRIDGE_PORT,
@@ -170,6 +170,8 @@ class Launcher:
         )
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         grants = judge(resolved, ctx)
+        if grants.spec.store_driver is not None:
+            self._check_store(grants.spec.store_driver, agent)
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
             raise LaunchRefused(
                 "an agent's spec",
@@ -221,6 +223,21 @@ class Launcher:
         `lnk_cli.check.probes`, whatever the caller sent."""
         argv = (str(self.cfg.python), "-I", "-S", "-c", PROBE_BOOT, SITE_PACKAGES, *request.argv)
         return dataclasses.replace(request, argv=argv)
+
+    def _check_store(self, driver: str, agent: AgentLaunch | None) -> None:
+        """`[store] driver`: only an agent keeps a store, and only with the driver the box's
+        store bridge runs (the database itself is the box's, never the spec's)."""
+        if agent is None:
+            raise LaunchRefused(
+                "[store]", "only an agent keeps a store: start it with `lnk agent start`"
+            )
+        running = bridge_link.store_driver(self.cfg.run_dir)
+        if driver != running:
+            raise LaunchRefused(
+                "[store]",
+                f"the spec keeps its store with {driver!r}, but this box's store bridge runs "
+                f"{running!r}: name {running!r}, or ask the box's admin",
+            )
 
     def paths_to_open(self, judged: Judged) -> list[str]:
         """The folders and programs the client must pass open (as the owner) to be bound."""

@@ -267,3 +267,12 @@ def test_hash_ignores_the_written_form_and_the_spec_source(machine: Machine) -> 
     assert one.read[0].written != two.read[0].written
     assert one.spec.source != two.spec.source
     assert one.digest() == two.digest()
+
+
+def test_a_store_is_in_the_hash_only_when_kept(machine: Machine) -> None:
+    plain = machine.grants("")
+    assert "store" not in plain.canonical()  # specs without one keep the hash they had
+    kept = machine.grants('[store]\ndriver = "sqlite"\n')
+    assert kept.canonical()["store"] == "sqlite"
+    assert kept.digest() != plain.digest()
+    assert kept.digest() != machine.grants('[store]\ndriver = "postgresql"\n').digest()

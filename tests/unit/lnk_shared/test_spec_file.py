@@ -222,12 +222,13 @@ def test_every_known_key_is_accepted(tmp_path: Path) -> None:
         ("browser", "hosts"): '["example.com"]',
         ("localhost", "ports"): "[8080]",
         ("commands", "allow"): '["bash"]',
+        ("store", "driver"): '"sqlite"',
     }
     assert set(values) == {(s, k) for s, keys in SECTIONS.items() for k in keys}
     text = "".join(f"{s}.{k} = {v}\n" for (s, k), v in values.items())
     spec = load_spec_file(write_spec(tmp_path, text)).build()
     assert spec.read and spec.write and spec.internet and spec.network_host
-    assert spec.lan and spec.browser and spec.ports and spec.commands
+    assert spec.lan and spec.browser and spec.ports and spec.commands and spec.store_driver
 
 
 def test_star_port_in_a_file_is_refused_not_a_spec_error(tmp_path: Path) -> None:
@@ -273,3 +274,35 @@ def test_text_is_parsed_with_the_source_named() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec_text("[x]\n", source="<stdin>", base=os.getcwd())
     assert str(caught.value).startswith("<stdin>:1: [x]: unknown section")
+
+
+def test_store_names_a_driver(tmp_path: Path) -> None:
+    spec = load_spec_file(write_spec(tmp_path, '[store]\ndriver = "sqlite"\n')).build()
+    assert spec.store_driver == "sqlite"
+    assert (
+        load_spec_file(write_spec(tmp_path, "[folders]\n", "b.toml")).build().store_driver is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('"sqlite:////var/lib/lnk/bridge-store/store.db"', "name the driver only"),
+        ('"postgresql://db.internal/agents"', "name the driver only"),
+        ('"SQLite"', "a driver name"),
+        ('"sqlite; drop"', "a driver name"),
+        ('""', "a driver name"),
+        ('["sqlite"]', "a driver name"),
+        ("1", "a driver name"),
+    ],
+)
+def test_store_driver_is_a_name_never_a_url(tmp_path: Path, value: str, why: str) -> None:
+    path = write_spec(tmp_path, f"[store]\ndriver = {value}\n")
+    with pytest.raises(SpecError, match=why) as raised:
+        load_spec_file(path)
+    assert "store.driver" in str(raised.value) and ":2" in str(raised.value)
+
+
+def test_store_takes_no_other_key(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"unknown key; \[store\] takes: driver"):
+        load_spec_file(write_spec(tmp_path, '[store]\nurl = "x"\n'))

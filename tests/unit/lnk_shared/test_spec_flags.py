@@ -130,3 +130,14 @@ def test_bad_spec_file_given_by_flag_is_a_spec_error(tmp_path: Path) -> None:
     spec_path.write_text("[folders]\nexecute = []\n")
     with pytest.raises(SpecError, match=r"spec\.toml:2: folders\.execute: unknown key"):
         parse("--spec", str(spec_path))
+
+
+def test_store_driver_flag_matches_the_file(tmp_path: Path) -> None:
+    assert parse("--store-driver", "sqlite").store_driver == "sqlite"
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text('[store]\ndriver = "sqlite"\n')
+    assert parse("--spec", str(spec_file), "--store-driver", "sqlite").store_driver == "sqlite"
+    with pytest.raises(SpecError, match="a second store driver"):
+        parse("--spec", str(spec_file), "--store-driver", "postgresql")
+    with pytest.raises(SpecError, match="name the driver only"):
+        parse("--store-driver", "sqlite:///x.db")
