@@ -1,5 +1,9 @@
-"""`lnk bridge store append|read|lease` and `lnk bridge inbox read|ack`: an agent's calls to
-its store bridge, from inside its sandbox, each signed with the agent's own key.
+"""`lnk bridge store append|read|lease` and `lnk bridge inbox read|ack|send`: an agent's calls
+to its store bridge, from inside its sandbox, each signed with the agent's own key.
+
+`lnk bridge inbox send NAME MESSAGE` queues MESSAGE in the inbox of the agent NAME of the same
+owner (a name, never an id: the bridge adds the sender's own owner), which must be running; its
+`from` is the sender's name.
 
 Where the agent's identity is: `LNK_AGENT` (its id), `LNK_AGENT_KEY` (its private key file,
 default `/run/lnk-agent/key.pem`), `LNK_BRIDGE` (its bridge: the relay `127.0.0.1:3129` inside
@@ -50,7 +54,7 @@ def register(groups: Any) -> None:
     lease.add_argument("--token", type=int)
     lease.set_defaults(handler=cmd_lease)
 
-    inbox = kinds.add_parser("inbox", help="messages in: from the owner, schedules, agents")
+    inbox = kinds.add_parser("inbox", help="messages in (from the owner, schedules, agents), out")
     inbox_ops = inbox.add_subparsers(dest="op", metavar="OP", parser_class=type(inbox))
     inbox.set_defaults(handler=lambda _a: (inbox.print_help(sys.stderr), 2)[1])
     inbox_read = inbox_ops.add_parser("read", help="messages not yet acknowledged")
@@ -60,6 +64,12 @@ def register(groups: Any) -> None:
     ack = inbox_ops.add_parser("ack", help="acknowledge messages up to ID")
     ack.add_argument("id", type=int)
     ack.set_defaults(handler=cmd_inbox_ack)
+    send = inbox_ops.add_parser(
+        "send", help="send MESSAGE to the running agent NAME of your owner (from: your name)"
+    )
+    send.add_argument("name", metavar="NAME", help="the agent's name (not an id)")
+    send.add_argument("message", metavar="MESSAGE")
+    send.set_defaults(handler=cmd_inbox_send)
 
 
 def _call(audience: str, action: str, args: dict[str, Any]) -> int:
@@ -112,3 +122,7 @@ def cmd_inbox_read(args: argparse.Namespace) -> int:
 
 def cmd_inbox_ack(args: argparse.Namespace) -> int:
     return _call("inbox", "inbox.ack", {"through_id": args.id})
+
+
+def cmd_inbox_send(args: argparse.Namespace) -> int:
+    return _call("inbox", "inbox.send", {"to": args.name, "message": args.message})

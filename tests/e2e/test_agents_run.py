@@ -296,3 +296,70 @@ def test_a_running_agent_reaches_its_bridge_again_after_the_bridge_restarts(
             run.communicate(timeout=20)
         box.as_owner("agent", "stop", name)
         box.as_owner("agent", "remove", name)
+
+
+# Inside agent B: say it is up, wait for the test's "go" (after A sent), then read its inbox
+# with `lnk bridge inbox read`, run in this process (the `lnk` script's own main): the sandbox
+# lets only its first command be executed.
+READ_WHEN_TOLD = r"""
+import os, sys, time
+from pathlib import Path
+from lnk_cli.__main__ import main
+home = Path(os.environ["HOME"])
+(home / "ready").write_text("")
+deadline = time.monotonic() + 40
+while not (home / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+sys.argv = ["lnk", "bridge", "inbox", "read"]
+sys.exit(main())
+"""
+
+
+def test_an_agent_sends_to_another_running_agent_of_its_owner(running_box: Any) -> None:
+    box = running_box
+    tag = os.urandom(2).hex()
+    a_name, b_name = f"sa-{tag}", f"sb-{tag}"
+    create(box, a_name)
+    create(box, b_name)
+    b_home = box.owner.home / "Link" / "Agents" / b_name
+
+    def a_sends(to: str, message: str) -> subprocess.CompletedProcess[str]:
+        argv = ("bridge", "inbox", "send", to, message)
+        result: subprocess.CompletedProcess[str] = box.as_owner(
+            "agent", "start", a_name, "--yes", "--", str(LNK), *argv
+        )
+        return result
+
+    stopped = a_sends(b_name, "too early")  # B is not running yet: refused, nothing queued
+    assert stopped.returncode != 0 and "not running" in stopped.stderr, stopped.stderr
+    b_run = subprocess.Popen(
+        owner_argv(box, "agent", "start", b_name, "--yes", "--", PYTHON, "-c", READ_WHEN_TOLD),
+        env=box.owner_env(),
+        cwd=str(box.owner.home),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 40
+        while not (b_home / "ready").exists() and time.monotonic() < deadline:
+            assert b_run.poll() is None, b_run.communicate()
+            time.sleep(0.1)
+        sent = a_sends(b_name, "hi")
+        assert sent.returncode == 0, sent.stderr
+        assert json.loads(sent.stdout) == {"sent": True, "to": b_name}
+        # Another owner's agent spelled as a full id names nothing of theirs: refused alike.
+        other = a_sends(f"u{box.owner.uid + 1}-{b_name}", "hi")
+        assert other.returncode != 0 and "not running" in other.stderr, other.stderr
+        (b_home / "go").write_text("")
+        out, err = b_run.communicate(timeout=60)
+        assert b_run.returncode == 0, err
+        (message,) = json.loads(out)["messages"]  # "too early" was never stored
+        assert (message["from"], message["message"]) == (a_name, "hi")
+    finally:
+        if b_run.poll() is None:
+            b_run.kill()
+            b_run.communicate(timeout=20)
+        for name in (a_name, b_name):
+            box.as_owner("agent", "stop", name)
+            box.as_owner("agent", "remove", name)

@@ -5,6 +5,10 @@ still hostile input. It must be UTF-8 JSON, one object with exactly the action's
 duplicate keys, no NaN or Infinity, nested at most `MAX_JSON_DEPTH`, every string valid
 Unicode (no lone surrogates: they could not be stored as UTF-8), each event at most
 `MAX_EVENT_BYTES` once serialized. Any failure is `CallRefused`, with a message for the agent.
+
+`inbox.send` names its recipient by an agent NAME only: `recipient_of` makes the id from the
+SENDER'S verified id (its owner part) and that name, so an agent reaches only agents of its own
+owner, whatever it writes in `to`.
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from lnk_bridge_store.limits import (
+    AGENT_NAME,
     CONVERSATION_ID,
     HOLDER,
     MAX_EVENT_BYTES,
     MAX_EVENTS_PER_APPEND,
+    MAX_INBOX_MESSAGE_BYTES,
     MAX_JSON_DEPTH,
     MAX_LEASE_TTL_S,
     MAX_PAGE_EVENTS,
     MIN_LEASE_TTL_S,
+    OWNED_AGENT_ID,
 )
 from lnk_shared.errors import LnkError
 
@@ -33,12 +40,15 @@ __all__ = [
     "CallRefused",
     "InboxAck",
     "InboxRead",
+    "InboxSend",
     "Read",
     "Release",
     "Renew",
     "Request",
     "canonical_json",
     "parse_request",
+    "recipient_of",
+    "sender_name",
 ]
 
 MAX_SEQ = 2**62  # far past any conversation; keeps every sum inside SQLite's 64-bit integers
@@ -91,7 +101,13 @@ class InboxAck:
     through_id: int
 
 
-Request = Append | Read | Acquire | Renew | Release | InboxRead | InboxAck
+@dataclass(frozen=True)
+class InboxSend:
+    to: str  # an agent's name, never an id: `recipient_of` adds the sender's own owner
+    message: str
+
+
+Request = Append | Read | Acquire | Renew | Release | InboxRead | InboxAck | InboxSend
 
 ACTIONS: dict[str, frozenset[str]] = {
     "append": frozenset({"conversation", "expected_seq", "token", "events"}),
@@ -101,6 +117,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "lease.release": frozenset({"token"}),
     "inbox.read": frozenset({"after_id", "limit"}),
     "inbox.ack": frozenset({"through_id"}),
+    "inbox.send": frozenset({"to", "message"}),
 }
 AUDIENCE_OF = {action: "inbox" if action.startswith("inbox.") else "store" for action in ACTIONS}
 
@@ -140,7 +157,30 @@ def parse_request(action: str, body: bytes) -> Request:
         return Release(_int(args, "token", 1, MAX_SEQ))
     if action == "inbox.read":
         return InboxRead(_int(args, "after_id", 0, MAX_SEQ), _int(args, "limit", 1, 256))
-    return InboxAck(_int(args, "through_id", 1, MAX_SEQ))
+    if action == "inbox.ack":
+        return InboxAck(_int(args, "through_id", 1, MAX_SEQ))
+    return _inbox_send(args)
+
+
+def sender_name(agent_id: str) -> str:
+    """The name part of a sender's verified agent id: the `from` of what it sends."""
+    return _owned(agent_id)[1]
+
+
+def recipient_of(agent_id: str, name: str) -> str:
+    """The agent id `name` means when `agent_id` sends: an agent of the sender's own owner,
+    always (the owner part comes from the verified id, never from the body)."""
+    owner, _ = _owned(agent_id)
+    if not AGENT_NAME.fullmatch(name):
+        raise CallRefused(f"to must be an agent's name matching {AGENT_NAME.pattern}")
+    return f"u{owner}-{name}"
+
+
+def _owned(agent_id: str) -> tuple[str, str]:
+    match = OWNED_AGENT_ID.fullmatch(agent_id)
+    if match is None:
+        raise CallRefused("this agent's id names no owner (not u<uid>-<name>): it cannot send")
+    return match[1], match[2]
 
 
 def canonical_json(value: Any) -> str:
@@ -213,6 +253,20 @@ def _int(args: dict[str, Any], key: str, low: int, high: int) -> int:
     if type(value) is not int or not low <= value <= high:
         raise CallRefused(f"{key} must be a whole number from {low} to {high}")
     return value
+
+
+def _inbox_send(args: dict[str, Any]) -> InboxSend:
+    to, message = args["to"], args["message"]
+    if not isinstance(to, str) or not AGENT_NAME.fullmatch(to):
+        raise CallRefused(
+            f"to must be an agent's name matching {AGENT_NAME.pattern} (a name, not an id)"
+        )
+    if not isinstance(message, str):
+        raise CallRefused("message must be text")
+    size = len(message.encode("utf-8"))
+    if size > MAX_INBOX_MESSAGE_BYTES:
+        raise CallRefused(f"a message is at most {MAX_INBOX_MESSAGE_BYTES} bytes, not {size}")
+    return InboxSend(to, message)
 
 
 def _events(untrusted: Any) -> tuple[str, ...]:

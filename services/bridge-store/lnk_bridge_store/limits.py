@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "AGENT_NAME",
     "CONVERSATION_ID",
     "HOLDER",
     "MAX_EVENTS_PER_APPEND",
@@ -21,6 +22,8 @@ __all__ = [
     "MAX_PAGE_EVENTS",
     "MAX_STORE_BYTES_PER_AGENT",
     "MIN_LEASE_TTL_S",
+    "OWNED_AGENT_ID",
+    "OWNER_SENDER",
 ]
 
 MAX_EVENT_BYTES = 64 * 1024  # a conversation turn or a tool result's summary; blobs go to files
@@ -35,3 +38,11 @@ MAX_INBOX_MESSAGE_BYTES = 64 * 1024  # a message in, like an event
 MAX_INBOX_PENDING = 1024  # unacknowledged messages kept per agent; a flood is refused
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a name, never a path
 HOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # who holds the lease (a label)
+# An agent's name as its owner gives it: the controller's `lnk_controller.agents.AGENT_NAME`
+# (a test keeps the two equal; the bridge does not import the controller). Never a path, never
+# an id: `u1000-bob` is just a name, so another owner's id spelled here names nothing of theirs.
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+# The controller's agent ids, `u{owner_uid}-{name}` (`lnk_controller.agents.agent_id_of`): the
+# owner part is digits up to the first '-', so the split is unambiguous.
+OWNED_AGENT_ID = re.compile(r"u(0|[1-9][0-9]{0,9})-(" + AGENT_NAME.pattern + ")")
+OWNER_SENDER = "owner"  # the `from` of `lnk agent send`: no agent may send under it

@@ -11,11 +11,19 @@ for that socket's agent and that peer uid, then parsed (`calls`) and served (`st
 Outward: a proof that fails, or a frame that cannot be read (too big, not UTF-8, not JSON,
 duplicate keys, too deep), gets `{"ok": false, "error": REFUSAL}` and the connection is
 closed; the reason is logged. A verified call the store refuses gets the store's message and a
-`code` (`conflict`, `stale-token`, `limit`, `refused`).
+`code` (`invalid`, `conflict`, `stale-token`, `limit`, `not-running`, `refused`).
+
+`inbox.send` (agent to agent): the recipient is `u{sender's owner uid}-{to}`, built from the
+sender's verified id (`calls.recipient_of`), so an agent reaches only agents of its own owner.
+The recipient must have its socket open here now (running); a stopped agent and a name that
+does not exist get the same `not-running` answer. The message's `from` is the sender's name.
+An agent may send to itself (its own inbox, counted against its own limit: a note for later).
+An agent named "owner" cannot send: its messages would read as the owner's.
 
 Security limitations: this does NOT limit the rate of calls of an agent (only concurrent
-connections per agent, `MAX_CONNECTIONS_PER_AGENT`) and trusts the controller's word (admin
-socket) for each agent's key and host uid.
+connections per agent, `MAX_CONNECTIONS_PER_AGENT`), so one agent can fill a sibling's
+inbox up to `MAX_INBOX_PENDING` (refused beyond, never half-stored); and it trusts the
+controller's word (admin socket) for each agent's key and host uid.
 """
 
 from __future__ import annotations
@@ -37,14 +45,18 @@ from lnk_bridge_store.calls import (
     CallRefused,
     InboxAck,
     InboxRead,
+    InboxSend,
     Read,
     Release,
     Renew,
     Request,
     parse_request,
+    recipient_of,
+    sender_name,
 )
 from lnk_bridge_store.config import StoreConfig
-from lnk_bridge_store.store import Store, StoreRefused
+from lnk_bridge_store.limits import OWNER_SENDER
+from lnk_bridge_store.store import NotRunning, Store, StoreRefused
 from lnk_shared.errors import LnkError, StateError
 from lnk_shared.proofs import (
     REFUSAL,
@@ -255,4 +267,24 @@ class BridgeServer:
             return {"messages": self.store.inbox_read(agent, request.after_id, request.limit)}
         if isinstance(request, InboxAck):
             return {"acknowledged": self.store.inbox_ack(agent, request.through_id)}
+        if isinstance(request, InboxSend):
+            return self.send_from(agent, request)
         raise CallRefused(f"no handler for {type(request).__name__}")
+
+    def send_from(self, agent: str, request: InboxSend) -> dict[str, Any]:
+        """Agent `agent` (verified) sends to its sibling `request.to`; what the sender is told
+        (not the message's id: ids count every agent's messages, of every owner)."""
+        sender = sender_name(agent)
+        if sender == OWNER_SENDER:
+            raise CallRefused(
+                f"an agent named {OWNER_SENDER!r} cannot send: its messages would read as "
+                "the owner's; give the agent another name"
+            )
+        recipient = recipient_of(agent, request.to)
+        if self.key_for(recipient) is None:
+            raise NotRunning(
+                f"agent {request.to!r} is not running (or does not exist): its owner starts it "
+                "with `lnk agent start`"
+            )
+        self.store.send(recipient, sender, request.message)
+        return {"sent": True, "to": request.to}

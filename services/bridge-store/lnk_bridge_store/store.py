@@ -43,7 +43,7 @@ from lnk_bridge_store.models import (
 )
 from lnk_shared.errors import LnkError
 
-__all__ = ["Conflict", "LimitReached", "StaleToken", "Store", "StoreRefused"]
+__all__ = ["Conflict", "LimitReached", "NotRunning", "StaleToken", "Store", "StoreRefused"]
 
 Clock = Callable[[], float]
 
@@ -64,6 +64,13 @@ class StaleToken(StoreRefused):
 
 class LimitReached(StoreRefused):
     code = "limit"
+
+
+class NotRunning(StoreRefused):
+    """`inbox.send` to an agent whose socket is not open: stopped, or no such agent (the same
+    answer for both, so a sender learns nothing about names it does not run)."""
+
+    code = "not-running"
 
 
 @dataclass
@@ -259,6 +266,9 @@ class Store:
     # --- the inbox (the way in) ---
 
     def send(self, agent: str, sender: str, message: str) -> int:
+        """Queue `message` from `sender` (a label: "owner", or a sending agent's name) in
+        `agent`'s inbox; its id. A full inbox or an over-long message: `LimitReached`, nothing
+        stored (the count and the insert are one transaction)."""
         size = len(message.encode("utf-8"))
         if size > MAX_INBOX_MESSAGE_BYTES:
             raise LimitReached(f"a message is at most {MAX_INBOX_MESSAGE_BYTES} bytes, not {size}")

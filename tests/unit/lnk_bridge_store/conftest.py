@@ -214,6 +214,11 @@ def new_agent(name: str, uid: int) -> TestAgent:
     return TestAgent(f"{name}-{os.urandom(3).hex()}", Ed25519PrivateKey.generate(), uid)
 
 
+def named_agent(agent_id: str, uid: int) -> TestAgent:
+    """A fresh key under exactly `agent_id` (e.g. `u1000-alice`, an owner's agent's id)."""
+    return TestAgent(agent_id, Ed25519PrivateKey.generate(), uid)
+
+
 @dataclass(frozen=True)
 class Kit:
     """The helpers above, for test modules (conftest is not importable under importlib)."""
@@ -222,6 +227,7 @@ class Kit:
     exchange: Callable[[Path, list[dict[str, Any] | bytes]], list[Any]] = exchange
     raw_frame: Callable[..., bytes] = raw_frame
     new_agent: Callable[[str, int], TestAgent] = new_agent
+    named_agent: Callable[[str, int], TestAgent] = named_agent
     short_tempdir: Callable[[str], Path] = short_tempdir
     open_to_children: Callable[[Path], None] = open_to_children
 
