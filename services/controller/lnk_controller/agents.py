@@ -41,6 +41,8 @@ from lnk_shared.proofs import AGENT_ID, enroll_public_key
 __all__ = ["AGENT_NAME", "AgentPublic", "AgentRegistry", "agent_id_of"]
 
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")  # a folder name under ~/Link/Agents too
+# Names an inbox message shows as its sender for someone else: no agent may take them.
+RESERVED_NAMES = frozenset({"owner"})
 KEY_DIR_MODE = 0o700
 KEY_FILE_MODE = 0o600
 
@@ -95,6 +97,10 @@ class AgentRegistry:
             raise UsageError(
                 f"agent name {name!r}: use 1 to 40 lowercase letters, digits and '-', "
                 "starting with a letter or digit"
+            )
+        if name in RESERVED_NAMES:
+            raise UsageError(
+                f"agent name {name!r} is reserved: its messages would read as the owner's"
             )
         if not spec_path.startswith("/") or "\x00" in spec_path or len(spec_path) > 4096:
             raise UsageError("the agent's spec must be an absolute path")

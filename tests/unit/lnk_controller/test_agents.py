@@ -77,6 +77,13 @@ def test_a_bad_name_is_refused(registry: AgentRegistry, name: str) -> None:
     assert not registry.key_dir.exists() or not os.listdir(registry.key_dir)
 
 
+def test_the_name_owner_is_reserved(registry: AgentRegistry) -> None:
+    # Inbox messages from the owner read `from: owner`: an agent of that name would pass as it.
+    with pytest.raises(UsageError, match="reserved"):
+        registry.create(OWNER, "owner", "/s.toml")
+    assert registry.find(OWNER) == []
+
+
 def test_a_relative_spec_path_is_refused(registry: AgentRegistry) -> None:
     with pytest.raises(UsageError, match="absolute"):
         registry.create(OWNER, "helper", "agent.toml")
