@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,6 +217,7 @@ def running_box() -> Iterator[RunningBox]:
     finally:
         subprocess.run([str(LNK), "box", "down"], env=env, capture_output=True, check=False)
         left = [u for u in _leftovers(first, first + UID_BLOCK - 1) if u not in before]
+        groups = _cgroups_left(state_dir / "controller.db")
         staged = list((run_dir / "sandboxes").iterdir()) if (run_dir / "sandboxes").exists() else []
         subprocess.run(
             ["umount", "-l", str(run_dir / "sandboxes")], capture_output=True, check=False
@@ -227,6 +228,20 @@ def running_box() -> Iterator[RunningBox]:
         subprocess.run(["userdel", "-r", owner.name], capture_output=True, check=False)
         assert not left, f"sandbox users left behind: {left}"
         assert not staged, f"staging left behind: {staged}"
+        assert not groups, f"sandbox cgroups left behind: {groups}"
+
+
+def _cgroups_left(database: Path) -> list[str]:
+    """The cgroups of this box's sandboxes (every one it ever recorded) still on the host."""
+    import sqlite3
+
+    from lnk_controller.cgroups import group_of
+
+    if not database.exists():
+        return []
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        ids = [row[0] for row in db.execute("SELECT id FROM sandboxes")]
+    return [str(group) for group in map(group_of, ids) if group.exists()]
 
 
 @dataclass
