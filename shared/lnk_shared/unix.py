@@ -22,6 +22,7 @@ from lnk_shared.errors import StateError
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
     from typing import Any, NamedTuple
 
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_FRAME",
     "PeerCred",
     "bind_socket",
+    "checked_op",
     "peer_cred",
     "recv_frame",
     "send_frame",
@@ -141,3 +143,16 @@ def recv_frame(sock: socket.socket, *, want_fds: bool = False) -> tuple[dict[str
             os.close(fd)
         raise
     return message, fds
+
+
+def checked_op(untrusted: dict[str, Any], keys_by_op: Mapping[str, frozenset[str]]) -> str:
+    """The frame's "op", once it is a known one and the frame has exactly that op's keys;
+    ValueError saying what is wrong (an admin socket's commands are checked this way)."""
+    op = untrusted.get("op")
+    if not isinstance(op, str) or op not in keys_by_op:
+        raise ValueError(f"op must be one of {sorted(keys_by_op)}")
+    keys = set(untrusted)
+    if keys != keys_by_op[op]:
+        missing, extra = sorted(keys_by_op[op] - keys), sorted(keys - keys_by_op[op])
+        raise ValueError(f"{op}: missing keys {missing}, unknown keys {extra}")
+    return op

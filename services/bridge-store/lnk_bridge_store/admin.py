@@ -37,7 +37,7 @@ from lnk_bridge_store.server import BridgeServer
 from lnk_bridge_store.store import StoreRefused
 from lnk_shared.errors import LnkError
 from lnk_shared.proofs import AGENT_ID, AgentKey, KeyRefused, enroll_public_key
-from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
+from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
 
 __all__ = [
     "ADMIN_SOCKET_MODE",
@@ -92,13 +92,7 @@ Command = OpenAgent | CloseAgent | SendMessage | Ping
 
 def parse_command(untrusted: dict[str, Any], own_uid: int) -> Command:
     """A checked command from an untrusted frame; ValueError saying what is wrong."""
-    op = untrusted.get("op")
-    if not isinstance(op, str) or op not in _KEYS:
-        raise ValueError(f"op must be one of {sorted(_KEYS)}")
-    keys = set(untrusted)
-    if keys != _KEYS[op]:
-        missing, extra = sorted(_KEYS[op] - keys), sorted(keys - _KEYS[op])
-        raise ValueError(f"{op}: missing keys {missing}, unknown keys {extra}")
+    op = checked_op(untrusted, _KEYS)
     if op == "ping":
         return Ping()
     agent = untrusted["agent"]

@@ -42,7 +42,7 @@ from lnk_proxy.server import ProxyServer
 from lnk_proxy.wire_log import SANDBOX_ID
 from lnk_shared.errors import SpecError
 from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
-from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
+from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
 
 __all__ = [
     "ADMIN_SOCKET_MODE",
@@ -97,13 +97,7 @@ Command = OpenCommand | CloseCommand | PingCommand
 
 def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
     """A checked command from an untrusted frame; ValueError saying what is wrong."""
-    op = untrusted.get("op")
-    if not isinstance(op, str) or op not in _KEYS:
-        raise ValueError(f"op must be one of {sorted(_KEYS)}")
-    keys = set(untrusted)
-    if keys != _KEYS[op]:
-        missing, extra = sorted(_KEYS[op] - keys), sorted(keys - _KEYS[op])
-        raise ValueError(f"{op}: missing keys {missing}, unknown keys {extra}")
+    op = checked_op(untrusted, _KEYS)
     if op == "ping":
         return PingCommand()
     sandbox = untrusted["sandbox"]

@@ -22,6 +22,7 @@ from lnk_shared.unix import (
     MAX_FDS,
     MAX_FRAME,
     bind_socket,
+    checked_op,
     peer_cred,
     recv_frame,
     send_frame,
@@ -347,3 +348,25 @@ def test_linked_socket_folder_is_refused(short_dir: Path) -> None:
     with pytest.raises(StateError, match="not a directory"):
         bind_socket(short_dir / "run" / "c.sock", mode=0o666, dir_mode=0o755)
     assert stat.S_IMODE(real.lstat().st_mode) == 0o700, "the link's target must keep its mode"
+
+
+_OPS = {"ping": frozenset({"op"}), "close": frozenset({"op", "id"})}
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        ({}, "op must be one of"),
+        ({"op": "drop"}, "op must be one of"),
+        ({"op": ["ping"]}, "op must be one of"),
+        ({"op": "close"}, r"missing keys \['id'\]"),
+        ({"op": "ping", "id": "x"}, r"unknown keys \['id'\]"),
+    ],
+)
+def test_checked_op_refuses_unknown_ops_and_other_keys(frame: dict[str, object], why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        checked_op(frame, _OPS)
+
+
+def test_checked_op_names_a_well_formed_frames_op() -> None:
+    assert checked_op({"op": "close", "id": "x"}, _OPS) == "close"
