@@ -2,7 +2,7 @@
 runs: an older Landlock, a missing bwrap, a missing confiner, a spec a rule refuses.
 
 A missing capability is simulated by a box of its own whose config says so (a pretended
-Landlock ABI, a bwrap or Python path that does not exist); the session's box is never touched.
+Landlock ABI, a bwrap or confiner path that does not exist); the session's box is never touched.
 Each program here would leave a file in a write grant if it ran at all.
 """
 
@@ -108,7 +108,7 @@ def test_launch_without_bwrap_is_refused(running_box: RunningBox, private_box: A
 def test_launch_without_the_confiner_is_refused(running_box: RunningBox, private_box: Any) -> None:
     witness, flags, cmd = _witness(running_box)
     try:
-        with private_box('python = "/nonexistent/python"') as box:
+        with private_box('confiner = "/nonexistent/lnk-sandbox"') as box:
             result = _run_in(running_box, box, *flags, cmd=cmd)
             users = box.user_lines()
         assert not witness.exists(), "the program ran without its confiner"

@@ -129,7 +129,9 @@ def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) ->
                     if mtimes[e.path] == MARKER_TIME * 1_000_000_000:  # put the time back
                         os.utime(e.path, ns=e.value, follow_symlinks=False)
             elif e.kind == "confiner":
-                confiner[e.path] = folder_state(e.path, os.path.join(e.path, "confiner.py"))
+                confiner[e.path] = folder_state(
+                    e.path, os.path.join(e.path, "native", "lnk-sandbox")
+                )
     if bait.server is None:
         raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()

@@ -36,6 +36,10 @@ class ControllerConfig(BaseModel):
     prefix: Path = Field(default_factory=lambda: Path(sys.prefix).parent, strict=False)
     python: Path = Field(default_factory=lambda: Path(sys.prefix) / "bin" / "python", strict=False)
     bwrap: Path = Field(default=Path("/usr/bin/bwrap"), strict=False)
+    confiner: Path = Field(  # lnk-sandbox, built into the package at install (native/build.py)
+        default_factory=lambda: Path(__file__).resolve().parent / "native" / "lnk-sandbox",
+        strict=False,
+    )
     uid_first: int = Field(default=2_000_000_000, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     uid_last: int = Field(default=2_000_099_999, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     lease_seconds: int = Field(default=12 * 3600, ge=1, le=30 * DAY)
@@ -49,7 +53,7 @@ class ControllerConfig(BaseModel):
             raise ValueError("uid_last must not be below uid_first")
         if self.lease_seconds > self.max_lease_seconds:
             raise ValueError("lease_seconds must not exceed max_lease_seconds")
-        for name in ("config_dir", "state_dir", "run_dir", "prefix", "python", "bwrap"):
+        for name in ("config_dir", "state_dir", "run_dir", "prefix", "python", "bwrap", "confiner"):
             if not getattr(self, name).is_absolute():
                 raise ValueError(f"{name} must be an absolute path")
         if self.unsafe_pretend_landlock_abi is not None:

@@ -66,15 +66,10 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs on
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
 FLAGS_ONLY_KEY = "<flags>"
-# The confiner starts with -I -S (no site, no environment): processing the venv's site costs
-# a quarter of its start; the one path it needs is given to it instead.
-CONFINER_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from lnk_controller.confiner import main; sys.exit(main(sys.argv[2:]))"
-)
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
-# `lnk sandbox check`: the box's own probe program, started like the confiner (same Python,
-# same site-packages). The caller chooses only its arguments, never the program.
+# `lnk sandbox check`: the box's own probe program, run by the box's Python with -I -S (no site,
+# no environment) from its site-packages. The caller chooses only its arguments, never the
+# program.
 PROBE_BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from lnk_cli.check.probes import main; sys.exit(main(sys.argv[2:]))"
@@ -261,13 +256,21 @@ class Launcher:
         cfg = self.cfg
         if not os.access(cfg.bwrap, os.X_OK):
             raise LaunchRefused("bubblewrap", f"{cfg.bwrap} is missing: install bubblewrap")
-        if not os.access(cfg.python, os.X_OK) or not (cfg.prefix / "venv").is_dir():
+        if not os.access(cfg.confiner, os.X_OK) or not cfg.confiner.is_file():
             raise LaunchRefused(
-                "the confiner", f"{cfg.python} (the confiner's Python) is missing: reinstall"
+                "the confiner",
+                f"{cfg.confiner} (the confiner, lnk-sandbox) is missing or not executable: "
+                "reinstall lnk",
+            )
+        if not cfg.confiner.resolve().is_relative_to(cfg.prefix.resolve()):
+            raise LaunchRefused(
+                "the confiner",
+                f"{cfg.confiner} is outside {cfg.prefix}, so a sandbox cannot see it",
             )
         machine = os.uname().machine
         if machine not in seccomp.SUPPORTED_MACHINES:
             raise LaunchRefused("seccomp", f"no syscall filter for the architecture {machine}")
+        seccomp.programs()  # compiled once per process; a failure refuses, naming libseccomp
         abi = landlock.probe_abi()
         if cfg.unsafe_pretend_landlock_abi is not None:
             abi = min(abi, cfg.unsafe_pretend_landlock_abi)
@@ -406,17 +409,7 @@ class Launcher:
             "network_host": grants.spec.network_host,
             "cwd": cwd,
             "env": env,
-            "command": (
-                str(cfg.python),
-                "-I",
-                "-S",
-                "-c",
-                CONFINER_BOOT,
-                SITE_PACKAGES,
-                "--",
-                judged.program,
-                *request.argv[1:],
-            ),
+            "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),
         }
         process, master, status_r = spawn_sandbox(
             cfg=cfg,

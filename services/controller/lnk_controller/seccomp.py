@@ -3,7 +3,10 @@
 Trusts: the kernel, and `libseccomp.so.2` (loaded through ctypes) to compile the rules below
 into BPF faithfully for the native architecture.
 
-What it does: `apply_filter` loads a filter whose default is ALLOW and which makes each call in
+What it does: the controller compiles the rules to BPF here, once per process (`programs`), and
+writes them into the confiner's policy; the confiner (`native/lnk_sandbox.c`) only loads them,
+after no_new_privs and Landlock, so it needs neither libseccomp nor Python inside the sandbox.
+The first program (`compile_filter`) has the default ALLOW and makes each call in
 `DENIED_SYSCALLS` fail (EPERM unless noted) before the kernel acts on it: kernel keyrings, BPF,
 perf, userfaultfd, ptrace and cross-process memory access, new namespaces (`unshare`, `setns`,
 `clone` with any `CLONE_NEW*` flag), every mount call, io_uring (its ring runs syscalls the
@@ -22,20 +25,28 @@ Security limitations: it does NOT stop
 - `memfd_create` + `execve("/proc/self/fd/N")`, `mmap(PROT_EXEC)`, UDP, raw sockets (they need
   CAP_NET_RAW, which bwrap drops) and netlink (iproute needs it).
 
-The caller must know: the filter covers every thread (`SCMP_FLTATR_CTL_TSYNC`; the load fails
-rather than leave one out), sets no_new_privs, and stays in force across execve and fork.
-`libseccomp.so.2` is loaded at `apply_filter` time, so it must be readable then (under /usr).
+The caller must know: the loader must set no_new_privs first and be single-threaded (the
+confiner is; the programs are loaded without TSYNC); a loaded filter stays in force across
+execve and fork. The programs are for the controller's own architecture, which is the
+sandbox's: both run on this machine's kernel.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 
 from lnk_shared.errors import LaunchRefused
 
-__all__ = ["DENIED_SYSCALLS", "SUPPORTED_MACHINES", "apply_filter"]
+__all__ = [
+    "DENIED_SYSCALLS",
+    "SUPPORTED_MACHINES",
+    "compile_filter",
+    "compile_unix_block",
+    "programs",
+]
 
 LIBSECCOMP = "libseccomp.so.2"  # the soname Debian's libseccomp2 ships
 
@@ -50,8 +61,6 @@ _ACT_ALLOW = 0x7FFF0000  # SCMP_ACT_ALLOW: the default, this is a deny-list
 _ACT_KILL_PROCESS = 0x80000000  # SCMP_ACT_KILL_PROCESS: for syscalls of a foreign ABI
 _ACT_ERRNO = 0x00050000  # SCMP_ACT_ERRNO(e) = this | e: fail the call with errno e
 _FLTATR_ACT_BADARCH = 2  # attribute: action for a syscall from an architecture not in the filter
-_FLTATR_CTL_NNP = 3  # attribute: set no_new_privs before loading
-_FLTATR_CTL_TSYNC = 4  # attribute: apply the filter to every thread of the process
 _CMP_MASKED_EQ = 7  # SCMP_CMP_MASKED_EQ: (argument & datum_a) == datum_b
 
 _NR_SCMP_ERROR = -1  # seccomp_syscall_resolve_name: no syscall of that name at all
@@ -215,8 +224,8 @@ def _load_library() -> ctypes.CDLL:
         ctypes.POINTER(_ArgCmp),
     ]
     lib.seccomp_rule_add_array.restype = ctypes.c_int
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    lib.seccomp_load.restype = ctypes.c_int
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_export_bpf.restype = ctypes.c_int
     return lib
 
 
@@ -226,29 +235,16 @@ def _check(rc: int, what: str) -> None:
         raise LaunchRefused("seccomp", f"seccomp filter: {what} failed: {name}")
 
 
-def apply_filter(*, pretend_machine: str | None = None) -> None:
-    """Load the deny-list filter into this process (all threads); raise rather than go on.
+_Entry = tuple[str, int, _Rules]  # (syscall, errno, rules)
 
-    `pretend_machine` (tests only) stands in for `os.uname().machine` to see the refusal.
-    """
-    machine = os.uname().machine if pretend_machine is None else pretend_machine
-    if machine not in SUPPORTED_MACHINES:
-        raise LaunchRefused("seccomp", f"seccomp filter: unsupported architecture {machine}")
-    lib = _load_library()
-    native = lib.seccomp_arch_native()
-    if native != SUPPORTED_MACHINES[machine]:
-        raise LaunchRefused(
-            "seccomp", f"seccomp filter: libseccomp's native arch {native:#x} is not {machine}"
-        )
+
+def _compile(lib: ctypes.CDLL, entries: list[_Entry]) -> bytes:
+    """A filter (default ALLOW, foreign ABIs killed) refusing `entries`, as BPF instructions."""
     ctx = lib.seccomp_init(_ACT_ALLOW)
     if not ctx:
         raise LaunchRefused("seccomp", "seccomp filter: seccomp_init failed")
     try:
         _check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS), "bad-arch action")
-        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 1), "no_new_privs")
-        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_TSYNC, 1), "thread sync")
-        entries = [(name, errno.EPERM, _ALWAYS) for name, _why in _BLANKET]
-        entries += [(name, number, rules) for name, _why, number, rules in _ARG_RULES]
         for name, number, rules in entries:
             nr = lib.seccomp_syscall_resolve_name(name.encode())
             if nr == _NR_SCMP_ERROR:
@@ -261,36 +257,55 @@ def apply_filter(*, pretend_machine: str | None = None) -> None:
                 array = (_ArgCmp * max(len(cmps), 1))(*(_ArgCmp(*cmp) for cmp in cmps))
                 rc = lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | number, nr, len(cmps), array)
                 _check(rc, f"rule for {name}")
-        _check(lib.seccomp_load(ctx), "load")
+        fd = os.memfd_create("lnk-seccomp-bpf", os.MFD_CLOEXEC)
+        try:
+            _check(lib.seccomp_export_bpf(ctx, fd), "export")
+            size = os.fstat(fd).st_size
+            program = os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
     finally:
         lib.seccomp_release(ctx)
+    if not program or len(program) != size:
+        raise LaunchRefused("seccomp", "seccomp filter: the exported program is empty or short")
+    return program
+
+
+def compile_filter(*, pretend_machine: str | None = None) -> bytes:
+    """The deny-list filter as BPF for this machine; raise rather than return a weaker one.
+
+    `pretend_machine` (tests only) stands in for `os.uname().machine` to see the refusal.
+    """
+    machine = os.uname().machine if pretend_machine is None else pretend_machine
+    if machine not in SUPPORTED_MACHINES:
+        raise LaunchRefused("seccomp", f"seccomp filter: unsupported architecture {machine}")
+    lib = _load_library()
+    native = lib.seccomp_arch_native()
+    if native != SUPPORTED_MACHINES[machine]:
+        raise LaunchRefused(
+            "seccomp", f"seccomp filter: libseccomp's native arch {native:#x} is not {machine}"
+        )
+    entries = [(name, errno.EPERM, _ALWAYS) for name, _why in _BLANKET]
+    entries += [(name, number, rules) for name, _why, number, rules in _ARG_RULES]
+    return _compile(lib, entries)
 
 
 _AF_UNIX = 1  # socket family: named and abstract unix sockets
 
 
-def block_unix_sockets() -> None:
-    """Stack a second filter: `socket(AF_UNIX, …)` fails with EPERM; `socketpair` still works.
+def compile_unix_block() -> bytes:
+    """A second filter, stacked last: `socket(AF_UNIX, …)` fails with EPERM; `socketpair` works.
 
     Landlock (ABI < 9) cannot stop connecting to a named unix socket the sandbox can see, and a
     granted folder (or a home read with `--read ~`) may hold another program's socket: an agent's,
     gpg's, a database's. Denying the creation of unix sockets closes every such connect at once;
     pairs made with `socketpair` (what most programs use between their own processes) still work.
-    Apply it last, after anything that needs its own unix socket (the proxy relay) has started.
+    The confiner loads it last, after the relays (which need their unix socket) have started.
     """
-    lib = _load_library()
-    ctx = lib.seccomp_init(_ACT_ALLOW)
-    if not ctx:
-        raise LaunchRefused("seccomp", "seccomp filter: seccomp_init failed")
-    try:
-        _check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS), "bad-arch action")
-        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_NNP, 1), "no_new_privs")
-        _check(lib.seccomp_attr_set(ctx, _FLTATR_CTL_TSYNC, 1), "thread sync")
-        nr = lib.seccomp_syscall_resolve_name(b"socket")
-        for cmps in _low32_is(0, _AF_UNIX):
-            array = (_ArgCmp * max(len(cmps), 1))(*(_ArgCmp(*cmp) for cmp in cmps))
-            rc = lib.seccomp_rule_add_array(ctx, _ACT_ERRNO | errno.EPERM, nr, len(cmps), array)
-            _check(rc, "rule for socket(AF_UNIX)")
-        _check(lib.seccomp_load(ctx), "load")
-    finally:
-        lib.seccomp_release(ctx)
+    return _compile(_load_library(), [("socket", errno.EPERM, _low32_is(0, _AF_UNIX))])
+
+
+@functools.cache
+def programs() -> tuple[bytes, bytes]:
+    """(the deny-list, the unix-socket block): compiled once per controller process."""
+    return compile_filter(), compile_unix_block()

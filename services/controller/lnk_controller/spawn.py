@@ -1,7 +1,7 @@
 """Starting the sandbox's process: the confiner's policy, the bwrap layout, and the chain
 `setpriv --pdeathsig` → `unshare --pid` → a root shell that joins the sandbox's cgroup and sets
 memfd_noexec → `[setsid --ctty]` → `setpriv` (drop to the sandbox user, no new privileges) →
-`bwrap … confiner …`.
+`bwrap … lnk-sandbox …` (the confiner, native/lnk_sandbox.c).
 
 The controller never forks a Python child of its own (it is multi-threaded): the chain is plain
 programs started by subprocess, which forks and execs in C. Data the sandbox needs (its
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lnk_controller import cgroups
+from lnk_controller import cgroups, seccomp
 from lnk_controller.config import ControllerConfig
 from lnk_controller.host_users import HostUser
 from lnk_controller.launch_request import TerminalSize
@@ -103,13 +103,14 @@ def confiner_policy(
     }
 
 
-POLICY_HEADER = "lnk-confiner-policy 1"  # first line of the policy file: format and version
+POLICY_HEADER = "lnk-confiner-policy 2"  # first line of the policy file: format and version
 
 
 def encode_policy(policy: dict[str, Any]) -> str:
-    """The confiner's policy as tab-separated lines (key, value), which it reads without
-    importing json: one line per path or port; `tcp_*\t-` restricts with no port allowed; a
-    missing tcp key leaves TCP to the network namespace."""
+    """The confiner's policy as tab-separated lines (key, value), which its small C parser reads
+    (native/lnk_sandbox.c): one line per path or port; `tcp_*\t-` restricts with no port
+    allowed; a missing tcp key leaves TCP to the network namespace; `seccomp` and
+    `seccomp_unix` are the BPF programs (hex) the confiner loads, compiled here."""
     lines = [POLICY_HEADER]
     for key in ("read", "write", "execute"):
         for path in policy[key]:
@@ -134,6 +135,8 @@ def encode_policy(policy: dict[str, Any]) -> str:
         ]
     if policy["unsafe_pretend_abi"] is not None:
         lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
+    deny_list, unix_block = seccomp.programs()
+    lines += [f"seccomp\t{deny_list.hex()}", f"seccomp_unix\t{unix_block.hex()}"]
     return "\n".join(lines) + "\n"
 
 

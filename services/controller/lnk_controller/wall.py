@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 SANDBOX_HOSTNAME = "lnk-sandbox"
-POLICY_PATH = "/run/lnk-confiner/policy.json"  # where the confiner finds its policy inside
+POLICY_PATH = "/run/lnk-confiner/policy"  # where the confiner finds its policy inside
 # Top-level folders that merged-usr systems make links into /usr; bound as links when they are.
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The /etc files programs need to start, resolve users, find libraries and check TLS; nothing

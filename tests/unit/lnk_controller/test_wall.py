@@ -217,7 +217,7 @@ def test_root_is_remounted_read_only_after_every_mount() -> None:
     [
         ("passwd_fd", 7, "/etc/passwd"),
         ("group_fd", 8, "/etc/group"),
-        ("policy_fd", 9, "/run/lnk-confiner/policy.json"),
+        ("policy_fd", 9, "/run/lnk-confiner/policy"),
     ],
 )
 def test_generated_files_come_from_descriptors_not_the_host(

@@ -1,0 +1,1 @@
+"""The confiner, lnk-sandbox: C sources and their build (build.py); the binary is built here."""
