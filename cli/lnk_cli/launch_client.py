@@ -3,7 +3,6 @@ answer the approval question, relay a terminal, forward signals, return the exit
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import os
@@ -15,7 +14,8 @@ import sys
 import termios
 import tty
 
-from lnk_shared.errors import LnkError, NotConfirmedError, SpecError, StateError
+from lnk_cli.quick_run import LAUNCH_SOCKET, RemoteError, launch_request, open_as_owner
+from lnk_shared.errors import NotConfirmedError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
@@ -23,23 +23,17 @@ from lnk_shared.unix import recv_frame, send_frame
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Iterator
     from typing import Any
 
 __all__ = ["run_in_sandbox"]
 
-LAUNCH_SOCKET = "launch.sock"
 PROGRAM_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")  # the sandbox's PATH, to find the program
 RELAY_CHUNK = 65536  # bytes moved per read between the terminal and the sandbox's pty
 
 
-class _RemoteError(LnkError):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = code
-
-
-def _ask(lines: list[str]) -> bool:
+def ask(lines: list[str]) -> bool:
     for line in lines:
         print(line, file=sys.stderr)
     if not sys.stdin.isatty():
@@ -127,29 +121,17 @@ def run_in_sandbox(
 ) -> int:
     """Run `command` in the sandbox the arguments describe; with `dry`, only judge and approve
     the spec (asking if it is new or changed) and run nothing."""
-    terminal = not dry and sys.stdin.isatty() and sys.stdout.isatty()
+    terminal = None
+    if not dry and sys.stdin.isatty() and sys.stdout.isatty():
+        rows, cols = _winsize(0)
+        terminal = {"rows": rows, "cols": cols}
     fds: list[int] = [0, 1, 2]
     opened: list[int] = []
-    request: dict[str, Any] = {
-        "type": "launch",
-        "argv": command,
-        "cwd": os.getcwd(),
-        "path_env": os.environ.get("PATH", ""),
-        "flags": flags_document(args),
-        "env": {
-            k: v for k, v in os.environ.items() if k in ("TERM", "LANG") or k.startswith("LC_")
-        },
-        "terminal": None,
-        "yes": bool(args.yes),
-        "dry": dry,
-        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
-        "with_fds": {},
-    }
+    request = launch_request(
+        command, flags_document(args), yes=bool(args.yes), dry=dry, terminal=terminal
+    )
     if agent is not None:  # `lnk agent start`: the controller checks it is the caller's
         request["agent"] = agent
-    if terminal:
-        rows, cols = _winsize(0)
-        request["terminal"] = {"rows": rows, "cols": cols}
     try:
         if args.spec:
             try:
@@ -193,35 +175,16 @@ def run_in_sandbox(
             os.close(fd)
 
 
-def _open_as_owner(sock: socket.socket, untrusted_paths: object) -> None:
-    """Open what the controller will bind, as this user: what we cannot reach is refused."""
-    paths = untrusted_paths
-    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise StateError("the controller asked to open something that is not a list of paths")
-    opened: list[int] = []
-    try:
-        for path in paths:
-            try:
-                opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
-            except OSError as exc:
-                raise StateError(f"cannot open {path}: {exc.strerror}") from None
-        grants = {path: i for i, path in enumerate(paths)}
-        send_frame(sock, {"type": "opened", "grants": grants}, opened)
-    finally:
-        for fd in opened:
-            os.close(fd)
-
-
 def _dialogue(sock: socket.socket) -> int:
     while True:
         message, extra = recv_frame(sock, want_fds=True)
         kind = message.get("type")
         if kind == "open":
-            _open_as_owner(sock, message.get("paths"))
+            open_as_owner(lambda m, f: send_frame(sock, m, f), message.get("paths"))
             continue
         if kind == "approve?":
             lines = [str(line) for line in message.get("lines", [])]
-            if _ask(lines):
+            if ask(lines):
                 send_frame(sock, {"type": "approve", "hash": message.get("hash")})
                 continue
             send_frame(sock, {"type": "decline"})
@@ -238,5 +201,5 @@ def _dialogue(sock: socket.socket) -> int:
             return status if type(status) is int else 1
         if kind == "error":
             code = message.get("exit")
-            raise _RemoteError(str(message.get("message")), code if type(code) is int else 1)
+            raise RemoteError(str(message.get("message")), code if type(code) is int else 1)
         raise StateError(f"unexpected answer from the controller: {kind!r}")

@@ -6,13 +6,14 @@ through the same checks (`SpecBuilder`).
 
 from __future__ import annotations
 
-import argparse
 import os
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # the spec model is imported when a spec is built, not to add the flags
+    import argparse
+
     from lnk_shared.spec import Spec, SpecBuilder
 
 __all__ = [
@@ -174,4 +175,6 @@ def namespace_from_document(doc: dict[str, object]) -> argparse.Namespace:
     unknown = set(doc) - set(FLAG_NAMES)
     if unknown:
         raise ValueError(f"unknown spec flags: {sorted(unknown)}")
+    import argparse  # here: `lnk sandbox run`'s quick path reads FLAG_NAMES without it
+
     return argparse.Namespace(**values)

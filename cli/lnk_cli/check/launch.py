@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from lnk_cli.launch_client import LAUNCH_SOCKET, _open_as_owner
+from lnk_cli.quick_run import LAUNCH_SOCKET, open_as_owner
 from lnk_shared.errors import EXIT_ERROR, LnkError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
@@ -125,7 +125,7 @@ def _until_started(sock: socket.socket, run: CheckRun) -> None:
             os.close(fd)
         kind = message.get("type")
         if kind == "open":
-            _open_as_owner(sock, message.get("paths"))
+            open_as_owner(lambda m, f: send_frame(sock, m, f), message.get("paths"))
         elif kind == "started":
             run.sandbox_id = str(message.get("id", ""))
             return

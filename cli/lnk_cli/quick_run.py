@@ -1,0 +1,349 @@
+"""`lnk sandbox run [--spec FILE] [--yes] -- PROGRAM [ARGS...]` without a terminal, on as few
+imports as a launch needs; and the launch request both clients send.
+
+Why a second path: on a small machine each of argparse, json, socket and signal costs 10-15 ms
+to import (mostly the enum and re modules they pull in), and the client was a third of a
+sandbox's start. This path takes only that plain form, with stdin and stdout not both a
+terminal; any other flag or spelling, a terminal, or a Python without the `_json` accelerator
+goes to the full client (`launch_client`), whose argparse reads the same words into the same
+request (tests/unit/lnk_cli/test_quick_run.py holds them equal). It speaks the launch socket's
+frames (`lnk_shared.unix`: a 4-byte big-endian length, then a JSON object; descriptors ride on
+the first byte) with the C modules under those: `_socket`, `_signal` and `_json`.
+
+Only the client side is here: what the controller receives is judged by it, as from any client.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # signal's C half: no enum
+import _socket
+import os
+import sys
+
+from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
+from lnk_shared.spec_flags import FLAG_NAMES
+
+# typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+__all__ = [
+    "LAUNCH_SOCKET",
+    "RemoteError",
+    "launch_request",
+    "no_flags",
+    "open_as_owner",
+    "plain_run",
+    "quick_run",
+]
+
+LAUNCH_SOCKET = "launch.sock"
+MAX_FRAME = 1 << 20  # as lnk_shared.unix: a reply is a few hundred bytes
+MAX_FDS = 64
+FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
+_INT = 4  # bytes of a C int: a frame's length, a descriptor in SCM_RIGHTS
+
+
+class RemoteError(LnkError):
+    """The controller's refusal, with the exit status it chose."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
+def launch_request(
+    command: list[str],
+    flags: dict[str, object],
+    *,
+    yes: bool,
+    dry: bool = False,
+    terminal: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """The launch frame, without its descriptors (stdio 0-2 are always passed)."""
+    return {
+        "type": "launch",
+        "argv": command,
+        "cwd": os.getcwd(),
+        "path_env": os.environ.get("PATH", ""),
+        "flags": flags,
+        "env": {
+            k: v for k, v in os.environ.items() if k in ("TERM", "LANG") or k.startswith("LC_")
+        },
+        "terminal": terminal,
+        "yes": yes,
+        "dry": dry,
+        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
+        "with_fds": {},
+    }
+
+
+def no_flags() -> dict[str, object]:
+    """The spec flags' document when none is given (as argparse's defaults make it)."""
+    return {name: None if name == "network_mode" else [] for name in FLAG_NAMES}
+
+
+def plain_run(words: list[str]) -> tuple[str | None, bool, list[str]] | None:
+    """(spec file, --yes, command) when `words` (after `sandbox run`) are the plain form;
+    None for anything else, which argparse then reads (and errors on, where it must)."""
+    spec: str | None = None
+    yes = False
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            command = words[i + 1 :]
+            return (spec, yes, command) if command else None
+        if word == "--yes":
+            yes = True
+        elif word.startswith("--spec=") and len(word) > len("--spec="):
+            spec = word.removeprefix("--spec=")
+        elif word == "--spec" and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            spec = words[i + 1]
+            i += 1
+        else:
+            return None
+        i += 1
+    return None
+
+
+def quick_run(words: list[str]) -> int | None:
+    """Run the plain form and return its exit status; None when the full client must."""
+    parsed = plain_run(words)
+    if parsed is None or (os.isatty(0) and os.isatty(1)):
+        return None
+    try:
+        from _json import encode_basestring_ascii, make_scanner
+    except ImportError:
+        return None
+    spec, yes, command = parsed
+    frames = _Frames(encode_basestring_ascii, make_scanner)
+    try:
+        return _launch(frames, launch_request(command, no_flags(), yes=yes), spec)
+    except LnkError as exc:
+        print(f"lnk: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("lnk: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        return EXIT_ERROR
+
+
+def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
+    fds = [0, 1, 2]
+    if spec:
+        try:
+            fd = os.open(spec, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise SpecError(f"cannot open the spec file: {exc.strerror}", source=spec) from None
+        request["fds"]["spec"] = len(fds)
+        fds.append(fd)
+    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        try:
+            sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))
+        except OSError:
+            raise StateError(
+                f"the box is not running (no launch socket in {run_dir}); "
+                "start it with `lnk box up`"
+            ) from None
+        try:
+            frames.send(sock, request, fds)
+        finally:
+            if spec:
+                os.close(fds[3])
+        return _dialogue(frames, sock)
+    except (EOFError, ConnectionError) as exc:
+        raise StateError(
+            f"the controller ended the launch without an answer ({exc}); see its log"
+        ) from None
+    finally:
+        sock.close()
+
+
+def _dialogue(frames: _Frames, sock: _socket.socket) -> int:
+    while True:
+        message, extra = frames.receive(sock)
+        for fd in extra:  # none is expected without a terminal
+            os.close(fd)
+        kind = message.get("type")
+        if kind == "open":
+            open_as_owner(lambda m, f: frames.send(sock, m, f), message.get("paths"))
+        elif kind == "approve?":
+            from lnk_cli.launch_client import ask  # a person answers: time no longer counts
+
+            if not ask([str(line) for line in message.get("lines", [])]):
+                frames.send(sock, {"type": "decline"})
+                raise NotConfirmedError("not approved: nothing was run")
+            frames.send(sock, {"type": "approve", "hash": message.get("hash")})
+        elif kind == "started":
+            return _ended(_wait(frames, sock))
+        else:
+            return _ended(message)
+
+
+def _ended(message: dict[str, Any]) -> int:
+    kind = message.get("type")
+    if kind == "exit":
+        status = message.get("status")
+        return status if type(status) is int else 1
+    if kind == "error":
+        code = message.get("exit")
+        raise RemoteError(str(message.get("message")), code if type(code) is int else 1)
+    raise StateError(f"unexpected answer from the controller: {kind!r}")
+
+
+def open_as_owner(
+    send: Callable[[dict[str, Any], list[int]], None], untrusted_paths: object
+) -> None:
+    """Open what the controller will bind, as this user (what we cannot reach is refused), and
+    `send` the "opened" frame with the descriptors."""
+    paths = untrusted_paths
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise StateError("the controller asked to open something that is not a list of paths")
+    opened: list[int] = []
+    try:
+        for path in paths:
+            try:
+                opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+            except OSError as exc:
+                raise StateError(f"cannot open {path}: {exc.strerror}") from None
+        grants = {path: i for i, path in enumerate(paths)}
+        send({"type": "opened", "grants": grants}, opened)
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _wait(frames: _Frames, sock: _socket.socket) -> dict[str, Any]:
+    """The final frame; meanwhile Ctrl-C and friends go to the program, not to this client."""
+
+    def forward(number: int, _frame: object) -> None:
+        try:  # noqa: SIM105 - contextlib is one more import on this path
+            frames.send(sock, {"type": "signal", "signal": number})
+        except OSError:
+            pass
+
+    old = {n: _signal.signal(n, forward) for n in FORWARDED_SIGNALS}
+    try:
+        message, extra = frames.receive(sock)
+        for fd in extra:
+            os.close(fd)
+        return message
+    finally:
+        for n, handler in old.items():
+            _signal.signal(n, handler)
+
+
+class _Frames:
+    """lnk_shared.unix's frames over `_socket`, with JSON from `_json`'s own encoder and scanner
+    (what the json module uses underneath, without its imports)."""
+
+    def __init__(self, quote: Any, make_scanner: Any) -> None:
+        self._quote = quote
+        self._scan = make_scanner(_ScanContext())
+
+    def encode(self, value: object) -> str:
+        """json.dumps(value, separators=(",", ":")) for the types a request holds."""
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        if type(value) is int:
+            return int.__repr__(value)
+        if type(value) is str:
+            return str(self._quote(value))
+        if type(value) is list:
+            return "[" + ",".join(self.encode(v) for v in value) + "]"
+        if type(value) is dict:
+            return (
+                "{" + ",".join(f"{self._quote(k)}:{self.encode(v)}" for k, v in value.items()) + "}"
+            )
+        raise TypeError(f"cannot encode a {type(value).__name__} in a frame")
+
+    def decode(self, text: str) -> dict[str, Any]:
+        try:
+            value, end = self._scan(text, 0)
+        except StopIteration:
+            raise ValueError("a frame is not JSON") from None
+        if end != len(text) or not isinstance(value, dict):
+            raise ValueError("a frame must be one JSON object")
+        return value
+
+    def send(
+        self, sock: _socket.socket, message: dict[str, Any], fds: list[int] | None = None
+    ) -> None:
+        data = self.encode(message).encode("utf-8")
+        if len(data) > MAX_FRAME:
+            raise ValueError(f"frame of {len(data)} bytes is over the limit of {MAX_FRAME}")
+        payload = memoryview(len(data).to_bytes(_INT, "big") + data)
+        if fds:
+            rights = b"".join(fd.to_bytes(_INT, sys.byteorder) for fd in fds)
+            cmsg = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)]
+            payload = payload[sock.sendmsg([payload[:1]], cmsg) :]
+        while payload:
+            payload = payload[sock.send(payload) :]
+
+    def receive(self, sock: _socket.socket) -> tuple[dict[str, Any], list[int]]:
+        fds: list[int] = []
+        try:
+            data, ancillary, flags, _ = sock.recvmsg(_INT, _socket.CMSG_SPACE(MAX_FDS * _INT))
+            for level, kind, rights in ancillary:
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                    usable = len(rights) - len(rights) % _INT
+                    fds += [
+                        int.from_bytes(rights[i : i + _INT], sys.byteorder, signed=True)
+                        for i in range(0, usable, _INT)
+                    ]
+            if flags & _socket.MSG_CTRUNC:
+                raise ValueError("too many descriptors in one frame")
+            header = data + self._exactly(sock, _INT - len(data))
+            length = int.from_bytes(header, "big")
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes is over the limit of {MAX_FRAME}")
+            return self.decode(self._exactly(sock, length).decode("utf-8")), fds
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+
+    @staticmethod
+    def _exactly(sock: _socket.socket, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                raise EOFError("the peer closed the connection")
+            data += chunk
+        return data
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+class _ScanContext:
+    """What `_json.make_scanner` reads from a decoder: strict JSON, exact ints and floats."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = staticmethod(_no_duplicates)
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
