@@ -1,0 +1,53 @@
+"""Build hook: compile the confiner, lnk-sandbox, into the package; all else is pyproject.toml.
+
+`pip install .` (scripts/install) and `pip wheel` (the Ansible deploy, the compose image) both
+run build_py, so every installed copy has the binary at lnk_controller/native/lnk-sandbox. The
+wheel holds a binary for one platform, so it is tagged for it (py3-none-<platform>).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+
+NATIVE_BUILD = (
+    Path(__file__).resolve().parent / "services/controller/lnk_controller/native/build.py"
+)
+
+
+def _native_build() -> ModuleType:
+    """native/build.py, loaded by path: the package itself is not importable while building."""
+    spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE_BUILD)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {NATIVE_BUILD}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithConfiner(build_py):
+    def run(self) -> None:
+        super().run()
+        _native_build().build(Path(self.build_lib) / "lnk_controller" / "native" / "lnk-sandbox")
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self) -> bool:
+        return True  # a compiled program inside: a platform wheel, installed to platlib
+
+
+class PlatformWheel(bdist_wheel):
+    def get_tag(self) -> tuple[str, str, str]:
+        _python, _abi, platform = super().get_tag()
+        return "py3", "none", platform  # no Python extension: any Python 3, this platform
+
+
+setup(
+    distclass=BinaryDistribution,
+    cmdclass={"build_py": BuildPyWithConfiner, "bdist_wheel": PlatformWheel},
+)
