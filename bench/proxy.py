@@ -23,8 +23,9 @@ Both must allow www and refuse `other.test-public.example` before anything is me
     - lnk_proxy: its unix listener, kept alive (lnk_proxy keeps its origin connections too);
     - lnk close: the same, but the client asks `Connection: close`, so it dials lnk_proxy for
       each request as tinyproxy makes it do;
-    - lnk relay: through the in-sandbox relay (`lnk_controller.relay`, on a loopback port as in
-      a sandbox) to the unix listener: the whole path a sandbox's client takes;
+    - lnk relay: through the in-sandbox relay (`lnk-sandbox --relay`, built from the checkout's
+      native/ into the temp folder, on a loopback port as in a sandbox) to the unix listener:
+      the whole path a sandbox's client takes;
     - tinyproxy: on a loopback port; it closes the client's connection after each answer;
     requests/s, p50, p99, the CPU each process used (100% = one core) and the proxy's CPU per
     request (its process, plus the relay's on that row: the figure least moved by other load
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -67,7 +69,7 @@ from net import OTHER, WWW, TestInternet  # noqa: E402
 from lnk_shared.unix import recv_frame, send_frame  # noqa: E402
 
 SOURCES = ("shared", "services/proxy")
-RELAY_SOURCES = ("shared", "services/controller")
+NATIVE = CHECKOUT / "services" / "controller" / "lnk_controller" / "native"
 NOBODY = 65534  # uid and gid (nogroup): the proxies' user, as in the e2e tests
 SANDBOX = "bench"
 SECRET = "bench-secret-" + "0" * 32
@@ -272,22 +274,36 @@ def start_tinyproxy(
     return process, port
 
 
-RELAY = """
-import sys
-sys.path[:0] = sys.argv[3:]
-from lnk_controller.relay import serve_forever
-serve_forever(sys.argv[1], int(sys.argv[2]))
-"""
+INSTALLED_CONFINER = Path(
+    "/opt/lnk/venv/lib/python3.11/site-packages/lnk_controller/native/lnk-sandbox"
+)
 
 
-def start_relay(stack: ExitStack, listener: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """The in-sandbox relay's code on a free loopback port, serving lnk_proxy's listener."""
+def confiner_binary(folder: Path) -> Path:
+    """lnk-sandbox built from this checkout's C (what the bench measures, as it does the
+    proxy's code) by native/build.py, loaded by path as setup.py does; the installed one when
+    there is no compiler."""
+    spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE / "build.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {NATIVE / 'build.py'}")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    try:
+        return Path(build.build(folder / "lnk-sandbox"))
+    except build.BuildError:
+        if INSTALLED_CONFINER.exists():
+            return INSTALLED_CONFINER
+        raise
+
+
+def start_relay(
+    stack: ExitStack, listener: Path, folder: Path
+) -> tuple[subprocess.Popen[bytes], int]:
+    """The in-sandbox relay (`lnk-sandbox --relay`) on a free loopback port, serving
+    lnk_proxy's listener."""
     port = free_port()
-    sources = [str(CHECKOUT / source) for source in RELAY_SOURCES]
-    process = subprocess.Popen(
-        [sys.executable, "-I", "-c", RELAY, str(listener), str(port), *sources],
-        stdin=subprocess.DEVNULL,
-    )
+    argv = [str(confiner_binary(folder)), "--relay", str(listener), str(port)]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     stack.callback(stop, process)
     wait_until(lambda: listening(port), process, "the relay")
     return process, port
@@ -838,7 +854,7 @@ def main() -> int:
         source = start_source(stack, net)
         lnk = start_lnk(stack, base, binds)
         tiny, tiny_port = start_tinyproxy(stack, base, binds)
-        relay, relay_port = start_relay(stack, lnk.listener)
+        relay, relay_port = start_relay(stack, lnk.listener, base)
         bench = Bench(net, lnk, tiny, tiny_port, source, relay, relay_port)
         check_allowlist("lnk_proxy", bench.dial_lnk, net)
         check_allowlist("tinyproxy", bench.dial_tiny, net)
