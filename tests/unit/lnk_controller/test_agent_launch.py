@@ -1,6 +1,6 @@
 """An agent's launch: the request names the caller's agent by name only; the agent's folder must
-be the owner's own, reached without links; a running agent is not started twice; the confiner's
-policy carries the bridge's relay and nothing else new."""
+be the owner's own, reached without links; a running agent is not started twice. (The confiner's
+relay of the bridge: test_confiner.py.)"""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 
 from lnk_controller import agent_launch
-from lnk_controller.agent_launch import BRIDGE_PORT, agent_for_launch
+from lnk_controller.agent_launch import agent_for_launch
 from lnk_controller.agents import AgentRegistry
-from lnk_controller.confiner import load_policy
 from lnk_controller.db import open_database
 from lnk_controller.launch_request import parse_launch_request
 from lnk_controller.sandbox_store import SandboxStore
-from lnk_controller.spawn import encode_policy
 from lnk_shared.errors import LaunchRefused, UsageError
 
 OWNER = os.getuid()
@@ -55,31 +53,6 @@ def test_a_launch_request_may_name_an_agent() -> None:
 def test_a_bad_agent_in_a_launch_request_is_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="agent"):
         parse_launch_request(request(**changes), 3)
-
-
-def test_the_confiner_policy_round_trips_the_bridge_relay(tmp_path: Path) -> None:
-    policy: dict[str, object] = {
-        "read": ["/usr"],
-        "write": [],
-        "execute": [],
-        "tcp_connect": None,
-        "tcp_bind": None,
-        "scope_abstract_unix": True,
-        "scope_signal": True,
-        "block_unix_sockets": True,
-        "min_abi": 6,
-        "unsafe_pretend_abi": None,
-        "bridge_socket": "/run/lnk-bridge/bridge.sock",
-        "bridge_port": BRIDGE_PORT,
-    }
-    path = tmp_path / "policy"
-    path.write_text(encode_policy(policy))
-    loaded = load_policy(str(path))
-    assert (loaded["bridge_socket"], loaded["bridge_port"]) == ("/run/lnk-bridge/bridge.sock", 3129)
-    assert loaded["block_unix_sockets"] is True  # the relay starts before it; the block stays
-    path.write_text(encode_policy(policy).replace("/run/lnk-bridge/bridge.sock", "relative.sock"))
-    with pytest.raises(LaunchRefused, match="unknown line"):
-        load_policy(str(path))
 
 
 class Setup:

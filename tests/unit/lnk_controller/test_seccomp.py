@@ -1,5 +1,10 @@
 """seccomp attacks: a fresh Python child loads the filter, then tries what it refuses.
 
+The child loads the BPF program the controller compiles (`seccomp.programs()`) the way the
+confiner does: no_new_privs, then seccomp(SECCOMP_SET_MODE_FILTER), nothing else, so a denial
+here is the filter's alone (the confiner's Landlock is tested in test_landlock.py, and both
+together in test_confiner.py).
+
 Each attack runs twice, unconfined and confined, so a denial is the filter's and not the
 kernel's (root may do all of these unconfined). The unconfined run is chosen to be harmless:
 mount targets a missing path, bpf and io_uring get null arguments, clone3 a null struct.
@@ -12,33 +17,39 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import lnk_controller
-import lnk_shared
 from lnk_controller import seccomp
+from lnk_shared.errors import LaunchRefused
 
 pytestmark = pytest.mark.needs_root
 
 PRELUDE = """
 import ctypes, errno, json, mmap, os, signal, socket, subprocess, sys, threading
-from lnk_controller import landlock, seccomp
-from lnk_shared.errors import LaunchRefused
 ARGS = json.loads(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 results = {}
+
+class SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+def load_filter(name="filter"):
+    # as lnk_sandbox.c: no_new_privs, then seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)
+    program = bytes.fromhex(ARGS[name])
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    assert libc.prctl(38, 1, 0, 0, 0) == 0
+    assert libc.syscall(ctypes.c_long(317), ctypes.c_long(1), ctypes.c_long(0),
+                        ctypes.byref(prog)) == 0, ctypes.get_errno()
 
 def attempt(label, fn):
     try:
         value = fn()
     except OSError as exc:
         results[label] = errno.errorcode[exc.errno]
-    except LaunchRefused as exc:
-        results[label] = "LaunchRefused: " + str(exc)
     else:
         results[label] = "OK" if value is None else value
 
@@ -107,7 +118,7 @@ def fork():
     return os.waitpid(pid, 0)[1] >> 8
 
 if ARGS["confined"]:
-    seccomp.apply_filter()
+    load_filter()
 attempt("unshare CLONE_NEWUSER", lambda: in_fork(lambda: call(272, CLONE_NEWUSER)))
 attempt("clone CLONE_NEWUSER", lambda: clone_raw(CLONE_NEWUSER | SIGCHLD))
 attempt("clone CLONE_NEWUSER, high bit", lambda: clone_raw(HIGH_BIT | CLONE_NEWUSER | SIGCHLD))
@@ -161,14 +172,14 @@ EXPECTED = {
 
 
 def run_child(body: str, **args: Any) -> subprocess.CompletedProcess[str]:
-    paths = [str(Path(pkg.__file__ or "").parent.parent) for pkg in (lnk_controller, lnk_shared)]
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths)}
+    deny_list, unix_block = seccomp.programs()
+    args = {"filter": deny_list.hex(), "unix": unix_block.hex(), **args}
     script = PRELUDE + body + "\nprint(json.dumps(results), flush=True)\n"
     return subprocess.run(
-        [sys.executable, "-c", script, json.dumps(args)],
+        [sys.executable, "-I", "-S", "-c", script, json.dumps(args)],
         capture_output=True,
         text=True,
-        env=env,
+        env={"PATH": "/usr/bin:/bin"},
         timeout=60,
         check=False,
     )
@@ -198,14 +209,14 @@ def test_attack_is_refused_by_the_filter_and_normal_calls_still_work(
 
 X32_GETPID = """
 if ARGS["confined"]:
-    seccomp.apply_filter()
+    load_filter()
 attempt("x32 getpid", lambda: sys_call(0x40000000 + 39))
 """
 
 # mov eax, 20 (getpid in the i386 table); int 0x80; ret
 I386_GETPID = """
 if ARGS["confined"]:
-    seccomp.apply_filter()
+    load_filter()
 code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])
 page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
 page.write(code)
@@ -223,40 +234,36 @@ def test_syscall_through_a_foreign_abi_kills_the_process(attack: str) -> None:
     assert run_child(attack, confined=True).returncode == -signal.SIGSYS
 
 
-def test_landlock_then_seccomp_both_hold() -> None:
-    results = results_of(
-        run_child(
-            """
-landlock.apply(landlock.LandlockPolicy(read=("/usr",), write=(), execute=(), tcp_connect=None,
-    tcp_bind=None, scope_abstract_unix=False, scope_signal=False, min_abi=1))
-seccomp.apply_filter()
-attempt("read /etc", lambda: os.listdir("/etc"))
-attempt("unshare", lambda: sys_call(272, 0x10000000))
+UNIX_SOCKETS = """
+def make_socket(*args):
+    socket.socket(*args).close()
+load_filter("unix")
+attempt("socket AF_UNIX", lambda: make_socket(socket.AF_UNIX, socket.SOCK_STREAM))
+attempt("socketpair", lambda: [s.close() for s in socket.socketpair()] and None)
+attempt("socket AF_INET", lambda: make_socket(socket.AF_INET, socket.SOCK_STREAM))
 """
-        )
-    )
-    assert results == {"read /etc": "EACCES", "unshare": "EPERM"}
+
+
+def test_the_unix_socket_block_refuses_unix_sockets_but_not_pairs() -> None:
+    results = results_of(run_child(UNIX_SOCKETS))
+    assert results == {"socket AF_UNIX": "EPERM", "socketpair": "OK", "socket AF_INET": "OK"}
+
+
+def test_the_programs_are_compiled_once_per_process() -> None:
+    assert seccomp.programs() is seccomp.programs()
 
 
 def test_unsupported_architecture_is_refused() -> None:
-    results = results_of(
-        run_child('attempt("apply", lambda: seccomp.apply_filter(pretend_machine="riscv64"))')
-    )
-    assert results["apply"].endswith("seccomp filter: unsupported architecture riscv64")
+    with pytest.raises(LaunchRefused, match="seccomp filter: unsupported architecture riscv64"):
+        seccomp.compile_filter(pretend_machine="riscv64")
 
 
-def test_missing_libseccomp_is_refused() -> None:
-    results = results_of(
-        run_child(
-            """
-seccomp.LIBSECCOMP = "libseccomp-lnk-missing.so.0"
-attempt("apply", seccomp.apply_filter)
-attempt("unshare after", lambda: call(272, 0x10000000))
-"""
-        )
-    )
-    assert "libseccomp is missing" in results["apply"]
-    assert results["unshare after"] == "OK"
+def test_missing_libseccomp_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seccomp, "LIBSECCOMP", "libseccomp-lnk-missing.so.0")
+    with pytest.raises(LaunchRefused, match="libseccomp is missing"):
+        seccomp.compile_filter()
+    with pytest.raises(LaunchRefused, match="libseccomp is missing"):
+        seccomp.compile_unix_block()
 
 
 REQUIRED = [
