@@ -9,8 +9,8 @@ Starts a private box (its own run/state dirs, `lnk box up`), then measures:
 - N concurrent launches: all must succeed; time until all are done;
 - the memory of an idle sandbox's own helpers (every process of its uid but the program).
 - where the time goes: the controller's own phases per launch (judged, started, ran, cleaned,
-  from its log), and inside "ran" the confiner's share (bare bwrap running the confiner's Python
-  start and imports, then /bin/true, vs bare bwrap running /bin/true).
+  from its log), and inside "ran" the confiner's share (bare bwrap running lnk-sandbox with a
+  sandbox's kind of policy, then /bin/true, vs bare bwrap running /bin/true).
 Reports figures only; asserts nothing but success.
 """
 
@@ -62,16 +62,38 @@ BARE = [
 ]
 
 
-# Bare bwrap running what the confiner costs before it execs the target: Python -I -S and the
-# confiner's imports (Landlock and seccomp are applied on top; they take well under 1 ms).
-CONFINER_ONLY = [
-    str(PREFIX / "venv" / "bin" / "python3"),
-    "-I",
-    "-S",
-    "-c",
-    "import os, sys; sys.path.insert(0, sys.argv[1]); import lnk_controller.confiner; "
-    "os.execv('/bin/true', ['true'])",
-]
+# Bare bwrap running the confiner (lnk-sandbox) with a sandbox's kind of policy, which applies
+# Landlock and both seccomp programs, then execs /bin/true: minus bare bwrap, its share.
+POLICY_INSIDE = "/run/lnk-confiner/policy"
+
+
+def confiner_argv(policy_file: Path) -> list[str]:
+    from lnk_controller.spawn import confiner_policy, encode_policy
+
+    policy = confiner_policy(
+        reads=["/usr", "/etc", "/proc"],
+        writes=["/tmp", "/dev"],
+        execute=(os.path.realpath("/bin/true"), os.path.realpath("/lib64/ld-linux-x86-64.so.2")),
+        network_host=False,
+        pretend_abi=None,
+    )
+    policy_file.write_text(encode_policy(policy))
+    binary = Path(site_packages()) / "lnk_controller" / "native" / "lnk-sandbox"
+    return [
+        *BARE[:-2],
+        "--ro-bind",
+        str(PREFIX),
+        str(PREFIX),
+        "--ro-bind",
+        str(policy_file),
+        POLICY_INSIDE,
+        "--",
+        str(binary),
+        "--",
+        "/bin/true",
+    ]
+
+
 # A uid block of its own (as tests/e2e/conftest.py picks one): a starting controller removes
 # the sandbox users of its range it has no record of, so sharing a running box's range would
 # take that box's sandboxes away.
@@ -84,7 +106,7 @@ _PHASE = re.compile(
 
 def site_packages() -> str:
     return subprocess.run(
-        [CONFINER_ONLY[0], "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True,
         text=True,
         check=True,
@@ -190,8 +212,7 @@ def main() -> int:
     try:
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
         lnk_ms, bare_ms, confiner_ms = [], [], []
-        confiner = [*BARE[:-2], "--ro-bind", str(PREFIX), str(PREFIX), "--", *CONFINER_ONLY]
-        confiner.insert(confiner.index("-c") + 2, site_packages())
+        confiner = confiner_argv(Path(env["LNK_STATE_DIR"]) / "bench-policy")
         for _ in range(args.runs):  # interleaved, so all see the same machine
             lnk_ms.append(timed([LNK, "sandbox", "run", "--", "/bin/true"], env))
             bare_ms.append(timed(BARE, env))
