@@ -273,6 +273,14 @@ MALFORMED: dict[str, tuple[Callable[[str], str], str]] = {
         lambda t: t + "bridge_socket\t/run/x.sock\n",
         "bridge_socket and bridge_port go together",
     ),
+    "a relay on port 0": (
+        lambda t: t + "relay_socket\t/run/p.sock\nrelay_port\t0\n",
+        "relay port 0 is not 1-65535",
+    ),
+    "a bridge above 65535": (
+        lambda t: t + "bridge_socket\t/run/b.sock\nbridge_port\t65536\n",
+        "relay port 65536 is not 1-65535",
+    ),
     "a NUL byte": (lambda t: t + "read\t/usr\0/bin\n", "holds a NUL byte"),
     "over 1 MiB": (lambda t: t + ("read\t/usr\n" * 110_000), "the policy is too large"),
 }

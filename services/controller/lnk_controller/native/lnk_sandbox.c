@@ -284,6 +284,13 @@ static void check_policy(void) {
         refuse("confiner policy: relay_socket and relay_port go together");
     if ((policy.bridge_socket == NULL) != (policy.bridge_port == -1))
         refuse("confiner policy: bridge_socket and bridge_port go together");
+    long relays[] = {policy.relay_port, policy.bridge_port};
+    for (size_t i = 0; i < sizeof(relays) / sizeof(relays[0]); i++)
+        if (relays[i] == 0 || relays[i] > 65535)
+            refuse("confiner policy: relay port %ld is not 1-65535", relays[i]);
+    for (size_t i = 0; i < policy.relay_localhost.count; i++)
+        if (policy.relay_localhost.items[i] == 0)
+            refuse("confiner policy: relay_localhost port 0 is not 1-65535");
 }
 
 static void load_policy(const char *path) {
