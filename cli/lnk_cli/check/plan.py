@@ -243,7 +243,7 @@ def _writes(c: _Context) -> None:
 
 
 def _confiner(c: _Context, confiner_dir: str) -> None:
-    file = os.path.join(confiner_dir, "native", "lnk-sandbox")
+    file = os.path.join(confiner_dir, "lnk-sandbox")
     c.add(
         Probe(
             "confiner",

@@ -80,7 +80,7 @@ def _confiner_dir() -> str | None:
     found = importlib.util.find_spec("lnk_controller")
     if found is None or not found.origin:
         return None
-    return os.path.dirname(os.path.realpath(found.origin))
+    return os.path.join(os.path.dirname(os.path.realpath(found.origin)), "native")
 
 
 def _wire_allowed(sandbox_id: str) -> frozenset[str]:
@@ -129,9 +129,7 @@ def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) ->
                     if mtimes[e.path] == MARKER_TIME * 1_000_000_000:  # put the time back
                         os.utime(e.path, ns=e.value, follow_symlinks=False)
             elif e.kind == "confiner":
-                confiner[e.path] = folder_state(
-                    e.path, os.path.join(e.path, "native", "lnk-sandbox")
-                )
+                confiner[e.path] = folder_state(e.path, os.path.join(e.path, "lnk-sandbox"))
     if bait.server is None:
         raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()
