@@ -27,7 +27,7 @@ NATIVE = Path(__file__).resolve().parents[3] / "services/controller/lnk_controll
 TIMEOUT_S = 10.0
 PAYLOAD = 3 << 20  # random bytes each way: several pipe-fulls, so the pipe grows
 IDLE_CONNECTIONS = 200
-IDLE_KIB_PER_CONNECTION = 64  # loose: a few touched stack pages per thread measure ~10-20
+IDLE_KIB_PER_CONNECTION = 64  # loose: its thread's few touched stack pages measure ~5
 STARTED = "relay started"
 
 # relay_start as the confiner calls it: `harness SOCKET PORT:LOCALHOST...` listens on each
@@ -437,7 +437,7 @@ def test_idle_connections_cost_little_memory(relay_binary: Path, tmp_path: Path)
             before = rss_kib(pid)
             clients += [connect(port) for _ in range(IDLE_CONNECTIONS)]
             wait_accepted(server, IDLE_CONNECTIONS + 1)
-            time.sleep(0.2)  # every connection's threads reach their blocking splice
+            time.sleep(0.2)  # every connection's thread reaches its poll
             after = rss_kib(pid)
         finally:
             release.set()
