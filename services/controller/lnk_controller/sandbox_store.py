@@ -137,12 +137,17 @@ class SandboxStore:
 
     def add_mount(self, sandbox_id: str, target: str) -> None:
         """Record a staged mount (or placeholder) before making it, so a crash can undo it."""
+        self.add_mounts(sandbox_id, [target])
+
+    def add_mounts(self, sandbox_id: str, targets: list[str]) -> None:
+        """Record several, in one transaction, before making any (clean-up passes over a
+        recorded target that was never made)."""
         with database_errors(self._path, "write"), begin_write(self._engine) as conn:
             raw = conn.execute(
                 select(SandboxRow.mounts_json).where(SandboxRow.id == sandbox_id)
             ).scalar_one()
             mounts = json.loads(raw)
-            mounts.append(target)
+            mounts += targets
             conn.execute(
                 update(SandboxRow)
                 .where(SandboxRow.id == sandbox_id)

@@ -303,12 +303,14 @@ def stage_sandbox(
     finally:
         os.close(userns_fd)
     read_only = _inside_binds(binds, read_only_inside, frozenset(placeholders))
-    made: dict[str, str] = {}
-    for name in ("tmp", "shm", "home"):
-        target = staging / name
-        store.add_mount(sandbox_id, str(target))
+    made = {name: str(staging / name) for name in ("tmp", "shm", "home")}
+    store.add_mounts(sandbox_id, list(made.values()))
+    for made_at in made.values():
         idmap_mounts.stage_tmpfs(
-            target, uid=user.uid, gid=user.gid, size_bytes=tmp_size, noexec=not exec_anywhere
+            Path(made_at),
+            uid=user.uid,
+            gid=user.gid,
+            size_bytes=tmp_size,
+            noexec=not exec_anywhere,
         )
-        made[name] = str(target)
     return Staged(tuple(binds), tuple(read_only), made["tmp"], made["shm"], made["home"])

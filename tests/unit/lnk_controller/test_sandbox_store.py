@@ -217,6 +217,16 @@ def test_add_mount_appends_in_order_to_its_own_sandbox(store: SandboxStore) -> N
     assert json.loads(untouched.mounts_json) == []
 
 
+def test_add_mounts_records_several_at_once_after_the_earlier_ones(store: SandboxStore) -> None:
+    row = create(store, lowest_free([]))
+    store.add_mount(row.id, f"/run/lnk/sandboxes/{row.id}/g0")
+    trio = [f"/run/lnk/sandboxes/{row.id}/{name}" for name in ("tmp", "shm", "home")]
+    store.add_mounts(row.id, trio)
+    got = store.get(row.id)
+    assert got is not None
+    assert json.loads(got.mounts_json) == [f"/run/lnk/sandboxes/{row.id}/g0", *trio]
+
+
 def test_find_by_owner(store: SandboxStore) -> None:
     mine = create(store, lowest_free([]), owner_uid=1000)
     create(store, lowest_free([]), owner_uid=1001)
