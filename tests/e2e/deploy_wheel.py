@@ -82,6 +82,7 @@ def build_wheel(out_dir: Path, work_dir: Path, *, upgrade: bool = False) -> Path
             )
         )
     (source / "pyproject.toml").write_text(pyproject)
+    shutil.copy2(CHECKOUT / "setup.py", source / "setup.py")  # compiles the confiner, lnk-sandbox
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
     result = subprocess.run(
