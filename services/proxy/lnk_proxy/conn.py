@@ -1,14 +1,19 @@
-"""Moving bytes for the proxy: one non-blocking socket with a small read buffer (`Conn`), a
-shared pool of large buffers, tunnels, and dialing the one address the policy vetted.
+"""Moving bytes for the proxy: one non-blocking socket with a small read buffer (`Conn`),
+tunnels spliced through pooled pipes, a shared pool of large buffers for plain http bodies,
+and dialing the one address the policy vetted.
 
-Why this shape (measured here: 2 cores, 1 GiB from a sendfile server in a netns through a
-CONNECT tunnel, direct ≈ 1400-1500 MiB/s): asyncio with 1 MiB `recv_into` reads ≈ 1250 MiB/s
-(≈ 90% of direct), with 256 KiB reads ≈ 1050 (≈ 70%); on loopback, non-blocking `splice`
-from asyncio ≈ 45% of direct, and blocking `splice` in two threads per tunnel matched 256 KiB
-reads but cost two threads and 43 KiB per tunnel. So: asyncio, `recv_into` a pooled 1 MiB
-buffer that a direction holds only while its bytes are in flight (64 KiB ones once 32 large
-ones are out: see `BufferPool`); an idle tunnel holds no buffer (≈ 10 KiB per open tunnel in
-all, measured over 1000 idle tunnels).
+Why this shape (2 cores, 1 GiB from a sendfile server in a netns through a CONNECT tunnel, the
+client and the source busy on the same cores): a tunnel moves its bytes socket → pipe → socket
+with `splice` from the event loop, so they never enter Python; a direction holds a pipe (grown
+to 1 MiB) only while bytes are in flight and gives it back when its source runs dry, so an idle
+tunnel holds none. Measured back to back on a loaded machine (load ~2.5), 3-4 rounds each: `asyncio`
+with 1 MiB `recv_into` reached 33-66% of direct, splice 62-69% (bench/proxy.py has the figures
+on a quiet one): the copies through
+Python were what the client and the source had to share the cores with. Plain http bodies are
+parsed and framed here, so they still go through `recv_into` a pooled 1 MiB buffer that a
+direction holds only while its bytes are in flight (64 KiB ones once 32 large ones are out:
+see `BufferPool`); an idle connection holds no buffer (≈ 10 KiB per open tunnel in all,
+measured over 500 idle tunnels).
 
 Timeouts: `Conn.timeout` bounds each wait for the socket to become readable or writable (an
 idle bound, not a total); None waits forever (open tunnels). Reading a head is bounded in
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import socket
 import stat
@@ -48,6 +55,7 @@ SMALL_BUFFER_SIZE = 64 * 1024  # past that, each direction reads this much at a 
 LISTENER_DIR_MODE = 0o700  # a folder made for listeners: a sandbox reaches its own by a bind
 BACKLOG = 128  # connections waiting for accept: a burst of clients in one sandbox
 READ_CHUNK = 64 * 1024  # one read while parsing heads and chunk lines: a head's budget and more
+_SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 
 
 class BufferPool:
@@ -239,6 +247,43 @@ class Conn:
             await self._wait(writable=False)
         return moved
 
+    async def splice_to(self, dst: Conn) -> None:
+        """Move every byte up to end of stream to `dst`, socket to pipe to socket in the kernel
+        (`splice`): the bytes never enter this process. A pipe is held only while bytes are in
+        flight. `_CannotSplice` when a socket cannot splice, before any byte moved."""
+        if self.buffer:
+            await dst.send(self.buffer)
+            self.buffer.clear()
+        moved = False
+        while True:
+            pipe = PIPES.take()
+            held = 0  # bytes in the pipe
+            try:
+                while True:
+                    if held == 0:
+                        try:
+                            held = os.splice(self._fd, pipe[1], PIPES.size, flags=_SPLICE_FLAGS)
+                        except (BlockingIOError, InterruptedError):
+                            break  # dry: give the pipe back while we wait
+                        if held == 0:
+                            return  # end of stream
+                        self.received += held
+                    try:
+                        sent = os.splice(pipe[0], dst._fd, held, flags=_SPLICE_FLAGS)
+                    except (BlockingIOError, InterruptedError):
+                        await dst._wait(writable=True)
+                        continue
+                    held -= sent
+                    dst.sent += sent
+                    moved = True
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and not moved and held == 0:
+                    raise _CannotSplice from exc
+                raise
+            finally:
+                PIPES.give(pipe, empty=held == 0)
+            await self._wait(writable=False)
+
     def shutdown_write(self) -> None:
         with contextlib.suppress(OSError):  # already reset: the other direction sees it
             self.sock.shutdown(socket.SHUT_WR)
@@ -266,12 +311,50 @@ async def dial(address: IPAddress, port: int, timeout_s: float) -> socket.socket
     return sock
 
 
+class _CannotSplice(Exception):
+    """A socket type without splice support (none the proxy makes): copy through a buffer."""
+
+
+class PipePool:
+    """Pipes for `Conn.splice_to`, lent while a direction has bytes in flight and given back
+    empty when its source runs dry, so an idle tunnel holds none; at most `keep` are kept."""
+
+    def __init__(self, size: int = BUFFER_SIZE, keep: int = POOL_KEEP) -> None:
+        self.size = size
+        self.keep = keep
+        self.lent = 0
+        self._free: list[tuple[int, int]] = []
+
+    def take(self) -> tuple[int, int]:
+        self.lent += 1
+        if self._free:
+            return self._free.pop()
+        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        with contextlib.suppress(OSError):  # past the user's pipe budget: the default size
+            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, self.size)
+        return r, w
+
+    def give(self, pipe: tuple[int, int], *, empty: bool) -> None:
+        self.lent -= 1
+        if empty and len(self._free) < self.keep:
+            self._free.append(pipe)
+        else:  # bytes left in it belong to a broken direction: drop them with the pipe
+            os.close(pipe[0])
+            os.close(pipe[1])
+
+
+PIPES = PipePool()
+
+
 async def tunnel(client: Conn, upstream: Conn) -> None:
     """Move bytes both ways until both directions end; a half-close is passed on. An error on
     either side (a reset) ends both. Cancelling this ends both too."""
 
     async def one_way(src: Conn, dst: Conn) -> None:
-        await src.copy_to(dst)
+        try:
+            await src.splice_to(dst)
+        except _CannotSplice:
+            await src.copy_to(dst)  # a socket that cannot splice: through a buffer
         dst.shutdown_write()
 
     tasks = [

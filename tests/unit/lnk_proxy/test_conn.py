@@ -4,6 +4,7 @@ sockets bound with their mode set and never over something that is not a socket.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import stat
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lnk_proxy import conn
 from lnk_proxy.conn import BufferPool, Conn, bind_listener, tunnel
 
 
@@ -56,6 +58,70 @@ def test_a_tunnel_moves_bytes_both_ways_and_passes_half_closes() -> None:
 def test_a_one_way_tunnel_ends_when_both_sides_close() -> None:
     got_client, got_origin = asyncio.run(_tunnel_both_ways(0, 10))
     assert (got_client, got_origin) == (b"d" * 10, b"")
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        near = socket.create_connection(server.getsockname())
+        far, _ = server.accept()
+    return near, far
+
+
+def test_a_tunnel_between_unix_and_tcp_splices_every_byte_intact() -> None:
+    """The proxy's own shape: a sandbox's unix socket on one side, TCP on the other; the bytes
+    go through a pipe in the kernel, and must arrive unchanged and in order."""
+    payload = os.urandom(5_000_000)
+
+    async def run() -> bytes:
+        client_far, client_near = socket.socketpair()
+        origin_near, origin_far = _tcp_pair()
+        task = asyncio.create_task(tunnel(Conn(client_near), Conn(origin_near)))
+
+        def send() -> None:
+            origin_far.sendall(payload)
+            origin_far.shutdown(socket.SHUT_WR)
+
+        def receive() -> bytes:
+            data = bytearray()
+            while chunk := client_far.recv(1 << 20):
+                data += chunk
+            return bytes(data)
+
+        client_far.settimeout(10)
+        _, got = await asyncio.gather(asyncio.to_thread(send), asyncio.to_thread(receive))
+        client_far.shutdown(socket.SHUT_WR)
+        await asyncio.wait_for(task, 10)
+        for sock in (client_far, client_near, origin_near, origin_far):
+            sock.close()
+        return got
+
+    got = asyncio.run(run())
+    assert len(got) == len(payload)
+    assert got == payload
+
+
+def test_an_idle_tunnel_holds_no_pipe() -> None:
+    async def run() -> tuple[int, int]:
+        client_far, client_near = socket.socketpair()
+        origin_near, origin_far = _tcp_pair()
+        task = asyncio.create_task(tunnel(Conn(client_near), Conn(origin_near)))
+        origin_far.sendall(b"x" * 300_000)
+        client_far.settimeout(10)
+        got = 0
+        while got < 300_000:
+            got += len(await asyncio.to_thread(client_far.recv, 1 << 20))
+        await asyncio.sleep(0.05)  # both directions now wait on a dry socket
+        idle_lent = conn.PIPES.lent
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for sock in (client_far, client_near, origin_near, origin_far):
+            sock.close()
+        return idle_lent, conn.PIPES.lent
+
+    idle_lent, after = asyncio.run(run())
+    assert idle_lent == 0
+    assert after == 0
 
 
 def test_cancelling_a_tunnel_ends_both_directions() -> None:
