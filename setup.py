@@ -1,8 +1,10 @@
-"""Build hook: compile the confiner, lnk-sandbox, into the package; all else is pyproject.toml.
+"""Build hook: compile the confiner, lnk-sandbox, and the launcher, lnk-spawn, into the package;
+all else is pyproject.toml.
 
 `pip install .` (scripts/install) and `pip wheel` (the Ansible deploy, the compose image) both
-run build_py, so every installed copy has the binary at lnk_controller/native/lnk-sandbox. The
-wheel holds a binary for one platform, so it is tagged for it (py3-none-<platform>).
+run build_py, so every installed copy has the binaries at lnk_controller/native/lnk-sandbox and
+lnk_controller/native/lnk-spawn (mode 0755). The wheel holds binaries for one platform, so it is
+tagged for it (py3-none-<platform>).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ def _native_build() -> ModuleType:
     return module
 
 
-class BuildPyWithConfiner(build_py):
+class BuildPyWithNative(build_py):
     def run(self) -> None:
         super().run()
-        _native_build().build(Path(self.build_lib) / "lnk_controller" / "native" / "lnk-sandbox")
+        _native_build().build_all(Path(self.build_lib) / "lnk_controller" / "native")
 
 
 class BinaryDistribution(Distribution):
@@ -49,5 +51,5 @@ class PlatformWheel(bdist_wheel):
 
 setup(
     distclass=BinaryDistribution,
-    cmdclass={"build_py": BuildPyWithConfiner, "bdist_wheel": PlatformWheel},
+    cmdclass={"build_py": BuildPyWithNative, "bdist_wheel": PlatformWheel},
 )

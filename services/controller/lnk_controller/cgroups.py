@@ -6,10 +6,12 @@ between the two, and that process can SIGCONT the rest (a test does exactly that
 a kill loop costs rounds. A frozen or killed cgroup has no such window: the kernel acts on the
 group, children included, as one.
 
-The group is made before the sandbox's first process, and the chain's first process inside the
-new pid namespace (root, before anything of the sandbox runs) writes itself into `cgroup.procs`:
-every process of the sandbox is born in the group. None can leave it: the sandbox sees no cgroup
-file system (bwrap mounts none in) and its uid owns no cgroup file.
+The group is made before the sandbox's first process, and the launcher (native/lnk_spawn.c)
+starts that process in it with clone3(CLONE_INTO_CGROUP): it is born in the group, so every
+process of the sandbox is, and none is ever moved (a write to `cgroup.procs` would migrate a
+running process, which waits for an RCU grace period under the kernel's cgroup lock). None can
+leave it: the sandbox sees no cgroup file system (bwrap mounts none in) and its uid owns no
+cgroup file.
 
 Trusts: the kernel's cgroup v2 (`cgroup.kill` needs Linux 5.14). Does NOT limit resources
 (memory, pids): on hosts where those controllers are bound to cgroup v1 the group has none;

@@ -40,6 +40,10 @@ class ControllerConfig(BaseModel):
         default_factory=lambda: Path(__file__).resolve().parent / "native" / "lnk-sandbox",
         strict=False,
     )
+    spawner: Path = Field(  # lnk-spawn, the launcher the controller runs as root (native/build.py)
+        default_factory=lambda: Path(__file__).resolve().parent / "native" / "lnk-spawn",
+        strict=False,
+    )
     uid_first: int = Field(default=2_000_000_000, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     uid_last: int = Field(default=2_000_099_999, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     lease_seconds: int = Field(default=12 * 3600, ge=1, le=30 * DAY)
@@ -53,7 +57,16 @@ class ControllerConfig(BaseModel):
             raise ValueError("uid_last must not be below uid_first")
         if self.lease_seconds > self.max_lease_seconds:
             raise ValueError("lease_seconds must not exceed max_lease_seconds")
-        for name in ("config_dir", "state_dir", "run_dir", "prefix", "python", "bwrap", "confiner"):
+        for name in (
+            "config_dir",
+            "state_dir",
+            "run_dir",
+            "prefix",
+            "python",
+            "bwrap",
+            "confiner",
+            "spawner",
+        ):
             if not getattr(self, name).is_absolute():
                 raise ValueError(f"{name} must be an absolute path")
         if self.unsafe_pretend_landlock_abi is not None:

@@ -262,6 +262,12 @@ class Launcher:
                 f"{cfg.confiner} (the confiner, lnk-sandbox) is missing or not executable: "
                 "reinstall lnk",
             )
+        if not os.access(cfg.spawner, os.X_OK) or not cfg.spawner.is_file():
+            raise LaunchRefused(
+                "the launcher",
+                f"{cfg.spawner} (the launcher, lnk-spawn) is missing or not executable: "
+                "reinstall lnk",
+            )
         if not cfg.confiner.resolve().is_relative_to(cfg.prefix.resolve()):
             raise LaunchRefused(
                 "the confiner",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import uvicorn
 
-from lnk_controller import idmap_mounts, landlock
+from lnk_controller import idmap_mounts, landlock, seccomp
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
@@ -76,6 +76,10 @@ def _check_kernel(cfg: ControllerConfig) -> None:
         log.error("%s: every launch will be refused", exc)
     if not cfg.bwrap.exists():
         log.error("%s is missing: every launch will be refused", cfg.bwrap)
+    try:  # compiled once per process: here, so the first launch does not pay for it
+        seccomp.programs()
+    except LaunchRefused as exc:
+        log.error("%s: every launch will be refused", exc)
     try:
         idmap_mounts.check_support("/")
     except (LaunchRefused, StateError) as exc:

@@ -1,7 +1,14 @@
 """Starting the sandbox's process: the confiner's policy, the bwrap layout, and the chain
-`setpriv --pdeathsig` → `unshare --pid` → a root shell that joins the sandbox's cgroup and sets
-memfd_noexec → `[setsid --ctty]` → `setpriv` (drop to the sandbox user, no new privileges) →
-`bwrap … lnk-sandbox …` (the confiner, native/lnk_sandbox.c).
+`lnk-spawn` (the launcher, native/lnk_spawn.c) → `bwrap … lnk-sandbox …` (the confiner,
+native/lnk_sandbox.c).
+
+lnk-spawn, run as root, dies with the controller's launching thread and starts bwrap's parent as
+pid 1 of a new pid namespace, born in the sandbox's cgroup (clone3 with CLONE_INTO_CGROUP: no
+migration, see cgroups.py); that process sets vm.memfd_noexec=2 for the namespace (no memfd can
+be executed: closes `memfd_create` + `fexecve` around Landlock), takes the terminal when there is
+one, drops to the sandbox user (no groups, no new privileges) and execs bwrap. Each link dies
+with the one before it (PR_SET_PDEATHSIG, bwrap --die-with-parent), so a controller killed with
+SIGKILL takes its sandboxes with it, and reconcile removes what remains.
 
 The controller never forks a Python child of its own (it is multi-threaded): the chain is plain
 programs started by subprocess, which forks and execs in C. Data the sandbox needs (its
@@ -39,32 +46,6 @@ __all__ = ["MIN_LANDLOCK_ABI", "Running", "confiner_policy", "spawn_sandbox"]
 
 MIN_LANDLOCK_ABI = 6  # abstract-unix and signal scoping: without them a sandbox reaches out
 MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
-SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the user, clears groups, sets no_new_privs
-SETSID = "/usr/bin/setsid"  # util-linux: a new session whose controlling terminal is the pty
-UNSHARE = "/usr/bin/unshare"  # util-linux: the pid namespace whose memfd_noexec we tighten
-# Run as root, as pid 1 of a fresh pid namespace, before dropping to the sandbox user, with the
-# sandbox's cgroup as $1. First it joins that cgroup ("0" is the writing process), so every
-# process of the sandbox is born in it. Then vm.memfd_noexec=2 (inherited by bwrap's namespace,
-# which can only make it stricter) means no memfd can ever be executed, closing
-# `memfd_create` + `fexecve` around Landlock.
-SANDBOX_INIT = (
-    'echo 0 > "$1/cgroup.procs" && echo 2 > /proc/sys/vm/memfd_noexec && shift && exec "$@"'
-)
-INIT_ARGV = [
-    UNSHARE,
-    "--pid",
-    "--fork",
-    "--kill-child",
-    "--",
-    "/bin/sh",
-    "-c",
-    SANDBOX_INIT,
-    "lnk-sandbox-init",
-]
-# The chain's first process dies with the controller's launching thread; each later link dies
-# with the one before it (unshare --kill-child, bwrap --die-with-parent), so a controller
-# killed with SIGKILL takes its sandboxes with it, and reconcile removes what remains.
-PDEATHSIG = [SETPRIV, "--pdeathsig=KILL", "--"]
 _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
 
 
@@ -214,23 +195,24 @@ def spawn_sandbox(
             status_fd=status_w,
             **layout_args,
         )
-        chain = [
-            SETPRIV,
-            f"--reuid={user.uid}",
-            f"--regid={user.gid}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--",
-            *bwrap_argv(layout, bwrap=str(cfg.bwrap)),
-        ]
+        cgroup = cgroups.create(row.id)
         streams = list(stdio)
         if terminal is not None:
             master, secondary = os.openpty()
             _set_winsize(master, terminal)
             streams = [secondary, secondary, secondary]
-            chain = [SETSID, "--ctty", "--", *chain]
-        cgroup = cgroups.create(row.id)
-        chain = [*PDEATHSIG, *INIT_ARGV, str(cgroup), *chain]
+        chain = [
+            str(cfg.spawner),
+            "--cgroup",
+            str(cgroup),
+            "--uid",
+            str(user.uid),
+            "--gid",
+            str(user.gid),
+            *(["--ctty"] if terminal is not None else []),
+            "--",
+            *bwrap_argv(layout, bwrap=str(cfg.bwrap)),
+        ]
         try:
             process = subprocess.Popen(
                 chain,

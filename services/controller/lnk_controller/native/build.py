@@ -1,17 +1,30 @@
-"""Compile the confiner, `lnk-sandbox`, from the C sources beside this file.
+"""Compile the box's two programs from the C sources beside this file: the confiner,
+`lnk-sandbox` (lnk_sandbox.c and the relay, every .c but the launcher's), and the launcher,
+`lnk-spawn` (lnk_spawn.c, which the controller runs as root to start bwrap).
 
-Used by setup.py (which loads this file by path, before the package is importable) and by the
-unit tests. Static: nothing needs the ELF loader or the box's libc inside the sandbox to start
-it, and the hardening flags are fixed here, in one place.
+Used by setup.py (which loads this file by path, before the package is importable), by the
+unit tests and by hand (`python build.py DIR` writes both into DIR). Static: nothing needs the
+ELF loader or the box's libc inside the sandbox to start them, and the hardening flags are fixed
+here, in one place.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-__all__ = ["CFLAGS", "SOURCES_DIR", "BuildError", "build"]
+__all__ = [
+    "CFLAGS",
+    "CONFINER",
+    "PROGRAMS",
+    "SOURCES_DIR",
+    "SPAWNER",
+    "BuildError",
+    "build",
+    "build_all",
+]
 
 SOURCES_DIR = Path(__file__).resolve().parent
 CFLAGS = (
@@ -27,18 +40,31 @@ CFLAGS = (
 )
 
 
+CONFINER = "lnk-sandbox"
+SPAWNER = "lnk-spawn"
+_SPAWNER_SOURCE = "lnk_spawn.c"
+PROGRAMS = (CONFINER, SPAWNER)
+
+
 class BuildError(RuntimeError):
-    """The confiner could not be compiled (no compiler, or the compiler refused the sources)."""
+    """A program could not be compiled (no compiler, or the compiler refused the sources)."""
 
 
-def build(out_path: str | Path, *, cc: str = "cc") -> Path:
-    """Compile every native/*.c into `out_path` (mode 0755); raise BuildError naming the fix."""
+def _sources(program: str) -> list[str]:
+    spawner = SOURCES_DIR / _SPAWNER_SOURCE
+    if program == SPAWNER:
+        return [str(spawner)]
+    if program == CONFINER:
+        return sorted(str(p) for p in SOURCES_DIR.glob("*.c") if p != spawner)
+    raise ValueError(f"no such program: {program} (one of {', '.join(PROGRAMS)})")
+
+
+def build(out_path: str | Path, *, program: str = CONFINER, cc: str = "cc") -> Path:
+    """Compile `program` into `out_path` (mode 0755); raise BuildError naming the fix."""
+    sources = _sources(program)
     compiler = shutil.which(cc)
     if compiler is None:
-        raise BuildError(
-            f"no C compiler ({cc}) to build the confiner lnk-sandbox: install gcc and libc6-dev"
-        )
-    sources = sorted(str(p) for p in SOURCES_DIR.glob("*.c"))
+        raise BuildError(f"no C compiler ({cc}) to build {program}: install gcc and libc6-dev")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
@@ -48,6 +74,18 @@ def build(out_path: str | Path, *, cc: str = "cc") -> Path:
         check=False,
     )
     if result.returncode != 0:
-        raise BuildError(f"building lnk-sandbox failed:\n{result.stderr}")
+        raise BuildError(f"building {program} failed:\n{result.stderr}")
     out.chmod(0o755)
     return out
+
+
+def build_all(folder: str | Path, *, cc: str = "cc") -> list[Path]:
+    """Both programs into `folder`, each under its own name."""
+    return [build(Path(folder) / program, program=program, cc=cc) for program in PROGRAMS]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} FOLDER  (writes {' and '.join(PROGRAMS)} into it)")
+    for path in build_all(sys.argv[1]):
+        print(path)

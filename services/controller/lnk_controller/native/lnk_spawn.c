@@ -1,0 +1,206 @@
+/* lnk-spawn, the launcher: the controller's one program between itself and bwrap.
+ *
+ * Runs as root. It dies with the controller's launching thread (PR_SET_PDEATHSIG), then starts
+ * one child with clone3(CLONE_NEWPID | CLONE_INTO_CGROUP): pid 1 of a fresh pid namespace, born
+ * in the sandbox's cgroup (no migration into it afterwards: a write to cgroup.procs takes the
+ * kernel's cgroup_threadgroup_rwsem for writing, an RCU grace period). The child sets
+ * vm.memfd_noexec=2 for its pid namespace (no memfd can be executed: this closes memfd_create +
+ * fexecve around Landlock; bwrap's nested namespace can only make it stricter), takes the
+ * terminal with --ctty, drops to the sandbox user (no groups), dies with lnk-spawn from then on,
+ * sets no_new_privs and execs PROGRAM (bwrap) with the environment it was given. lnk-spawn waits
+ * and exits as the child did: its code, or death by the same signal (no core).
+ *
+ * Inherited descriptors are left as they are: the controller passes bwrap's data memfds and
+ * status pipe by number. Any failure before the exec prints `lnk-spawn: WHAT: ERROR` and exits
+ * 126: nothing of the sandbox ran.
+ *
+ * Usage: lnk-spawn --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM [ARGS...]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define EXIT_REFUSED 126 /* the shell's "cannot execute": nothing of the sandbox ran */
+#define MEMFD_NOEXEC "/proc/sys/vm/memfd_noexec"
+#define USAGE "usage: lnk-spawn --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM [ARGS...]"
+
+/* Print `lnk-spawn: WHAT: strerror(errno)` and exit 126. _exit: the child shares no stdio
+   buffer to flush (stderr is unbuffered), and no atexit handler of the parent may run twice. */
+__attribute__((noreturn)) static void fail(const char *what) {
+    fprintf(stderr, "lnk-spawn: %s: %s\n", what, strerror(errno));
+    _exit(EXIT_REFUSED);
+}
+
+__attribute__((noreturn)) static void usage(const char *why) {
+    fprintf(stderr, "lnk-spawn: %s\n%s\n", why, USAGE);
+    _exit(EXIT_REFUSED);
+}
+
+/* A uid or gid: decimal digits only, not 0 (the sandbox never runs as root), not -1. */
+static unsigned parse_id(const char *option, const char *text) {
+    size_t length = strlen(text);
+    unsigned long value = 0;
+    if (length > 0 && length <= 10 && strspn(text, "0123456789") == length)
+        value = strtoul(text, NULL, 10);
+    if (value == 0 || value >= 0xffffffffUL) {
+        fprintf(stderr, "lnk-spawn: %s must be a number from 1 to 4294967294, not '%s'\n%s\n",
+                option, text, USAGE);
+        _exit(EXIT_REFUSED);
+    }
+    return (unsigned)value;
+}
+
+/* vm.memfd_noexec=2 for the calling process's pid namespace (Linux 6.3): no memfd executes. */
+static void forbid_memfd_exec(void) {
+    int fd = open(MEMFD_NOEXEC, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        fail("cannot open " MEMFD_NOEXEC);
+    if (write(fd, "2", 1) != 1)
+        fail("cannot write " MEMFD_NOEXEC);
+    if (close(fd) != 0)
+        fail("cannot close " MEMFD_NOEXEC);
+}
+
+/* The child: pid 1 of the new pid namespace, in the sandbox's cgroup since its birth.
+   `alive` is the read end of a pipe whose write end only lnk-spawn holds: it hangs up when
+   lnk-spawn is gone (getppid() cannot tell: the parent is outside this pid namespace). */
+__attribute__((noreturn)) static void child(const sigset_t *mask, int alive, unsigned uid,
+                                            unsigned gid, int ctty, char **argv) {
+    if (sigprocmask(SIG_SETMASK, mask, NULL) != 0)
+        fail("cannot restore the signal mask");
+    forbid_memfd_exec();
+    if (ctty && setsid() < 0)
+        fail("cannot start a session");
+    if (ctty && ioctl(0, TIOCSCTTY, 0) != 0)
+        fail("cannot take the terminal on stdin");
+    if (setgroups(0, NULL) != 0)
+        fail("cannot clear the groups");
+    if (setresgid(gid, gid, gid) != 0)
+        fail("cannot set the gid");
+    if (setresuid(uid, uid, uid) != 0)
+        fail("cannot set the uid");
+    uid_t ruid, euid, suid;
+    gid_t rgid, egid, sgid;
+    if (getresuid(&ruid, &euid, &suid) != 0 || getresgid(&rgid, &egid, &sgid) != 0)
+        fail("cannot read the ids back");
+    if (ruid != uid || euid != uid || suid != uid || rgid != gid || egid != gid || sgid != gid ||
+        getgroups(0, NULL) != 0) {
+        errno = EPERM;
+        fail("the ids did not change");
+    }
+    /* After the drop: a change of credentials clears the parent-death signal. Then the race:
+       if lnk-spawn died before the prctl, no signal comes, but the pipe has hung up. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+        fail("cannot set the parent-death signal");
+    struct pollfd hangup = {.fd = alive, .events = 0, .revents = 0};
+    if (poll(&hangup, 1, 0) < 0)
+        fail("cannot check that lnk-spawn is alive");
+    if (hangup.revents != 0) {
+        errno = ESRCH;
+        fail("lnk-spawn is gone");
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        fail("cannot set no_new_privs");
+    execv(argv[0], argv);
+    fprintf(stderr, "lnk-spawn: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(EXIT_REFUSED);
+}
+
+/* Exit as the child did; a child killed by signal N kills lnk-spawn with N, so the controller
+   sees -N as before. No core: the dump would be lnk-spawn's, not the sandbox's. */
+__attribute__((noreturn)) static void exit_like(int status) {
+    if (WIFEXITED(status))
+        exit(WEXITSTATUS(status));
+    int sig = WTERMSIG(status);
+    struct rlimit no_core = {0, 0};
+    sigset_t only;
+    if (setrlimit(RLIMIT_CORE, &no_core) != 0)
+        fail("cannot turn core dumps off");
+    if (sig != SIGKILL && signal(sig, SIG_DFL) == SIG_ERR) /* SIGKILL's cannot be set */
+        fail("cannot reset the child's signal");
+    if (sigemptyset(&only) != 0 || sigaddset(&only, sig) != 0 ||
+        sigprocmask(SIG_UNBLOCK, &only, NULL) != 0)
+        fail("cannot unblock the child's signal");
+    raise(sig);
+    exit(128 + sig); /* a signal whose default is not to die: the shell's code for it */
+}
+
+int main(int argc, char **argv) {
+    /* The classic race: the parent may die before the prctl; then getppid() has changed. A death
+       before this line (between the controller's fork and this exec) leaves an orphan in the
+       sandbox's cgroup, which the controller's reconcile kills when it starts again. */
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+        fail("cannot set the parent-death signal");
+    if (getppid() != parent) {
+        errno = ESRCH;
+        fail("the controller that started lnk-spawn is gone");
+    }
+
+    const char *cgroup = NULL, *uid_text = NULL, *gid_text = NULL;
+    int ctty = 0, i = 1;
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--ctty") == 0)
+            ctty = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--cgroup") == 0)
+            cgroup = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--uid") == 0)
+            uid_text = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--gid") == 0)
+            gid_text = argv[++i];
+        else
+            usage("unknown or incomplete option");
+    }
+    if (cgroup == NULL || uid_text == NULL || gid_text == NULL)
+        usage("--cgroup, --uid and --gid are required");
+    if (i + 1 >= argc)
+        usage("no program after --");
+    unsigned uid = parse_id("--uid", uid_text), gid = parse_id("--gid", gid_text);
+
+    /* Blocked, as unshare --fork does: Ctrl-C or SIGTERM goes to the sandbox's program, and
+       lnk-spawn outlives its child to report how it ended. */
+    sigset_t blocked, mask;
+    if (sigemptyset(&blocked) != 0 || sigaddset(&blocked, SIGINT) != 0 ||
+        sigaddset(&blocked, SIGTERM) != 0 || sigprocmask(SIG_BLOCK, &blocked, &mask) != 0)
+        fail("cannot block SIGINT and SIGTERM");
+
+    int group = open(cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (group < 0)
+        fail("cannot open the cgroup");
+    int alive[2];
+    if (pipe2(alive, O_CLOEXEC) != 0)
+        fail("cannot make the liveness pipe");
+    struct clone_args args;
+    memset(&args, 0, sizeof args);
+    args.flags = CLONE_NEWPID | CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (unsigned)group;
+    long pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid < 0)
+        fail("cannot start the sandbox's first process (clone3)");
+    if (pid == 0) {
+        if (close(alive[1]) != 0)
+            fail("cannot close the liveness pipe");
+        child(&mask, alive[0], uid, gid, ctty, argv + i + 1);
+    }
+    if (close(group) != 0 || close(alive[0]) != 0) /* alive[1] stays open until lnk-spawn ends */
+        fail("cannot close the cgroup or the liveness pipe");
+    int status;
+    while (waitpid((pid_t)pid, &status, 0) < 0)
+        if (errno != EINTR)
+            fail("cannot wait for the sandbox's first process");
+    exit_like(status);
+}
