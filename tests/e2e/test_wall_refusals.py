@@ -1,5 +1,5 @@
 """A launch the wall cannot build as promised is refused, naming what is missing, and nothing
-runs: an older Landlock, a missing bwrap, a missing confiner, a spec a rule refuses.
+runs: an older Landlock, a missing bwrap, confiner or launcher, a spec a rule refuses.
 
 A missing capability is simulated by a box of its own whose config says so (a pretended
 Landlock ABI, a bwrap or confiner path that does not exist); the session's box is never touched.
@@ -114,6 +114,21 @@ def test_launch_without_the_confiner_is_refused(running_box: RunningBox, private
         assert not witness.exists(), "the program ran without its confiner"
         assert users == []
         _assert_refused(result, "confiner")
+    finally:
+        with suppress(FileNotFoundError):
+            witness.unlink()
+
+
+def test_launch_without_the_launcher_is_refused(running_box: RunningBox, private_box: Any) -> None:
+    witness, flags, cmd = _witness(running_box)
+    try:
+        with private_box('spawner = "/nonexistent/lnk-spawn"') as box:
+            result = _run_in(running_box, box, *flags, cmd=cmd)
+            users = box.user_lines()
+        assert not witness.exists(), "the program ran without its launcher"
+        assert users == []
+        _assert_refused(result, "launcher")
+        assert "/nonexistent/lnk-spawn" in result.stderr and "reinstall" in result.stderr
     finally:
         with suppress(FileNotFoundError):
             witness.unlink()
