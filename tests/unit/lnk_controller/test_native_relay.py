@@ -1,6 +1,6 @@
 """The in-sandbox relay in C (native/relay.c), run for real against unix-socket servers here.
 
-`lnk-sandbox --relay SOCKET PORT` (built once per session by native/build.py) serves the way the
+`lnk-sandbox --relay SOCKET PORT` (conftest builds it once per session) serves the way the
 proxy benchmark runs it; a small harness compiled from relay.c calls `relay_start` as the
 confiner does, for the `[localhost]` CONNECT handshake and the detached relay process. No
 network namespace is needed: the relay listens on 127.0.0.1 of this one.
@@ -9,7 +9,6 @@ network namespace is needed: the relay listens on 127.0.0.1 of this one.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import signal
 import socket
@@ -19,11 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-NATIVE = Path(__file__).resolve().parents[3] / "services/controller/lnk_controller/native"
+from lnk_controller.native.build import CFLAGS, SOURCES_DIR
+
 TIMEOUT_S = 10.0
 PAYLOAD = 3 << 20  # random bytes each way: several pipe-fulls, so the pipe grows
 IDLE_CONNECTIONS = 200
@@ -64,28 +63,19 @@ int main(int argc, char **argv) {
 """
 
 
-def _load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
-def relay_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path: Path = _load_build().build(tmp_path_factory.mktemp("native") / "lnk-sandbox")
-    return path
+def relay_binary(lnk_sandbox: Path) -> Path:
+    """lnk-sandbox from this checkout (conftest builds it once per session)."""
+    return lnk_sandbox
 
 
 @pytest.fixture(scope="session")
 def harness_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build = _load_build()
     folder = tmp_path_factory.mktemp("harness")
     (folder / "harness.c").write_text(HARNESS)
-    out, relay_c = folder / "relay-harness", str(NATIVE / "relay.c")
+    out, relay_c = folder / "relay-harness", str(SOURCES_DIR / "relay.c")
     subprocess.run(
-        ["cc", *build.CFLAGS, f"-I{NATIVE}", "-o", str(out), f"{folder}/harness.c", relay_c],
+        ["cc", *CFLAGS, f"-I{SOURCES_DIR}", "-o", str(out), f"{folder}/harness.c", relay_c],
         check=True,
         capture_output=True,
         timeout=120,
