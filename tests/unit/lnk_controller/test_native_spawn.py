@@ -169,10 +169,14 @@ def test_a_crashing_child_gives_its_signal_without_a_core(
     lnk_spawn: Path, group: Path, tmp_path: Path
 ) -> None:
     # pid 1 of a namespace ignores SIGTERM and the like even from outside; a fault is the
-    # kernel's own signal, which no init ignores.
+    # kernel's own signal, which no init ignores. lnk-spawn starts allowed to dump a core (in
+    # its working folder, where core_pattern is "core"): it must turn that off before it dies.
     crash = "import ctypes; ctypes.string_at(0)"
     result = subprocess.run(
         [
+            "/usr/bin/prlimit",
+            "--core=unlimited:unlimited",
+            "--",
             *_argv(lnk_spawn, group),
             "--",
             "/bin/sh",
