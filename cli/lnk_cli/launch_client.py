@@ -14,7 +14,14 @@ import sys
 import termios
 import tty
 
-from lnk_cli.quick_run import LAUNCH_SOCKET, RemoteError, launch_request, open_as_owner
+from lnk_cli.quick_run import (
+    LAUNCH_SOCKET,
+    RemoteError,
+    held_signals,
+    launch_request,
+    open_as_owner,
+    released_signals,
+)
 from lnk_shared.errors import NotConfirmedError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
@@ -107,7 +114,8 @@ def _wait(sock: socket.socket) -> dict[str, Any]:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     old = {n: signal.signal(n, forward) for n in handled}
     try:
-        message, extra = recv_frame(sock)
+        with released_signals():  # what came while the sandbox started is forwarded now
+            message, extra = recv_frame(sock)
         for fd in extra:
             os.close(fd)
         return message
@@ -159,7 +167,7 @@ def run_in_sandbox(
                 f"the box is not running (no launch socket in {run_dir}); "
                 "start it with `lnk box up`"
             ) from None
-        with sock:
+        with sock, held_signals():
             try:
                 send_frame(sock, request, fds)
                 for fd in opened:
@@ -184,7 +192,9 @@ def _dialogue(sock: socket.socket) -> int:
             continue
         if kind == "approve?":
             lines = [str(line) for line in message.get("lines", [])]
-            if ask(lines):
+            with released_signals():  # Ctrl-C at the question ends this client
+                approved = ask(lines)
+            if approved:
                 send_frame(sock, {"type": "approve", "hash": message.get("hash")})
                 continue
             send_frame(sock, {"type": "decline"})
@@ -194,7 +204,11 @@ def _dialogue(sock: socket.socket) -> int:
             print(f"{state}: {str(message.get('hash'))[:16]}")
             return 0
         if kind == "started":
-            final = _relay(sock, extra[0]) if extra else _wait(sock)
+            if extra:
+                with released_signals():
+                    final = _relay(sock, extra[0])
+            else:
+                final = _wait(sock)
             message, kind = final, final.get("type")
         if kind == "exit":
             status = message.get("status")

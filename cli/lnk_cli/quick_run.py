@@ -33,11 +33,13 @@ if TYPE_CHECKING:
 __all__ = [
     "LAUNCH_SOCKET",
     "RemoteError",
+    "held_signals",
     "launch_request",
     "no_flags",
     "open_as_owner",
     "plain_run",
     "quick_run",
+    "released_signals",
 ]
 
 LAUNCH_SOCKET = "launch.sock"
@@ -45,6 +47,34 @@ MAX_FRAME = 1 << 20  # as lnk_shared.unix: a reply is a few hundred bytes
 MAX_FDS = 64
 FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 _INT = 4  # bytes of a C int: a frame's length, a descriptor in SCM_RIGHTS
+
+
+class _SignalMask:
+    """`with held_signals():` keeps the forwarded signals pending (blocked) from the launch
+    request until this client forwards them: a Ctrl-C or SIGTERM that comes while the sandbox
+    starts (its program may already run and print before the "started" frame arrives here)
+    would otherwise end this client by default, and the controller would stop the sandbox
+    instead of signalling its program. `released_signals()` lets them through for a while (the
+    approval question, a terminal, the forwarding wait). The signals' mask as it was comes back
+    at the end."""
+
+    def __init__(self, how: int) -> None:
+        self._how = how
+        self._before: object = None
+
+    def __enter__(self) -> None:
+        self._before = _signal.pthread_sigmask(self._how, FORWARDED_SIGNALS)
+
+    def __exit__(self, *_: object) -> None:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, self._before)
+
+
+def held_signals() -> _SignalMask:
+    return _SignalMask(_signal.SIG_BLOCK)
+
+
+def released_signals() -> _SignalMask:
+    return _SignalMask(_signal.SIG_UNBLOCK)
 
 
 class RemoteError(LnkError):
@@ -152,12 +182,13 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
                 f"the box is not running (no launch socket in {run_dir}); "
                 "start it with `lnk box up`"
             ) from None
-        try:
-            frames.send(sock, request, fds)
-        finally:
-            if spec:
-                os.close(fds[3])
-        return _dialogue(frames, sock)
+        with held_signals():
+            try:
+                frames.send(sock, request, fds)
+            finally:
+                if spec:
+                    os.close(fds[3])
+            return _dialogue(frames, sock)
     except (EOFError, ConnectionError) as exc:
         raise StateError(
             f"the controller ended the launch without an answer ({exc}); see its log"
@@ -177,7 +208,9 @@ def _dialogue(frames: _Frames, sock: _socket.socket) -> int:
         elif kind == "approve?":
             from lnk_cli.launch_client import ask  # a person answers: time no longer counts
 
-            if not ask([str(line) for line in message.get("lines", [])]):
+            with released_signals():  # Ctrl-C at the question ends this client
+                approved = ask([str(line) for line in message.get("lines", [])])
+            if not approved:
                 frames.send(sock, {"type": "decline"})
                 raise NotConfirmedError("not approved: nothing was run")
             frames.send(sock, {"type": "approve", "hash": message.get("hash")})
@@ -231,7 +264,8 @@ def _wait(frames: _Frames, sock: _socket.socket) -> dict[str, Any]:
 
     old = {n: _signal.signal(n, forward) for n in FORWARDED_SIGNALS}
     try:
-        message, extra = frames.receive(sock)
+        with released_signals():  # what came while the sandbox started is forwarded now
+            message, extra = frames.receive(sock)
         for fd in extra:
             os.close(fd)
         return message

@@ -393,11 +393,22 @@ def test_interactive_bash_over_a_pty_works(running_box: RunningBox) -> None:
     assert os.waitstatus_to_exitcode(status) == 5, bytes(seen)
 
 
-def test_sigterm_to_the_client_reaches_the_program(running_box: RunningBox) -> None:
+@pytest.mark.parametrize("client", ["full", "quick"])
+def test_sigterm_to_the_client_reaches_the_program(running_box: RunningBox, client: str) -> None:
+    """The program says "ready" as it starts, maybe before the client has read the "started"
+    frame: a SIGTERM sent then must still reach the program (held by the client until it
+    forwards it), not end the client. `quick`: the plain form, `lnk sandbox run --spec F --`."""
     script = 'trap "echo got-term; exit 9" TERM; echo ready; sleep 30 & wait'
+    grant, spec = ["--command=sleep"], None
+    if client == "quick":
+        owner = running_box.owner
+        spec = owner.home / f"sleep-{secrets.token_hex(3)}.toml"
+        spec.write_text('[commands]\nallow = ["sleep"]\n')
+        os.chown(spec, owner.uid, owner.gid)
+        grant = ["--spec", str(spec)]
     process = _popen_run(
         running_box,
-        "--command=sleep",
+        *grant,
         "--",
         "/bin/sh",
         "-c",
@@ -418,6 +429,8 @@ def test_sigterm_to_the_client_reaches_the_program(running_box: RunningBox) -> N
             pytest.fail(f"SIGTERM to `lnk sandbox run` did not reach the program in {SIGNAL_S:g} s")
     finally:
         _end(process)
+        if spec is not None:
+            spec.unlink(missing_ok=True)
     assert "got-term" in out, (out, err)
     assert process.returncode == 9, (out, err)
 

@@ -42,6 +42,8 @@ __all__ = ["LaunchServer"]
 log = logging.getLogger(__name__)
 
 FORWARDED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT})
+SIGNAL_WAIT_S = 5.0  # a signal sent as the sandbox starts waits this long for its program
+SIGNAL_POLL_S = 0.005
 
 
 class LaunchServer:
@@ -216,9 +218,18 @@ class LaunchServer:
 
     @staticmethod
     def _signal(running: Running, number: int) -> None:
+        """Send `number` to the program. A signal forwarded right at the start (the client's
+        Ctrl-C as the program starts) waits for bwrap to name the program and for its init to
+        have started it, instead of being lost."""
+        running.pid_known.wait(SIGNAL_WAIT_S)
         if running.target_pid is None:
             return
-        for pid in program_pids(running.row.host_uid, running.target_pid):
+        deadline = time.monotonic() + SIGNAL_WAIT_S
+        while not (pids := program_pids(running.row.host_uid, running.target_pid)):
+            if running.process.poll() is not None or time.monotonic() > deadline:
+                return
+            time.sleep(SIGNAL_POLL_S)
+        for pid in pids:
             try:
                 fd = os.pidfd_open(pid)
             except OSError:

@@ -56,6 +56,9 @@ class Running:
     terminal_master: int | None
     target_pid: int | None = None
     status_thread: threading.Thread | None = field(default=None, repr=False)
+    # Set once bwrap has named the program's pid, or its status ended without one: a signal
+    # the client forwards at once must wait for it, not be dropped.
+    pid_known: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
 def confiner_policy(
@@ -153,7 +156,9 @@ def _read_status(fd: int, running: Running) -> None:
             buffer += chunk
             if match := _CHILD_PID.search(buffer):
                 running.target_pid = int(match.group(1))
+                running.pid_known.set()
     finally:
+        running.pid_known.set()
         os.close(fd)
 
 
