@@ -56,6 +56,11 @@ LISTENER_DIR_MODE = 0o700  # a folder made for listeners: a sandbox reaches its 
 BACKLOG = 128  # connections waiting for accept: a burst of clients in one sandbox
 READ_CHUNK = 64 * 1024  # one read while parsing heads and chunk lines: a head's budget and more
 _SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+# A unix stream socket's send buffer bounds the bytes in flight to the sandbox: at the kernel's
+# default (208 KiB) a tunnel wakes the proxy every 208 KiB. 4 MiB (the kernel caps it at
+# net.core.wmem_max, 4 MiB here, 208 KiB on a stock Debian) took a 1 GiB tunnel from ~1.3 to
+# ~1.7-1.9 GiB/s here, with less proxy CPU.
+UNIX_SEND_BUFFER = 4 * 1024 * 1024
 
 
 class BufferPool:
@@ -357,6 +362,10 @@ async def tunnel(client: Conn, upstream: Conn) -> None:
             await src.copy_to(dst)  # a socket that cannot splice: through a buffer
         dst.shutdown_write()
 
+    for conn in (client, upstream):
+        if conn.sock.family == socket.AF_UNIX:  # the sandbox's side
+            with contextlib.suppress(OSError):  # a limit, not an allocation
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
     tasks = [
         asyncio.create_task(one_way(client, upstream)),
         asyncio.create_task(one_way(upstream, client)),

@@ -124,6 +124,30 @@ def test_an_idle_tunnel_holds_no_pipe() -> None:
     assert after == 0
 
 
+def test_a_tunnel_widens_the_sandbox_sides_send_buffer() -> None:
+    """More bytes in flight to the sandbox per wake-up (the kernel caps it at wmem_max)."""
+
+    async def run() -> tuple[int, int]:
+        client_far, client_near = socket.socketpair()
+        origin_near, origin_far = _tcp_pair()
+        before = client_near.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        task = asyncio.create_task(tunnel(Conn(client_near), Conn(origin_near)))
+        await asyncio.sleep(0.01)
+        after = client_near.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for sock in (client_far, client_near, origin_near, origin_far):
+            sock.close()
+        return before, after
+
+    before, after = asyncio.run(run())
+    with open("/proc/sys/net/core/wmem_max") as f:
+        cap = int(f.read())
+    assert after == 2 * min(conn.UNIX_SEND_BUFFER, cap)  # the kernel doubles what it grants
+    assert after > before or cap * 2 <= before
+
+
 def test_cancelling_a_tunnel_ends_both_directions() -> None:
     async def run() -> None:
         client_far, client_near = socket.socketpair()
