@@ -15,8 +15,9 @@ leaves this machine and both proxies resolve the same way, through getaddrinfo):
 Both must allow www and refuse `other.test-public.example` before anything is measured.
 
 (a) one CONNECT tunnel moving 1 GiB from a sendfile source started in the test internet's
-    namespace, against the same transfer direct from the root namespace (through the relay too,
-    and tinyproxy's tunnel, for reference);
+    namespace, against the same transfer direct from the root namespace: through the relay (the
+    path a sandbox's program has, which the target is judged on), through the proxy alone from
+    its unix socket, and through tinyproxy's tunnel, for reference;
 (b) `GET http://www.test-public.example/` at concurrency 1 and 64 (one connection each) for
     10 s each, after a 1 s warm-up, by the same client, which always offers keep-alive:
     - direct: keep-alive to the origin; direct new: a new connection per request;
@@ -743,14 +744,21 @@ def bench_transfers(bench: Bench, rounds: int) -> None:
 
 
 def judge_transfers(rates: dict[str, float]) -> None:
+    """The target is judged on the path a sandbox's program has: TCP to the relay on its
+    loopback, the relay to the proxy's unix socket, the proxy to the origin: a client reading
+    TCP, as the direct row's does. The proxy alone, read by a client from its unix socket, is
+    shown too: that client spends 1.4-1.7x the CPU per byte of a TCP one (unix-socket reads of
+    spliced pages), which no sandbox program does."""
+    relayed = rates["lnk relay tunnel"] / rates["direct"]
+    print(
+        f"  lnk relay / direct {100 * relayed:8.0f} %       target >= {100 * TUNNEL_TARGET:.0f} %"
+        f"  {verdict(relayed >= TUNNEL_TARGET)}  (the whole path from a sandbox)"
+    )
     ratio = rates["lnk_proxy tunnel"] / rates["direct"]
     print(
-        f"  lnk / direct       {100 * ratio:8.0f} %       target >= {100 * TUNNEL_TARGET:.0f} %"
-        f"  {verdict(ratio >= TUNNEL_TARGET)}"
+        f"  lnk / direct       {100 * ratio:8.0f} %       (the proxy alone, a unix-socket client)"
     )
     print(f"  lnk / tinyproxy    {rates['lnk_proxy tunnel'] / rates['tinyproxy tunnel']:8.2f} x")
-    relayed = rates["lnk relay tunnel"] / rates["direct"]
-    print(f"  lnk relay / direct {100 * relayed:8.0f} %       (the whole path from a sandbox)")
 
 
 # The rows judged against tinyproxy, and the direct row with the same connection behaviour.
