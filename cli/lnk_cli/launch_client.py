@@ -14,15 +14,8 @@ import sys
 import termios
 import tty
 
-from lnk_cli.quick_run import (
-    LAUNCH_SOCKET,
-    RemoteError,
-    held_signals,
-    launch_request,
-    open_as_owner,
-    released_signals,
-)
-from lnk_shared.errors import NotConfirmedError, SpecError, StateError
+from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_request
+from lnk_shared.errors import SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
@@ -38,18 +31,6 @@ __all__ = ["run_in_sandbox"]
 
 PROGRAM_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")  # the sandbox's PATH, to find the program
 RELAY_CHUNK = 65536  # bytes moved per read between the terminal and the sandbox's pty
-
-
-def ask(lines: list[str]) -> bool:
-    for line in lines:
-        print(line, file=sys.stderr)
-    if not sys.stdin.isatty():
-        raise NotConfirmedError(
-            "not approved: there is no terminal to ask on; "
-            "read what it opens (lnk spec show) and pass --yes to approve it"
-        )
-    print("Run it with these grants? [y/N] ", end="", file=sys.stderr, flush=True)
-    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _winsize(fd: int) -> tuple[int, int]:
@@ -106,24 +87,6 @@ def _relay(sock: socket.socket, master: int) -> dict[str, Any]:
         os.close(master)
 
 
-def _wait(sock: socket.socket) -> dict[str, Any]:
-    def forward(number: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):
-            send_frame(sock, {"type": "signal", "signal": number})
-
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    old = {n: signal.signal(n, forward) for n in handled}
-    try:
-        with released_signals():  # what came while the sandbox started is forwarded now
-            message, extra = recv_frame(sock)
-        for fd in extra:
-            os.close(fd)
-        return message
-    finally:
-        for n, handler in old.items():
-            signal.signal(n, handler)
-
-
 def run_in_sandbox(
     args: argparse.Namespace, command: list[str], *, dry: bool = False, agent: str | None = None
 ) -> int:
@@ -173,7 +136,11 @@ def run_in_sandbox(
                 for fd in opened:
                     os.close(fd)
                 opened.clear()
-                return _dialogue(sock)
+                return dialogue(
+                    lambda m, f: send_frame(sock, m, f),
+                    lambda: recv_frame(sock, want_fds=True),
+                    relay=lambda master: _relay(sock, master),
+                )
             except (EOFError, ConnectionError) as exc:
                 raise StateError(
                     f"the controller ended the launch without an answer ({exc}); see its log"
@@ -181,39 +148,3 @@ def run_in_sandbox(
     finally:
         for fd in opened:
             os.close(fd)
-
-
-def _dialogue(sock: socket.socket) -> int:
-    while True:
-        message, extra = recv_frame(sock, want_fds=True)
-        kind = message.get("type")
-        if kind == "open":
-            open_as_owner(lambda m, f: send_frame(sock, m, f), message.get("paths"))
-            continue
-        if kind == "approve?":
-            lines = [str(line) for line in message.get("lines", [])]
-            with released_signals():  # Ctrl-C at the question ends this client
-                approved = ask(lines)
-            if approved:
-                send_frame(sock, {"type": "approve", "hash": message.get("hash")})
-                continue
-            send_frame(sock, {"type": "decline"})
-            raise NotConfirmedError("not approved: nothing was run")
-        if kind == "approved":
-            state = "already approved" if message.get("already") else "approved"
-            print(f"{state}: {str(message.get('hash'))[:16]}")
-            return 0
-        if kind == "started":
-            if extra:
-                with released_signals():
-                    final = _relay(sock, extra[0])
-            else:
-                final = _wait(sock)
-            message, kind = final, final.get("type")
-        if kind == "exit":
-            status = message.get("status")
-            return status if type(status) is int else 1
-        if kind == "error":
-            code = message.get("exit")
-            raise RemoteError(str(message.get("message")), code if type(code) is int else 1)
-        raise StateError(f"unexpected answer from the controller: {kind!r}")

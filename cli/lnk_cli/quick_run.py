@@ -1,5 +1,7 @@
 """`lnk sandbox run [--spec FILE] [--yes] -- PROGRAM [ARGS...]` without a terminal, on as few
-imports as a launch needs; and the launch request both clients send.
+imports as a launch needs; and what both clients share: the launch request, the dialogue that
+follows it (opening grants as the owner, the approval question, forwarding signals), and
+holding signals while the sandbox starts.
 
 Why a second path: on a small machine each of argparse, json, socket and signal costs 10-15 ms
 to import (mostly the enum and re modules they pull in), and the client was a third of a
@@ -21,6 +23,7 @@ import os
 import sys
 
 from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
+from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
 from lnk_shared.spec_flags import FLAG_NAMES
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
@@ -30,9 +33,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    Send = Callable[[dict[str, Any], list[int]], None]  # a frame and its descriptors
+    Receive = Callable[[], tuple[dict[str, Any], list[int]]]
+    Relay = Callable[[int], dict[str, Any]]  # a terminal's pty master -> the final frame
+
 __all__ = [
     "LAUNCH_SOCKET",
     "RemoteError",
+    "ask",
+    "dialogue",
     "held_signals",
     "launch_request",
     "no_flags",
@@ -43,10 +52,8 @@ __all__ = [
 ]
 
 LAUNCH_SOCKET = "launch.sock"
-MAX_FRAME = 1 << 20  # as lnk_shared.unix: a reply is a few hundred bytes
-MAX_FDS = 64
 FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
-_INT = 4  # bytes of a C int: a frame's length, a descriptor in SCM_RIGHTS
+_INT = 4  # bytes of a C int: a descriptor in SCM_RIGHTS
 
 
 class _SignalMask:
@@ -188,7 +195,7 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
             finally:
                 if spec:
                     os.close(fds[3])
-            return _dialogue(frames, sock)
+            return dialogue(lambda m, f: frames.send(sock, m, f), lambda: frames.receive(sock))
     except (EOFError, ConnectionError) as exc:
         raise StateError(
             f"the controller ended the launch without an answer ({exc}); see its log"
@@ -197,27 +204,49 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
         sock.close()
 
 
-def _dialogue(frames: _Frames, sock: _socket.socket) -> int:
+def dialogue(send: Send, receive: Receive, relay: Relay | None = None) -> int:
+    """The launch's answers to its end, for both clients: open what the controller asks as this
+    user, ask the approval question, then wait for the exit (forwarding signals) or, given
+    `relay` and a terminal, relay the terminal. The exit status, or RemoteError."""
     while True:
-        message, extra = frames.receive(sock)
-        for fd in extra:  # none is expected without a terminal
-            os.close(fd)
+        message, extra = receive()
         kind = message.get("type")
+        if kind == "started" and extra and relay is not None:  # the sandbox's pty master
+            for fd in extra[1:]:
+                os.close(fd)
+            with released_signals():
+                return _ended(relay(extra[0]))
+        for fd in extra:
+            os.close(fd)
         if kind == "open":
-            open_as_owner(lambda m, f: frames.send(sock, m, f), message.get("paths"))
+            open_as_owner(send, message.get("paths"))
         elif kind == "approve?":
-            from lnk_cli.launch_client import ask  # a person answers: time no longer counts
-
             with released_signals():  # Ctrl-C at the question ends this client
                 approved = ask([str(line) for line in message.get("lines", [])])
             if not approved:
-                frames.send(sock, {"type": "decline"})
+                send({"type": "decline"}, [])
                 raise NotConfirmedError("not approved: nothing was run")
-            frames.send(sock, {"type": "approve", "hash": message.get("hash")})
+            send({"type": "approve", "hash": message.get("hash")}, [])
+        elif kind == "approved":  # a dry run: approved, nothing started
+            state = "already approved" if message.get("already") else "approved"
+            print(f"{state}: {str(message.get('hash'))[:16]}")
+            return 0
         elif kind == "started":
-            return _ended(_wait(frames, sock))
+            return _ended(_wait(send, receive))
         else:
             return _ended(message)
+
+
+def ask(lines: list[str]) -> bool:
+    for line in lines:
+        print(line, file=sys.stderr)
+    if not sys.stdin.isatty():
+        raise NotConfirmedError(
+            "not approved: there is no terminal to ask on; "
+            "read what it opens (lnk spec show) and pass --yes to approve it"
+        )
+    print("Run it with these grants? [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _ended(message: dict[str, Any]) -> int:
@@ -231,9 +260,7 @@ def _ended(message: dict[str, Any]) -> int:
     raise StateError(f"unexpected answer from the controller: {kind!r}")
 
 
-def open_as_owner(
-    send: Callable[[dict[str, Any], list[int]], None], untrusted_paths: object
-) -> None:
+def open_as_owner(send: Send, untrusted_paths: object) -> None:
     """Open what the controller will bind, as this user (what we cannot reach is refused), and
     `send` the "opened" frame with the descriptors."""
     paths = untrusted_paths
@@ -253,19 +280,19 @@ def open_as_owner(
             os.close(fd)
 
 
-def _wait(frames: _Frames, sock: _socket.socket) -> dict[str, Any]:
+def _wait(send: Send, receive: Receive) -> dict[str, Any]:
     """The final frame; meanwhile Ctrl-C and friends go to the program, not to this client."""
 
     def forward(number: int, _frame: object) -> None:
         try:  # noqa: SIM105 - contextlib is one more import on this path
-            frames.send(sock, {"type": "signal", "signal": number})
+            send({"type": "signal", "signal": number}, [])
         except OSError:
             pass
 
     old = {n: _signal.signal(n, forward) for n in FORWARDED_SIGNALS}
     try:
         with released_signals():  # what came while the sandbox started is forwarded now
-            message, extra = frames.receive(sock)
+            message, extra = receive()
         for fd in extra:
             os.close(fd)
         return message
@@ -317,8 +344,10 @@ class _Frames:
         data = self.encode(message).encode("utf-8")
         if len(data) > MAX_FRAME:
             raise ValueError(f"frame of {len(data)} bytes is over the limit of {MAX_FRAME}")
-        payload = memoryview(len(data).to_bytes(_INT, "big") + data)
+        payload = memoryview(len(data).to_bytes(HEADER_BYTES, "big") + data)
         if fds:
+            if len(fds) > MAX_FDS:
+                raise ValueError(f"{len(fds)} descriptors is over the limit of {MAX_FDS}")
             rights = b"".join(fd.to_bytes(_INT, sys.byteorder) for fd in fds)
             cmsg = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)]
             payload = payload[sock.sendmsg([payload[:1]], cmsg) :]
@@ -328,7 +357,9 @@ class _Frames:
     def receive(self, sock: _socket.socket) -> tuple[dict[str, Any], list[int]]:
         fds: list[int] = []
         try:
-            data, ancillary, flags, _ = sock.recvmsg(_INT, _socket.CMSG_SPACE(MAX_FDS * _INT))
+            data, ancillary, flags, _ = sock.recvmsg(
+                HEADER_BYTES, _socket.CMSG_SPACE(MAX_FDS * _INT)
+            )
             for level, kind, rights in ancillary:
                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                     usable = len(rights) - len(rights) % _INT
@@ -338,7 +369,7 @@ class _Frames:
                     ]
             if flags & _socket.MSG_CTRUNC:
                 raise ValueError("too many descriptors in one frame")
-            header = data + self._exactly(sock, _INT - len(data))
+            header = data + self._exactly(sock, HEADER_BYTES - len(data))
             length = int.from_bytes(header, "big")
             if length > MAX_FRAME:
                 raise ValueError(f"frame of {length} bytes is over the limit of {MAX_FRAME}")
@@ -359,15 +390,6 @@ class _Frames:
         return data
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
 def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
@@ -377,7 +399,7 @@ class _ScanContext:
 
     strict = True
     object_hook = None
-    object_pairs_hook = staticmethod(_no_duplicates)
+    object_pairs_hook = staticmethod(no_duplicate_keys)
     parse_float = float
     parse_int = int
     parse_constant = staticmethod(_no_constant)

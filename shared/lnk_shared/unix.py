@@ -17,6 +17,7 @@ import struct
 from collections import namedtuple
 
 from lnk_shared.errors import StateError
+from lnk_shared.frames import MAX_FDS, MAX_FRAME, no_duplicate_keys
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
 TYPE_CHECKING = False
@@ -37,9 +38,7 @@ __all__ = [
     "send_frame",
 ]
 
-MAX_FRAME = 1 << 20  # a launch request or reply is a few KiB; a larger frame is an attack
-MAX_FDS = 64  # stdio, a terminal, a spec file and the granted folders: far below this
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">I")  # HEADER_BYTES
 _CRED = struct.Struct("3i")
 
 
@@ -88,15 +87,6 @@ def bind_socket(
     return sock
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
 def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     data = json.dumps(message, separators=(",", ":")).encode("utf-8")
     if len(data) > MAX_FRAME:
@@ -135,7 +125,7 @@ def recv_frame(sock: socket.socket, *, want_fds: bool = False) -> tuple[dict[str
         if length > MAX_FRAME:
             raise ValueError(f"frame of {length} bytes is over the limit of {MAX_FRAME}")
         body = _recv_exact(sock, length, fds, False)
-        message = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        message = json.loads(body.decode("utf-8"), object_pairs_hook=no_duplicate_keys)
         if not isinstance(message, dict):
             raise ValueError("a frame must be a JSON object")
     except BaseException:

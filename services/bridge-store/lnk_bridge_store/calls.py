@@ -31,6 +31,7 @@ from lnk_bridge_store.limits import (
     OWNED_AGENT_ID,
 )
 from lnk_shared.errors import LnkError
+from lnk_shared.frames import no_duplicate_keys
 
 __all__ = [
     "ACTIONS",
@@ -191,7 +192,7 @@ def canonical_json(value: Any) -> str:
 def _load_object(body: bytes) -> dict[str, Any]:
     try:
         text = body.decode("utf-8")
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        value = json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise CallRefused("the body is not valid UTF-8") from None
     except RecursionError:
@@ -202,15 +203,6 @@ def _load_object(body: bytes) -> dict[str, Any]:
         raise CallRefused("the body must be a JSON object")
     _check_value(value, 0)
     return value
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
 
 
 def _no_constant(name: str) -> Any:
