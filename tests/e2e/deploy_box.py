@@ -18,22 +18,20 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import deploy_units
-from deploy_sshd import RootSshd, free_port
+from deploy_sshd import RootSshd
 from deploy_units import Services
+from sshd_process import free_port, start_sshd
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 PLAYBOOK_DIR = CHECKOUT / "deploy" / "ansible"
-SSHD_START_S = 10.0
 PLAYBOOK_S = 300.0
 UID_BLOCKS_START = 2_101_000_000  # above the e2e boxes' blocks (conftest), below bwrap's 2**31
 UID_BLOCK = 1000
@@ -375,23 +373,9 @@ class DeployedBox:
 
     def start_box_sshd(self) -> None:
         """sshd with the box's config (the role's drop-in in it), as the box's sshd would run."""
-        log = self.sshd_dir / "sshd.log"
-        with open(log, "ab") as out:
-            self.box_sshd = subprocess.Popen(
-                ["/usr/sbin/sshd", "-D", "-e", "-f", str(self.sshd_config)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + SSHD_START_S
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.box_sshd_port)) == 0:
-                    return
-            if self.box_sshd.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the box's sshd did not start: {log.read_text()}")
-            time.sleep(0.05)
+        self.box_sshd = start_sshd(
+            self.sshd_config, self.sshd_dir / "sshd.log", self.box_sshd_port, "the box's sshd"
+        )
 
     def ssh_as_box_user(self, command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -7,21 +7,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
-import time
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-SSHD_START_S = 10.0
+from sshd_process import free_port, start_sshd
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+__all__ = ["RootSshd", "free_port"]
 
 
 @dataclass
@@ -102,23 +95,7 @@ class RootSshd:
             "MaxSessions 50\n"
             "Subsystem sftp /usr/lib/openssh/sftp-server\n"
         )
-        log = open(self.root / "sshd.log", "ab")  # noqa: SIM115 - sshd writes it while it runs
-        with log:
-            self.process = subprocess.Popen(
-                ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + SSHD_START_S
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd did not start: {(self.root / 'sshd.log').read_text()}")
-            time.sleep(0.05)
+        self.process = start_sshd(config, self.root / "sshd.log", self.port)
 
     def stop(self) -> None:
         # The connection master ssh left running for ControlPersist: its pid, then it ends.

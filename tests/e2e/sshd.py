@@ -16,14 +16,14 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sshd_process import free_port, start_sshd
 
 from lnk_ssh_gate.sshd_dropin import DROPIN_NAME, DropinPlaces, apply_sshd_dropin
 
@@ -33,9 +33,7 @@ WAIT_S = 20.0  # how long a session, a refusal or a cleanup may take on a loaded
 # The usual tools of a test session's spec; /bin/bash is what every session runs in.
 TOOLS = ["/bin/bash", "id", "hostname", "cat", "touch", "ls", "scp", "tty", "python3", "stty"]
 TOOLS += ["sleep", "mkdir"]
-SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")  # sshd refuses to start without it (Debian's unit makes it)
-START_S = 10.0
 CLIENT_OPTIONS = (
     "-o",
     "BatchMode=yes",
@@ -48,13 +46,6 @@ CLIENT_OPTIONS = (
     "-o",
     "IdentitiesOnly=yes",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _descendants(pid: int) -> list[int]:
@@ -161,22 +152,7 @@ class GateSshd:
         )
         assert apply_sshd_dropin(self.places)
         assert (self.places.dropin_dir / DROPIN_NAME).exists()
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(self.config)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + START_S
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd did not start: {self.log.read_text()}")
-            time.sleep(0.05)
+        self.process = start_sshd(self.config, self.log, self.port)
 
     def add_user(self, spec_text: str) -> BoxUser:
         """A real box user (shell bash until `authorize` makes it /bin/sh), a client key, a

@@ -92,6 +92,26 @@ def create(box: Any, name: str) -> str:
     return f"u{owner.uid}-{name}"
 
 
+def start_agent(box: Any, name: str, code: str) -> subprocess.Popen[str]:
+    """`lnk agent start NAME --yes -- python -c CODE` as the owner, its output piped."""
+    return subprocess.Popen(
+        owner_argv(box, "agent", "start", name, "--yes", "--", PYTHON, "-c", code),
+        env=box.owner_env(),
+        cwd=str(box.owner.home),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for(run: subprocess.Popen[str], marker: Path, timeout_s: float = 40) -> None:
+    """Until the agent's program writes `marker` (it must still be running meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists() and time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()
+        time.sleep(0.1)
+
+
 def restart_bridge(box: Any) -> None:
     pid = int((box.run_dir / "bridge-store.pid").read_text())
     os.kill(pid, signal.SIGTERM)
@@ -268,19 +288,9 @@ def test_a_running_agent_reaches_its_bridge_again_after_the_bridge_restarts(
     name = f"e-{os.urandom(2).hex()}"
     create(box, name)
     home = box.owner.home / "Link" / "Agents" / name
-    run = subprocess.Popen(
-        owner_argv(box, "agent", "start", name, "--yes", "--", PYTHON, "-c", ACROSS_RESTART),
-        env=box.owner_env(),
-        cwd=str(box.owner.home),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    run = start_agent(box, name, ACROSS_RESTART)
     try:
-        deadline = time.monotonic() + 40
-        while not (home / "first-call-done").exists() and time.monotonic() < deadline:
-            assert run.poll() is None, run.communicate()
-            time.sleep(0.1)
+        wait_for(run, home / "first-call-done")
         restart_bridge(box)
         sent = box.as_owner("agent", "send", name, "after the restart")
         assert sent.returncode == 0, sent.stderr
@@ -332,19 +342,9 @@ def test_an_agent_sends_to_another_running_agent_of_its_owner(running_box: Any) 
 
     stopped = a_sends(b_name, "too early")  # B is not running yet: refused, nothing queued
     assert stopped.returncode != 0 and "not running" in stopped.stderr, stopped.stderr
-    b_run = subprocess.Popen(
-        owner_argv(box, "agent", "start", b_name, "--yes", "--", PYTHON, "-c", READ_WHEN_TOLD),
-        env=box.owner_env(),
-        cwd=str(box.owner.home),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    b_run = start_agent(box, b_name, READ_WHEN_TOLD)
     try:
-        deadline = time.monotonic() + 40
-        while not (b_home / "ready").exists() and time.monotonic() < deadline:
-            assert b_run.poll() is None, b_run.communicate()
-            time.sleep(0.1)
+        wait_for(b_run, b_home / "ready")
         sent = a_sends(b_name, "hi")
         assert sent.returncode == 0, sent.stderr
         assert json.loads(sent.stdout) == {"sent": True, "to": b_name}
