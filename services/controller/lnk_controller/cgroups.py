@@ -98,19 +98,21 @@ def freeze(sandbox_id: str, frozen: bool) -> None:
         raise StateError(f"sandbox {sandbox_id} has no cgroup: it is not running") from None
 
 
-def remove(sandbox_id: str) -> None:
-    """Kill every process of the sandbox's group, wait until it is empty, remove it. A group
-    that is not there is fine (already removed, or the sandbox never started)."""
+def remove(sandbox_id: str) -> bool:
+    """Kill every process of the sandbox's group, wait until it is empty, remove it: True.
+    A group that is not there is fine (already removed, or the sandbox never started), but
+    proves nothing about the sandbox's processes: False."""
     group = group_of(sandbox_id)
     try:
         (group / "cgroup.kill").write_text("1")
         _wait(group, "populated", "0", KILL_TIMEOUT_S, "empty after cgroup.kill")
         group.rmdir()
     except FileNotFoundError:
-        return
+        return False
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            return
+            return False
         raise StateError(
             f"cannot remove the cgroup {group}: {os.strerror(exc.errno or 0)}"
         ) from exc
+    return True

@@ -60,15 +60,14 @@ def _clean(
     # cgroup): killed, it takes the namespace with it and its launch reports the kill (137).
     host_users.kill_recorded_process(row.pid, row.pid_start)
     try:  # the whole group at once: a process forked meanwhile cannot outlive it
-        cgroups.remove(sandbox_id)
-        killed = True
+        killed = cgroups.remove(sandbox_id)
     except StateError as exc:
         problems.append(str(exc))
         killed = False
     # Every process of the sandbox's uid was born in its group and none can leave it (see
-    # cgroups), so an emptied group is the proof that none is left. Only when the group could
-    # not be emptied do we look for them by uid, through pidfds (a scan of all of /proc:
-    # a quarter of a clean-up's time, for a case that would be a bug).
+    # cgroups), so a group emptied here is the proof that none is left. When there was no
+    # group to empty (a clean-up run again) or it could not be emptied, we look for them by
+    # uid, through pidfds: a scan of all of /proc, a quarter of a clean-up's time.
     if not killed:
         try:
             host_users.kill_uid_processes(row.host_uid)

@@ -331,13 +331,14 @@ class PipePool:
         self._free: list[tuple[int, int]] = []
 
     def take(self) -> tuple[int, int]:
-        self.lent += 1
         if self._free:
-            return self._free.pop()
-        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        with contextlib.suppress(OSError):  # past the user's pipe budget: the default size
-            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, self.size)
-        return r, w
+            pipe = self._free.pop()
+        else:  # OSError (out of descriptors) ends the caller's tunnel, and lends nothing
+            pipe = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            with contextlib.suppress(OSError):  # past the user's pipe budget: the default size
+                fcntl.fcntl(pipe[1], fcntl.F_SETPIPE_SZ, self.size)
+        self.lent += 1
+        return pipe
 
     def give(self, pipe: tuple[int, int], *, empty: bool) -> None:
         self.lent -= 1

@@ -87,10 +87,10 @@ def test_remove_kills_every_member_and_the_group_goes(sandbox_id: str) -> None:
     with _join_and_fork(group) as process:
         assert process.stdout is not None
         process.stdout.readline()
-        cgroups.remove(sandbox_id)
+        assert cgroups.remove(sandbox_id) is True  # emptied here: the proof clean-up uses
         assert process.wait(timeout=5) == -9
     assert not group.exists()
-    cgroups.remove(sandbox_id)  # already gone: fine
+    assert cgroups.remove(sandbox_id) is False  # already gone: fine, but it proves nothing
 
 
 def test_remove_kills_a_frozen_group_too(sandbox_id: str) -> None:
