@@ -3,13 +3,16 @@ logging to a file, until it accepts connections (the gate's and the deploy tests
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
+from contextlib import suppress
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
 START_S = 10.0  # sshd listens within milliseconds; this only bounds a broken start
+STOP_S = 10.0  # a client or sshd ends within milliseconds of SIGTERM; past this it is killed
 
 
 def free_port() -> int:
@@ -38,3 +41,16 @@ def start_sshd(config: Path, log: Path, port: int, what: str = "sshd") -> subpro
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not start: {log.read_text()}")
         time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it is still there after STOP_S, and reap it (pipes drained), so
+    a stuck ssh client neither fails the test that ran it nor outlives it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.communicate(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            process.kill()
+        process.communicate()

@@ -26,6 +26,7 @@ from sshd import (
     gate_sshd,
     let_in,
 )
+from sshd_process import stop
 
 pytestmark = pytest.mark.needs_root
 
@@ -147,8 +148,7 @@ def _forward_then_connect(
         else:
             pytest.fail("ssh -L never listened")
     finally:
-        process.terminate()
-        process.communicate(timeout=10)
+        stop(process)
     return got
 
 
