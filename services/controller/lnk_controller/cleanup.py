@@ -2,8 +2,10 @@
 it, its staging folder, its user, group and home. Idempotent, and safe to run after a crash
 (reconcile): it works from the record alone, never from memory.
 
-If a step fails the others still run, the record stays `stopping` and a StateError says what is
-left, so the next reconcile tries again; a sandbox is marked `ended` only when nothing is left.
+If a step fails the others still run, the record is marked `stopping` and a StateError says what
+is left, so the next reconcile tries again; a sandbox is marked `ended` only when nothing is left.
+A clean-up that is cut short (the controller killed) leaves the record live as it was, which the
+next start's reconcile finds the same way: one write per clean-up, not two.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ def _clean(
     row = store.get(sandbox_id)
     if row is None or row.state == "ended":
         return
-    store.set(sandbox_id, state="stopping")
     problems: list[str] = []
     # The chain's first process (root, the parent of the sandbox's pid namespace, outside the
     # cgroup): killed, it takes the namespace with it and its launch reports the kill (137).
@@ -105,6 +106,7 @@ def _clean(
         problems.append(str(exc))
     proxy_link.clear_flags(cfg, sandbox_id)
     if problems:
+        store.set(sandbox_id, state="stopping")
         raise StateError(f"sandbox {sandbox_id} is not fully cleaned: " + "; ".join(problems))
     store.mark_ended(sandbox_id, exit_status)
     log.info("sandbox %s cleaned (uid %d)", sandbox_id, row.host_uid)

@@ -47,7 +47,12 @@ from lnk_controller.spawn import (
     start_time,
     watch_status,
 )
-from lnk_controller.staging import hidden_mount_points, stage_sandbox, wanted_paths
+from lnk_controller.staging import (
+    TMPFS_NAMES,
+    hidden_mount_points,
+    stage_sandbox,
+    wanted_paths,
+)
 from lnk_controller.wall import Bind
 from lnk_shared.discovery import DEFAULT_PATH, DETECT, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
@@ -304,6 +309,7 @@ class Launcher:
             command=[judged.program, *request.argv[1:]],
             spec_hash=judged.digest,
             lease=timedelta(seconds=self.cfg.lease_seconds),
+            staged=TMPFS_NAMES,
         )
         try:
             return self._start(request, owner_uid, fds, judged, row)

@@ -35,6 +35,7 @@ from lnk_shared.refusals import inside
 
 __all__ = [
     "PLACEHOLDER",
+    "TMPFS_NAMES",
     "Staged",
     "hidden_mount_points",
     "remove_placeholder",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 PLACEHOLDER = "placeholder:"
+# The sandbox's /tmp, /dev/shm and home: tmpfs in its staging folder, recorded in its record
+# when it is written (SandboxStore.create(staged=...)), so staging needs no write for them.
+TMPFS_NAMES = ("tmp", "shm", "home")
 SYSTEM_PROGRAM_DIRS = ("/usr",)  # bound read-only in every sandbox: no extra bind needed
 # Dot entries that are folders (a placeholder for them is an empty folder, not a file).
 DOT_FOLDERS = frozenset(
@@ -276,9 +280,11 @@ def stage_sandbox(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
     try:
-        for n, (real, write, is_program) in enumerate(
-            _wanted(grants_read, grants_write, fd_grants, execute)
-        ):
+        wanted = _wanted(grants_read, grants_write, fd_grants, execute)
+        targets = [staging / f"g{n}" for n in range(len(wanted))]
+        if targets:  # one write for all of them, before any is made
+            store.add_mounts(sandbox_id, [str(target) for target in targets])
+        for (real, write, is_program), target in zip(wanted, targets, strict=True):
             source_fd = _owner_fd(real, request, fds, by_fd)
             if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
                 placeholders += _placeholders(
@@ -289,8 +295,6 @@ def stage_sandbox(
                     owner_uid=owner_uid,
                     owner_gid=owner.pw_gid,
                 )
-            target = staging / f"g{n}"
-            store.add_mount(sandbox_id, str(target))
             runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
             idmap_mounts.stage_idmapped(
                 source_fd,
@@ -303,8 +307,7 @@ def stage_sandbox(
     finally:
         os.close(userns_fd)
     read_only = _inside_binds(binds, read_only_inside, frozenset(placeholders))
-    made = {name: str(staging / name) for name in ("tmp", "shm", "home")}
-    store.add_mounts(sandbox_id, list(made.values()))
+    made = {name: str(staging / name) for name in TMPFS_NAMES}  # recorded with the record
     for made_at in made.values():
         idmap_mounts.stage_tmpfs(
             Path(made_at),

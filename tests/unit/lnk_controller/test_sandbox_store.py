@@ -95,6 +95,38 @@ def test_new_record_is_starting_with_its_lease(store: SandboxStore) -> None:
     assert store.get("sbx-000000000000") is None
 
 
+def test_the_row_create_returns_is_the_row_it_wrote(store: SandboxStore) -> None:
+    """create builds its answer from what it wrote instead of reading it back: every column
+    must still be what a read gives (types and timezones included)."""
+    row = create(store, lowest_free([]))
+    read = store.get(row.id)
+    assert read is not None
+    columns = [c.key for c in SandboxRow.__table__.columns]
+    assert {k: getattr(row, k) for k in columns} == {k: getattr(read, k) for k in columns}
+    assert read.created_at.tzinfo is not None
+
+
+def test_staged_mounts_are_recorded_with_the_record(store: SandboxStore) -> None:
+    row = store.create(
+        owner_uid=1000,
+        allocate=lowest_free([]),
+        host_name=lambda uid: f"lnk-sbx-{uid}",
+        staging_root=Path("/run/lnk/sandboxes"),
+        command=["/bin/true"],
+        spec_hash="ab" * 32,
+        lease=LEASE,
+        staged=("tmp", "home"),
+    )
+    expected = [f"/run/lnk/sandboxes/{row.id}/tmp", f"/run/lnk/sandboxes/{row.id}/home"]
+    read = store.get(row.id)
+    assert read is not None
+    assert json.loads(read.mounts_json) == json.loads(row.mounts_json) == expected
+    store.add_mount(row.id, f"/run/lnk/sandboxes/{row.id}/g0")  # later ones come after
+    read = store.get(row.id)
+    assert read is not None
+    assert json.loads(read.mounts_json) == [*expected, f"/run/lnk/sandboxes/{row.id}/g0"]
+
+
 def test_live_sandboxes_get_distinct_uids(store: SandboxStore) -> None:
     seen: list[set[int]] = []
     rows = [create(store, lowest_free(seen)) for _ in range(3)]
