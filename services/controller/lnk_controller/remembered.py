@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, bindparam, delete, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from lnk_controller.db import begin_write, database_errors, database_path
@@ -47,6 +47,12 @@ _COLUMNS = (
     RememberedSpec.grants_hash,
     RememberedSpec.grants_json,
     RememberedSpec.approved_at,
+)
+
+# Every launch looks its spec up: built once, so each lookup is a compiled-cache hit.
+_LOOKUP = select(*_COLUMNS).where(
+    RememberedSpec.owner_uid == bindparam("owner_uid"),
+    RememberedSpec.spec_key == bindparam("spec_key"),
 )
 
 
@@ -78,11 +84,9 @@ class RememberedSpecs:
     def lookup(self, owner_uid: int, spec_key: str) -> Remembered | None:
         _check_owner_uid(owner_uid)
         _check_spec_key(spec_key)
-        query = select(*_COLUMNS).where(
-            RememberedSpec.owner_uid == owner_uid, RememberedSpec.spec_key == spec_key
-        )
-        with database_errors(self._path, "read"), self._engine.begin() as conn:
-            row = conn.execute(query).one_or_none()
+        params = {"owner_uid": owner_uid, "spec_key": spec_key}
+        with database_errors(self._path, "read"), self._engine.connect() as conn:
+            row = conn.execute(_LOOKUP, params).one_or_none()
         return None if row is None else Remembered(*row)
 
     def remember(
