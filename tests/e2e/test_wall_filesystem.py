@@ -7,6 +7,8 @@ Each group has a neighbour test showing that what is granted still works.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from lnk_controller.wall import ETC_FILES
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -404,3 +408,102 @@ def test_read_of_home_still_hides_box_settings_and_agents(
     assert "hello project\n" in result.stdout, result.stderr  # the grant itself works
     assert token not in result.stdout + result.stderr
     assert "Permission denied" in result.stderr
+
+
+# -- /etc: a few copies and directory binds, read-only, nothing else ----------------------------
+
+# Run inside once for the whole group (one launch): what /etc looks like, and each change tried
+# on a copied file (/etc/hosts), the generated /etc/passwd and a bound directory (/etc/ssl).
+ETC_PROBE = r"""
+import errno, hashlib, json, os
+def attempt(change):
+    try:
+        change()
+        return "done"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def append(path):
+    with open(path, "a") as f:
+        f.write("pwned\n")
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+changes = {
+    "append": lambda p: append(p),
+    "chmod": lambda p: os.chmod(p, 0o666),
+    "rename-over": lambda p: os.replace("/etc/host.conf", p),
+    "rename-away": lambda p: os.rename(p, p + ".old"),
+    "unlink": lambda p: os.unlink(p),
+    "hard-link": lambda p: os.link(p, p + ".link"),
+    "utime": lambda p: os.utime(p, (0, 0)),
+}
+print(json.dumps({
+    "uid": os.getuid(),
+    "etc": sorted(os.listdir("/etc")),
+    "ssl": sorted(os.listdir("/etc/ssl")),
+    "digests": {p: digest(p) for p in ("/etc/hosts", "/etc/ld.so.cache", "/etc/ssl/openssl.cnf")},
+    "passwd": open("/etc/passwd").read(),
+    "hosts_mode": oct(os.stat("/etc/hosts").st_mode),
+    "absent": {p: not os.path.lexists(p) for p in ("/etc/shadow", "/etc/lnk", "/etc/ssh")},
+    "changes": {f"{name} {p}": attempt(lambda: change(p))
+                for name, change in changes.items() for p in ("/etc/hosts", "/etc/passwd")},
+    "new-in-etc": attempt(lambda: open("/etc/new-file", "x").close()),
+    "new-in-ssl": attempt(lambda: open("/etc/ssl/new-file", "x").close()),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def etc_inside(running_box: RunningBox) -> dict[str, Any]:
+    before = {p: Path(p).read_bytes() for p in ("/etc/hosts", "/etc/host.conf")}
+    result = running_box.run(cmd=["python3", "-c", ETC_PROBE])
+    assert result.returncode == 0, result.stderr
+    assert {p: Path(p).read_bytes() for p in before} == before, "the host's /etc changed"
+    found: dict[str, Any] = json.loads(result.stdout)
+    return found
+
+
+def test_copied_etc_files_have_the_hosts_content(etc_inside: dict[str, Any]) -> None:
+    for path, digest in etc_inside["digests"].items():
+        assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
+    assert etc_inside["hosts_mode"] == oct(stat.S_IFREG | 0o644)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        f"{name} {path}"
+        for name in (
+            "append",
+            "chmod",
+            "rename-over",
+            "rename-away",
+            "unlink",
+            "hard-link",
+            "utime",
+        )
+        for path in ("/etc/hosts", "/etc/passwd")
+    ]
+    + ["new-in-etc", "new-in-ssl"],
+)
+def test_etc_cannot_be_changed_from_inside(etc_inside: dict[str, Any], change: str) -> None:
+    outcome = etc_inside["changes"].get(change) or etc_inside[change]
+    assert outcome in ("EROFS", "EACCES"), f"{change}: {outcome}"
+
+
+def test_etc_holds_only_the_listed_entries_and_the_sandboxs_users(
+    running_box: RunningBox, etc_inside: dict[str, Any]
+) -> None:
+    allowed = {Path(p).name for p in ETC_FILES} | {"passwd", "group"}
+    assert set(etc_inside["etc"]) <= allowed
+    assert {"hosts", "passwd", "group", "ld.so.cache", "ssl"} <= set(etc_inside["etc"])
+    assert all(etc_inside["absent"].values()), etc_inside["absent"]
+    users = {line.split(":")[0]: line.split(":")[2] for line in etc_inside["passwd"].splitlines()}
+    assert users.pop("root") == "0" and users.pop("nobody") == "65534"
+    assert list(users.values()) == [str(etc_inside["uid"])], users
+    assert running_box.owner.name not in etc_inside["passwd"]
+
+
+def test_a_bound_etc_directory_is_readable(etc_inside: dict[str, Any]) -> None:
+    assert etc_inside["ssl"] == sorted(os.listdir("/etc/ssl"))
+    assert etc_inside["ssl"], "the host has an /etc/ssl to show"

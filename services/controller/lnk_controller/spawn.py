@@ -12,7 +12,8 @@ SIGKILL takes its sandboxes with it, and reconcile removes what remains.
 
 The controller never forks a Python child of its own (it is multi-threaded): the chain is plain
 programs started by subprocess, which forks and execs in C. Data the sandbox needs (its
-/etc/passwd and /etc/group, the confiner's policy) go in as sealed-in-place memfds bwrap copies.
+/etc/passwd and /etc/group, the confiner's policy) go in as memfds bwrap copies, and so do the
+host's regular /etc files of `ETC_FILES` (opened here, copied by bwrap: see wall.py for why).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 import struct
 import subprocess
 import termios
@@ -42,10 +44,21 @@ from lnk_controller.wall import (
 )
 from lnk_shared.errors import LaunchRefused
 
-__all__ = ["MIN_LANDLOCK_ABI", "Running", "confiner_policy", "spawn_sandbox"]
+__all__ = [
+    "MAX_ETC_COPY_BYTES",
+    "MIN_LANDLOCK_ABI",
+    "Running",
+    "confiner_policy",
+    "open_etc_entries",
+    "spawn_sandbox",
+]
 
 MIN_LANDLOCK_ABI = 6  # abstract-unix and signal scoping: without them a sandbox reaches out
 MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
+# /etc files up to this size are copied into the sandbox's root; larger ones are bound, so a
+# huge file cannot fill the sandbox's memory (the copy is charged to it). The largest on a
+# usual system (ld.so.cache, mime.types) are well under 1 MiB.
+MAX_ETC_COPY_BYTES = 4 * 1024 * 1024
 _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
 
 
@@ -131,6 +144,38 @@ def _memfd(name: str, text: str) -> int:
     return fd
 
 
+def open_etc_entries(paths: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[int, str]]]:
+    """(paths to bind read-only, [(open descriptor, path) to copy]) for the /etc entries that
+    exist: regular files up to MAX_ETC_COPY_BYTES are copied, directories and larger files bound.
+    A link is followed, as a bind follows it. Anything else (a FIFO, a socket, a device) and an
+    entry that cannot be opened are left out, as a missing one is. O_NONBLOCK so a FIFO put in
+    /etc cannot hang the launch in open(). The caller closes the descriptors."""
+    binds: list[str] = []
+    copies: list[tuple[int, str]] = []
+    try:
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            except OSError:
+                continue
+            copied = False
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ETC_COPY_BYTES:
+                    copies.append((fd, path))
+                    copied = True
+                elif stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode):
+                    binds.append(path)
+            finally:
+                if not copied:
+                    os.close(fd)
+    except BaseException:
+        for fd, _ in copies:
+            os.close(fd)
+        raise
+    return tuple(binds), copies
+
+
 def _set_winsize(fd: int, size: TerminalSize) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size.rows, size.cols, 0, 0))
 
@@ -182,7 +227,9 @@ def spawn_sandbox(
     ]
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     master: int | None = None
+    etc_copies: list[tuple[int, str]] = []
     try:
+        etc_binds, etc_copies = open_etc_entries(ETC_FILES)
         links = {p: os.readlink(p) for p in MERGED_USR_LINKS if os.path.islink(p)}
         dirs = tuple(p for p in MERGED_USR_LINKS if os.path.isdir(p) and p not in links)
         layout = SandboxLayout(
@@ -193,7 +240,8 @@ def spawn_sandbox(
             terminal=terminal is not None,
             system_links=links,
             system_dirs=("/usr", *dirs),
-            etc_files=tuple(p for p in ETC_FILES if os.path.exists(p)),
+            etc_binds=etc_binds,
+            etc_copies=tuple(etc_copies),
             passwd_fd=data_fds[0],
             group_fd=data_fds[1],
             policy_fd=data_fds[2],
@@ -224,7 +272,7 @@ def spawn_sandbox(
                 stdin=streams[0],
                 stdout=streams[1],
                 stderr=streams[2],
-                pass_fds=(*data_fds, status_w),
+                pass_fds=(*data_fds, *(fd for fd, _ in etc_copies), status_w),
                 close_fds=True,
                 env={},
                 cwd="/",
@@ -239,7 +287,7 @@ def spawn_sandbox(
         raise
     finally:
         os.close(status_w)
-        for fd in data_fds:
+        for fd in (*data_fds, *(fd for fd, _ in etc_copies)):
             os.close(fd)
     return process, master, status_r
 

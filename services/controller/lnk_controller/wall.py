@@ -1,15 +1,26 @@
 """The wall: the bubblewrap command line that makes a sandbox, as a pure function of its layout.
 
 The sandbox starts from an empty root (bwrap's own tmpfs, remounted read-only at the end) and
-gets only: read-only system folders (`/usr` and the merged-usr links, a short list of `/etc`
-files, the box's own prefix), a generated `/etc/passwd` and `/etc/group` naming only root,
-nobody and the sandbox's user, a fresh `/proc` and minimal `/dev`, private noexec `/tmp` and
-`/dev/shm`, its private home, and the granted folders (staged by the controller as idmapped
-mounts, read-only or noexec as granted). Protected folders inside a granted folder are covered
-by an empty read-only tmpfs; dot entries that tools run outside are bound read-only over
-themselves. Every namespace is new (the network shared only for `[network] mode = "host"`),
-further user namespaces are disabled, the environment is exactly the one given, and without a
-terminal the sandbox gets a new session so it cannot push input into one (TIOCSTI).
+gets only: read-only system folders (`/usr` and the merged-usr links, the short list of `/etc`
+entries in `ETC_FILES`, the box's own prefix), a generated `/etc/passwd` and `/etc/group`
+naming only root, nobody and the sandbox's user, a fresh `/proc` and minimal `/dev`, private
+noexec `/tmp` and `/dev/shm`, its private home, and the granted folders (staged by the
+controller as idmapped mounts, read-only or noexec as granted). Protected folders inside a
+granted folder are covered by an empty read-only tmpfs; dot entries that tools run outside are
+bound read-only over themselves. Every namespace is new (the network shared only for
+`[network] mode = "host"`), further user namespaces are disabled, the environment is exactly
+the one given, and without a terminal the sandbox gets a new session so it cannot push input
+into one (TIOCSTI).
+
+`/etc` is mostly copies, not binds: each bind costs bwrap a mount and a full parse of
+/proc/self/mountinfo (it remounts submounts with the bind's flags), which grows with the host's
+mounts (each live sandbox adds staged ones); 25 binds for /etc cost bwrap about a quarter of its
+start. The regular files of `ETC_FILES`, the generated passwd and group, and the confiner's
+policy are instead copied by bwrap (`--file FD DEST`, from descriptors the controller opened)
+into its root tmpfs, which the final `--remount-ro /` makes read-only. A copy is a snapshot at
+launch, as a file bind already pins the file it found: a file the host replaces later is not
+seen by a running sandbox either way. Directories (and files too large to copy) stay read-only
+binds.
 
 What this does NOT do: apply Landlock or seccomp (the confiner does, inside, before the target
 runs), create users or mounts (the controller does), or decide what is granted (`refusals`).
@@ -98,7 +109,10 @@ class SandboxLayout:
     read_only_inside: tuple[Bind, ...] = ()
     system_links: Mapping[str, str] = field(default_factory=dict)
     system_dirs: tuple[str, ...] = ()
-    etc_files: tuple[str, ...] = ()
+    # /etc entries bound read-only (directories, large files), and (descriptor, path) of the
+    # ones bwrap copies into its read-only root: opened by the controller, passed to bwrap.
+    etc_binds: tuple[str, ...] = ()
+    etc_copies: tuple[tuple[int, str], ...] = ()
     passwd_fd: int = -1
     group_fd: int = -1
     policy_fd: int = -1
@@ -133,10 +147,13 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
         a += ["--symlink", target, dest]
     for path in layout.system_dirs:
         a += ["--ro-bind", path, path]
-    for path in layout.etc_files:
+    for path in layout.etc_binds:
         a += ["--ro-bind", path, path]
-    a += ["--perms", "0644", "--ro-bind-data", str(layout.passwd_fd), "/etc/passwd"]
-    a += ["--perms", "0644", "--ro-bind-data", str(layout.group_fd), "/etc/group"]
+    # Copies, not mounts (see the module docstring); read-only once `/` is remounted below.
+    for fd, path in layout.etc_copies:
+        a += ["--perms", "0644", "--file", str(fd), path]
+    a += ["--perms", "0644", "--file", str(layout.passwd_fd), "/etc/passwd"]
+    a += ["--perms", "0644", "--file", str(layout.group_fd), "/etc/group"]
     a += ["--ro-bind", layout.prefix, layout.prefix]
     a += ["--proc", "/proc", "--dev", "/dev"]
     for bind, dest in ((layout.tmp, "/tmp"), (layout.shm, "/dev/shm")):
@@ -154,7 +171,7 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
     for path in layout.hidden:
         a += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
 
-    a += ["--perms", "0444", "--ro-bind-data", str(layout.policy_fd), POLICY_PATH]
+    a += ["--perms", "0444", "--file", str(layout.policy_fd), POLICY_PATH]
     if layout.status_fd >= 0:
         a += ["--json-status-fd", str(layout.status_fd)]
     a += ["--remount-ro", "/", "--chdir", layout.cwd]

@@ -30,7 +30,7 @@ ARITY = {
     "--ro-bind": 2,
     "--perms": 1,
     "--size": 1,
-    "--ro-bind-data": 2,
+    "--file": 2,
     "--proc": 1,
     "--dev": 1,
     "--tmpfs": 1,
@@ -38,7 +38,8 @@ ARITY = {
     "--json-status-fd": 1,
     "--chdir": 1,
 }
-MOUNTS = {"--bind", "--ro-bind", "--tmpfs", "--ro-bind-data", "--symlink", "--proc", "--dev"}
+# What puts something in the sandbox's root: all of it must come before `--remount-ro /`.
+MOUNTS = {"--bind", "--ro-bind", "--tmpfs", "--file", "--symlink", "--proc", "--dev"}
 
 Op = tuple[str, tuple[str, ...]]
 
@@ -70,7 +71,8 @@ def layout(**changes: Any) -> SandboxLayout:
         terminal=False,
         system_links={"/bin": "usr/bin", "/lib": "usr/lib"},
         system_dirs=("/usr",),
-        etc_files=("/etc/hosts", "/etc/ssl"),
+        etc_binds=("/etc/ssl",),
+        etc_copies=((10, "/etc/hosts"), (12, "/etc/ld.so.cache")),
         passwd_fd=7,
         group_fd=8,
         policy_fd=9,
@@ -224,9 +226,43 @@ def test_generated_files_come_from_descriptors_not_the_host(
     fd_field: str, fd: int, dest: str
 ) -> None:
     ops = ops_of(layout(**{fd_field: fd}))
-    assert ("--ro-bind-data", (str(fd), dest)) in ops
-    others = [(o, a) for o, a in ops if o != "--ro-bind-data" and a and a[-1] == dest]
+    at = index_of(ops, "--file", str(fd), dest)
+    assert ops[at - 1] == ("--perms", ("0444",) if fd_field == "policy_fd" else ("0644",))
+    others = [(o, a) for o, a in ops if o != "--file" and a and a[-1] == dest]
     assert others == [], f"{dest} is also mounted from elsewhere"
+
+
+ETC_COPIES = ((10, "/etc/hosts"), (12, "/etc/ld.so.cache"), (13, "/etc/localtime"))
+
+
+def test_etc_copies_are_files_from_their_descriptors_read_only_at_the_end() -> None:
+    ops = ops_of(layout(etc_copies=ETC_COPIES))
+    remount_root = index_of(ops, "--remount-ro", "/")
+    for fd, path in ETC_COPIES:
+        at = index_of(ops, "--file", str(fd), path)
+        assert ops[at - 1] == ("--perms", ("0644",)), "a copy must not be writable or executable"
+        assert at < remount_root, "a copy after the remount would stay writable"
+        assert [a for o, a in ops if a and a[-1] == path] == [(str(fd), path)]
+
+
+def test_etc_directories_are_bound_read_only_and_never_copied() -> None:
+    ops = ops_of(layout(etc_binds=("/etc/ssl", "/etc/terminfo"), etc_copies=ETC_COPIES))
+    for path in ("/etc/ssl", "/etc/terminfo"):
+        assert [(o, a) for o, a in ops if a and a[-1] == path] == [("--ro-bind", (path, path))]
+    assert not [a for o, a in ops if o == "--bind" and a[1].startswith("/etc")]
+
+
+def test_etc_has_only_the_given_entries() -> None:
+    ops = ops_of(layout(etc_binds=("/etc/ssl",), etc_copies=ETC_COPIES))
+    in_etc = {a[-1] for o, a in ops if o != "--setenv" and a and a[-1].startswith("/etc/")}
+    assert in_etc == {"/etc/ssl", "/etc/passwd", "/etc/group", *(p for _, p in ETC_COPIES)}
+    assert ("--ro-bind", ("/etc", "/etc")) not in ops
+
+
+def test_layout_without_etc_entries_has_only_the_generated_ones() -> None:
+    ops = ops_of(layout(etc_binds=(), etc_copies=()))
+    in_etc = {a[-1] for o, a in ops if o != "--setenv" and a and a[-1].startswith("/etc/")}
+    assert in_etc == {"/etc/passwd", "/etc/group"}
 
 
 def test_host_user_files_are_not_among_the_etc_files() -> None:
