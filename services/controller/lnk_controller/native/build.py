@@ -1,9 +1,10 @@
-"""Compile the box's two programs from the C sources beside this file: the confiner,
-`lnk-sandbox` (lnk_sandbox.c and the relay, every .c but the launcher's), and the launcher,
-`lnk-spawn` (lnk_spawn.c, which the controller runs as root to start bwrap).
+"""Compile the box's programs from the C sources beside this file: the confiner,
+`lnk-sandbox` (lnk_sandbox.c and the relay, every .c but the launcher's and the client's), the
+launcher, `lnk-spawn` (lnk_spawn.c, which the controller runs as root to start bwrap), and the
+client, `lnk` (lnk_client*.c: `lnk sandbox run`'s quick path, the Python CLI for the rest).
 
 Used by setup.py (which loads this file by path, before the package is importable), by the
-unit tests and by hand (`python build.py DIR` writes both into DIR). Static: nothing needs the
+unit tests and by hand (`python build.py DIR` writes them all into DIR). Static: nothing needs the
 ELF loader or the box's libc inside the sandbox to start them, and the hardening flags are fixed
 here, in one place.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "CFLAGS",
+    "CLIENT",
     "CONFINER",
     "PROGRAMS",
     "SOURCES_DIR",
@@ -42,8 +44,10 @@ CFLAGS = (
 
 CONFINER = "lnk-sandbox"
 SPAWNER = "lnk-spawn"
+CLIENT = "lnk"
 _SPAWNER_SOURCE = "lnk_spawn.c"
-PROGRAMS = (CONFINER, SPAWNER)
+_CLIENT_SOURCES = "lnk_client*.c"
+PROGRAMS = (CONFINER, SPAWNER, CLIENT)
 
 
 class BuildError(RuntimeError):
@@ -52,10 +56,13 @@ class BuildError(RuntimeError):
 
 def _sources(program: str) -> list[str]:
     spawner = SOURCES_DIR / _SPAWNER_SOURCE
+    client = sorted(SOURCES_DIR.glob(_CLIENT_SOURCES))
     if program == SPAWNER:
         return [str(spawner)]
+    if program == CLIENT:
+        return [str(p) for p in client]
     if program == CONFINER:
-        return sorted(str(p) for p in SOURCES_DIR.glob("*.c") if p != spawner)
+        return sorted(str(p) for p in SOURCES_DIR.glob("*.c") if p != spawner and p not in client)
     raise ValueError(f"no such program: {program} (one of {', '.join(PROGRAMS)})")
 
 
@@ -80,7 +87,7 @@ def build(out_path: str | Path, *, program: str = CONFINER, cc: str = "cc") -> P
 
 
 def build_all(folder: str | Path, *, cc: str = "cc") -> list[Path]:
-    """Both programs into `folder`, each under its own name."""
+    """Every program into `folder`, each under its own name."""
     return [build(Path(folder) / program, program=program, cc=cc) for program in PROGRAMS]
 
 

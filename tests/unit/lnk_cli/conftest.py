@@ -1,0 +1,167 @@
+"""The `lnk` command in C (native/lnk_client*.c), built once per session, and a scripted fake
+controller on a real launch socket for it to talk to.
+
+`native_client`: the binary in a folder laid out as a venv's (bin/lnk beside bin/python3,
+pyvenv.cfg and lib/ of the venv running these tests), so its fallback finds the Python CLI
+the way an installed `lnk` does: a bare python3 symlink elsewhere is not a venv (Python looks
+for pyvenv.cfg beside the path it was started as, then resolves the link to the base Python).
+`controller`: a launch socket in a short temp folder (a unix socket's path is at most 108
+bytes); each `serve(script)` accepts one client, records its request frame (the bytes as sent,
+what the descriptors are, and which program the caller was, from SO_PEERCRED and /proc), then
+runs the script on the connection.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from lnk_controller.native.build import CLIENT, build
+from lnk_shared.frames import HEADER_BYTES, MAX_FDS, no_duplicate_keys
+from lnk_shared.unix import peer_cred
+
+TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="session")
+def native_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("venv")
+    (root / "bin").mkdir()
+    venv = Path(sys.prefix)
+    if (venv / "pyvenv.cfg").exists():
+        shutil.copy(venv / "pyvenv.cfg", root / "pyvenv.cfg")
+        (root / "lib").symlink_to(venv / "lib")
+        (root / "bin" / "python3").symlink_to(venv / "bin" / "python3")
+    else:  # a plain Python (lnk_cli on PYTHONPATH): its own python3 is enough
+        (root / "bin" / "python3").symlink_to(sys.executable)
+    return build(root / "bin" / CLIENT, program=CLIENT)
+
+
+@dataclass
+class Launch:
+    """What a client sent first, and who it was."""
+
+    raw: bytes  # the request's JSON, byte for byte
+    message: dict[str, object]
+    stats: list[os.stat_result]  # of each descriptor passed (closed once read: a client's
+    blocking: list[bool]  # stdout held here would keep its reader waiting for EOF)
+    exe: str  # the caller's program when it connected (/proc/PID/exe)
+
+
+Script = Callable[[socket.socket, Launch], None]  # the connection and what came on it
+
+
+def read_frame(conn: socket.socket) -> tuple[bytes, list[int]]:
+    """One frame as its raw JSON bytes and the descriptors on it (b"" at EOF)."""
+    fds = array.array("i")
+    data, ancillary, _flags, _ = conn.recvmsg(HEADER_BYTES, socket.CMSG_SPACE(MAX_FDS * 4))
+    for level, kind, rights in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(rights[: len(rights) - len(rights) % fds.itemsize])
+    if not data:
+        return b"", list(fds)
+    while len(data) < HEADER_BYTES:
+        data += conn.recv(HEADER_BYTES - len(data))
+    length = int.from_bytes(data, "big")
+    body = b""
+    while len(body) < length:
+        chunk = conn.recv(length - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return body, list(fds)
+
+
+def decode(raw: bytes) -> dict[str, object]:
+    value = json.loads(raw, object_pairs_hook=no_duplicate_keys)
+    assert isinstance(value, dict)
+    return value
+
+
+def write_frame(conn: socket.socket, message: dict[str, object] | bytes, fds: list[int]) -> None:
+    body = message if isinstance(message, bytes) else json.dumps(message).encode()
+    data = len(body).to_bytes(HEADER_BYTES, "big") + body
+    if fds:
+        rights = array.array("i", fds).tobytes()
+        sent = conn.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        data = data[sent:]
+    conn.sendall(data)
+
+
+@dataclass
+class Controller:
+    run_dir: Path
+    listener: socket.socket
+    launches: list[Launch] = field(default_factory=list)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _errors: list[BaseException] = field(default_factory=list)
+
+    # The frame helpers, for scripts (a test module cannot import this conftest by name).
+    read_frame = staticmethod(read_frame)
+    write_frame = staticmethod(write_frame)
+    timeout_s = TIMEOUT_S
+
+    def serve(self, script: Script) -> None:
+        """Answer the next client with `script` (in a thread; `check` re-raises its failure)."""
+        thread = threading.Thread(target=self._serve_one, args=(script,), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _serve_one(self, script: Script) -> None:
+        try:
+            conn, _ = self.listener.accept()
+            with conn:
+                conn.settimeout(TIMEOUT_S)
+                pid = peer_cred(conn).pid
+                exe = os.readlink(f"/proc/{pid}/exe")
+                raw, fds = read_frame(conn)
+                try:
+                    stats = [os.fstat(fd) for fd in fds]
+                    blocking = [os.get_blocking(fd) for fd in fds]
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+                message = decode(raw) if raw else {}
+                launch = Launch(raw, message, stats, blocking, exe)
+                self.launches.append(launch)
+                script(conn, launch)
+        except BaseException as exc:  # re-raised in the test's thread by check()
+            self._errors.append(exc)
+
+    def check(self) -> Launch:
+        """Wait for the scripts, re-raise what failed in them; the last launch."""
+        for thread in self._threads:
+            thread.join(TIMEOUT_S)
+            assert not thread.is_alive(), "the fake controller's script did not end"
+        if self._errors:
+            raise self._errors[0]
+        assert self.launches, "no client connected"
+        return self.launches[-1]
+
+
+@pytest.fixture
+def controller() -> Iterator[Controller]:
+    run_dir = Path(tempfile.mkdtemp(prefix="lnkc-", dir="/tmp"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(run_dir / "launch.sock"))
+    listener.listen(8)
+    listener.settimeout(TIMEOUT_S)
+    fake = Controller(run_dir=run_dir, listener=listener)
+    try:
+        yield fake
+    finally:
+        listener.close()
+        for thread in fake._threads:
+            thread.join(TIMEOUT_S)
+        shutil.rmtree(run_dir, ignore_errors=True)
