@@ -177,6 +177,20 @@ def test_the_request_is_the_python_clients_byte_for_byte(
         assert native.blocking[3] is False  # O_NONBLOCK: a FIFO cannot hang the controller
 
 
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_a_closed_stdio_descriptor_is_passed_as_dev_null_not_the_socket(
+    native_client: Path, controller: Controller, closed: int
+) -> None:
+    controller.serve(_answer(controller, _exit(0)))
+    close = f'exec "$0" "$@" {closed}>&-'  # the shell execs the client without it
+    argv = ["/bin/sh", "-c", close, str(native_client), "sandbox", "run", "--", "true"]
+    ran = _run(argv, [], _env(controller))
+    launch = controller.check()
+    assert ran.returncode == 0, ran.stderr
+    assert launch.exe == str(native_client)
+    assert os.path.samestat(launch.stats[closed], os.stat("/dev/null"))
+
+
 @FAST
 @given(
     st.lists(st.binary(min_size=0, max_size=12).filter(lambda b: b"\x00" not in b), max_size=4),

@@ -24,7 +24,10 @@
  *
  * Where it differs from Python on purpose: what Python would end with a traceback (a frame that
  * is not JSON, too many descriptors, a path that is no file name, the current folder gone) is
- * a one-line `lnk: ...` and exit 1 here.
+ * a one-line `lnk: ...` and exit 1 here; a closed stdin, stdout or stderr is passed on as
+ * /dev/null, not as the launch socket that took its number; and the environment sent is the
+ * caller's, where Python's own start adds LC_CTYPE=C.UTF-8 to its copy under a C locale
+ * (PEP 538) and sends that.
  */
 #define _GNU_SOURCE
 #include "lnk_client_json.h"
@@ -665,6 +668,21 @@ __attribute__((noreturn)) static void quick_run(const struct plain_run *run) {
     if (sigemptyset(&ignore.sa_mask) != 0 || sigaction(SIGPIPE, &ignore, NULL) != 0)
         fail(EXIT_ERROR, "cannot ignore SIGPIPE");
     set_handler(SIGINT, interrupted);
+    /* A closed stdin, stdout or stderr would be taken by the next descriptor opened (the lowest
+       free number), and the launch socket itself passed to the sandbox as its stdio: /dev/null
+       stands in for it. (Python's client does pass the socket: one of the two deliberate
+       differences, with the tracebacks named above.) */
+    for (int fd = 0; fd < STDIO_FDS; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int null = open("/dev/null", O_RDWR); /* the lowest free number: `fd` */
+        if (null != fd) {
+            struct text m = message_start();
+            text_format(&m, "cannot open /dev/null for a closed descriptor %d: %s", fd,
+                        null < 0 ? strerror(errno) : "it got another number");
+            message_exit(&m, EXIT_ERROR);
+        }
+    }
 
     bool spec = run->spec != NULL && run->spec[0] != '\0';
     struct text request = {0};
