@@ -177,6 +177,40 @@ def test_the_request_is_the_python_clients_byte_for_byte(
         assert native.blocking[3] is False  # O_NONBLOCK: a FIFO cannot hang the controller
 
 
+# Exec argv[2:] with the environment's entries exactly as listed in argv[1] (a JSON list): an
+# environment with a name given twice, which no mapping (subprocess's env=) can spell.
+EXEC_WITH_ENTRIES = """
+import ctypes, json, sys
+entries = [e.encode() for e in json.loads(sys.argv[1])] + [None]
+argv = [a.encode() for a in sys.argv[2:]] + [None]
+libc = ctypes.CDLL(None, use_errno=True)
+strings = lambda items: (ctypes.c_char_p * len(items))(*items)
+libc.execve(argv[0], strings(argv), strings(entries))
+sys.exit(f"execve: {ctypes.get_errno()}")
+"""
+
+
+def test_a_name_given_twice_in_the_environment_is_read_as_python_reads_it(
+    native_client: Path, controller: Controller
+) -> None:
+    env = _env(controller)
+    entries = [f"{k}={v}" for k, v in env.items()]
+    entries += ["LC_ALL=first", "LC_ALL=second", "PATH=/second", "TERM", "LANG=second"]
+    sent = []
+    for program in ([str(native_client)], [str(w) for w in _python()]):
+        controller.serve(_answer(controller, _exit(0)))
+        words = ["sandbox", "run", "--", "true"]
+        helper = [sys.executable, "-c", EXEC_WITH_ENTRIES, json.dumps(entries)]
+        ran = _run([*helper, *program], words, {}, cwd="/")
+        assert ran.returncode == 0, ran.stderr
+        sent.append(controller.check())
+    native, python = sent
+    assert native.exe == str(native_client)
+    assert native.raw == python.raw
+    assert native.message["env"] == {"LANG": "C.UTF-8", "LC_ALL": "first"}
+    assert native.message["path_env"] == "/usr/bin:/bin"
+
+
 @pytest.mark.parametrize("closed", [0, 1, 2])
 def test_a_closed_stdio_descriptor_is_passed_as_dev_null_not_the_socket(
     native_client: Path, controller: Controller, closed: int
