@@ -149,3 +149,37 @@ def test_write_grant_on_ssh_folder_is_refused_naming_the_rule(running_box: Runni
     finally:
         with suppress(FileNotFoundError):
             witness.unlink()
+
+
+def test_a_user_that_cannot_be_made_refuses_the_launch_and_leaves_nothing(
+    running_box: RunningBox, private_box: Any
+) -> None:
+    """The sandbox's user is made while its mounts are staged: when making it fails (here a
+    home of its name is already there), the launch is refused, what was staged meanwhile is
+    removed, no /etc line stays, and the next launch (on the same uid) runs."""
+    witness, flags, cmd = _witness(running_box)
+    try:
+        with private_box() as box:
+            staging = box.run_dir / "sandboxes"
+            stale = box.state_dir / "homes" / f"{SANDBOX_USER_PREFIX}{box.uid_first}"
+            stale.mkdir(mode=0o700)
+            refused = _run_in(running_box, box, *flags, cmd=cmd)
+            users = box.user_lines()
+            mounts = [
+                m
+                for m in Path("/proc/self/mountinfo").read_text().splitlines()
+                if f" {staging}/" in m
+            ]
+            left = list(staging.iterdir())
+            ran_before = witness.exists()
+            again = _run_in(running_box, box, *flags, cmd=cmd)
+        assert "Traceback" not in refused.stderr, refused.stderr
+        assert refused.returncode != 0
+        assert f"{stale} already exists" in refused.stderr, refused.stderr
+        assert not ran_before, "the program ran without its user"
+        assert (users, mounts, left) == ([], [], [])
+        assert again.returncode == 0, again.stderr
+        assert witness.exists()
+    finally:
+        with suppress(FileNotFoundError):
+            witness.unlink()

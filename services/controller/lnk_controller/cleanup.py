@@ -94,12 +94,7 @@ def _clean(
         pass
     except OSError as exc:
         problems.append(f"cannot remove {staging}: {exc.strerror}")
-    user = host_users.HostUser(
-        name=row.host_name,
-        uid=row.host_uid,
-        gid=row.host_uid,
-        home=os.path.join(cfg.homes_dir, row.host_name),
-    )
+    user = host_users.sandbox_user(row.host_uid, homes_dir=cfg.homes_dir)
     try:
         host_users.remove_user(user, processes_killed=killed)
     except StateError as exc:

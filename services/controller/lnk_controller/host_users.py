@@ -72,6 +72,7 @@ __all__ = [
     "list_lnk_users",
     "range_conflicts",
     "remove_user",
+    "sandbox_user",
     "user_name",
 ]
 
@@ -240,16 +241,23 @@ def _open_homes_dir(homes_dir: Path) -> int:
     return fd
 
 
+def sandbox_user(uid: int, *, homes_dir: Path) -> HostUser:
+    """The host user of a sandbox on `uid`, as `create_user` makes it: its name, gid == uid, and
+    its home in `homes_dir` (nothing is read or made here)."""
+    name = user_name(uid)
+    return HostUser(name, uid, uid, str(homes_dir / name))
+
+
 def create_user(uid: int, *, homes_dir: Path) -> HostUser:
     """Add the host user for `uid` (gid == uid) and its 0700 home `homes_dir/<name>`.
 
     Raises StateError if the name, uid or gid is in any passwd, group, shadow or gshadow line,
     or the home exists; nothing is left behind then.
     """
-    name = user_name(uid)
+    user = sandbox_user(uid, homes_dir=homes_dir)
+    name = user.name
     parent = _open_homes_dir(homes_dir)
     try:
-        user = HostUser(name, uid, uid, str(homes_dir / name))
         _edit(_with_user(user), (GROUPS_FILE, USERS_FILE))
         try:
             os.mkdir(name, _HOME_MODE, dir_fd=parent)

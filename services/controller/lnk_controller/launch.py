@@ -19,6 +19,7 @@ import logging
 import os
 import pwd
 import stat
+from concurrent import futures
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -144,6 +145,8 @@ class Launcher:
         self.remembered = remembered
         self.agents = agents
         self.uid_range = host_users.UidRange(cfg.uid_first, cfg.uid_last)
+        # Makes sandbox users while their mounts are staged (they wait on the /etc lock anyway).
+        self._user_maker = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="user")
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -334,24 +337,33 @@ class Launcher:
         grants = judged.grants
         # The record's uid was free in our records and in /etc when it was picked; another
         # box on this machine may still take it first, so that is a clean refusal, not a clash.
-        user = host_users.create_user(row.host_uid, homes_dir=cfg.homes_dir)
-        staged = stage_sandbox(
-            sandbox_id=row.id,
-            staging=Path(row.staging_dir),
-            store=self.store,
-            user=user,
-            owner_uid=owner_uid,
-            request=request,
-            fds=fds,
-            grants_read=[p.real for p in grants.read],
-            grants_write=[p.real for p in grants.write]
-            + ([judged.agent.home] if judged.agent else []),
-            fd_grants=[(f.path.real, f.write) for f in grants.spec.with_fds],
-            read_only_inside=grants.read_only_inside,
-            execute=judged.execute,
-            exec_anywhere=grants.spec.commands_any,
-            tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+        # The user (its /etc lines, fsynced, and its home) is made while the mounts are staged:
+        # neither needs the other, and nothing runs before both are done.
+        user = host_users.sandbox_user(row.host_uid, homes_dir=cfg.homes_dir)
+        making = self._user_maker.submit(
+            host_users.create_user, row.host_uid, homes_dir=cfg.homes_dir
         )
+        try:
+            staged = stage_sandbox(
+                sandbox_id=row.id,
+                staging=Path(row.staging_dir),
+                store=self.store,
+                user=user,
+                owner_uid=owner_uid,
+                request=request,
+                fds=fds,
+                grants_read=[p.real for p in grants.read],
+                grants_write=[p.real for p in grants.write]
+                + ([judged.agent.home] if judged.agent else []),
+                fd_grants=[(f.path.real, f.write) for f in grants.spec.with_fds],
+                read_only_inside=grants.read_only_inside,
+                execute=judged.execute,
+                exec_anywhere=grants.spec.commands_any,
+                tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+            )
+        finally:
+            futures.wait([making])  # a clean-up after a failure must not race the creation
+        making.result()  # the user's failure, when the staging did not fail first
         home = f"/home/{user.name}"
         visible = [b.dest for b in staged.binds]
         binds = list(staged.binds)
