@@ -1,10 +1,12 @@
-"""Build hook: compile the confiner, lnk-sandbox, and the launcher, lnk-spawn, into the package;
-all else is pyproject.toml.
+"""Build hook: compile the confiner, lnk-sandbox, and the launcher, lnk-spawn, into the package,
+and the C client in place of the `lnk` script; all else is pyproject.toml.
 
 `pip install .` (scripts/install) and `pip wheel` (the Ansible deploy, the compose image) both
-run build_py, so every installed copy has the binaries at lnk_controller/native/lnk-sandbox and
-lnk_controller/native/lnk-spawn (mode 0755). The wheel holds binaries for one platform, so it is
-tagged for it (py3-none-<platform>).
+run build_py and build_scripts, so every installed copy has the binaries at
+lnk_controller/native/lnk-sandbox and lnk_controller/native/lnk-spawn (mode 0755), and `bin/lnk`
+is the C client (native/lnk_client.c), which runs the Python CLI (cli/bin/lnk's entry point) for
+all but a plain `lnk sandbox run` without a terminal. The wheel holds binaries for one platform,
+so it is tagged for it (py3-none-<platform>).
 """
 
 from __future__ import annotations
@@ -35,7 +37,23 @@ def _native_build() -> ModuleType:
 class BuildPyWithNative(build_py):
     def run(self) -> None:
         super().run()
-        _native_build().build_all(Path(self.build_lib) / "lnk_controller" / "native")
+        native = _native_build()
+        for program in (native.CONFINER, native.SPAWNER):  # the client goes to bin/, below
+            native.build(
+                Path(self.build_lib) / "lnk_controller" / "native" / program, program=program
+            )
+
+
+# setuptools has no build_scripts module of its own: the class it runs is distutils', which its
+# distribution names (importing distutils directly would pick the stdlib's on 3.11).
+build_scripts = Distribution().get_command_class("build_scripts")
+
+
+class BuildScriptsWithClient(build_scripts):  # type: ignore[misc,valid-type]
+    def run(self) -> None:
+        super().run()
+        native = _native_build()
+        native.build(Path(self.build_dir) / "lnk", program=native.CLIENT)
 
 
 class BinaryDistribution(Distribution):
@@ -51,5 +69,9 @@ class PlatformWheel(bdist_wheel):
 
 setup(
     distclass=BinaryDistribution,
-    cmdclass={"build_py": BuildPyWithNative, "bdist_wheel": PlatformWheel},
+    cmdclass={
+        "build_py": BuildPyWithNative,
+        "build_scripts": BuildScriptsWithClient,
+        "bdist_wheel": PlatformWheel,
+    },
 )
