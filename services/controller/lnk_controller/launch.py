@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs only
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
+CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"  # the box's client and the Python it runs, in bin/
 FLAGS_ONLY_KEY = "<flags>"
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 # `lnk sandbox check`: the box's own probe program, run by the box's Python with -I -S (no site,
@@ -120,7 +121,12 @@ def _find_program(name: str, cwd: str) -> str:
     raise SpecError(f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH})")
 
 
-def _interpreter(path: str) -> str | None:
+def _interpreter(path: str, box_bin: Path) -> str | None:
+    """What runs `path` besides itself: a script's #! interpreter; for the box's own `lnk` (the
+    C client, native/lnk_client.c, which runs the Python beside it for all but a plain
+    `sandbox run`), that Python, as it was the interpreter of the `lnk` script before it."""
+    if path == os.path.realpath(box_bin / CLIENT_NAME):
+        return str(box_bin / CLIENT_PYTHON)
     try:
         with open(path, "rb") as f:
             head = f.read(MAX_SHEBANG)
@@ -195,7 +201,7 @@ class Launcher:
                 if "commands.allow" in refusal.entry:
                     raise CommandRefused(f"the program {request.argv[0]}", refusal.why)
             execute.add(program.real)
-            interp = _interpreter(program.real)
+            interp = _interpreter(program.real, self.cfg.python.parent)
             if interp is not None:
                 execute.add(os.path.realpath(interp))
         execute.update(os.path.realpath(p) for p in LOADERS if os.path.exists(p))
