@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from as_user import as_user
 
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = PREFIX / "venv" / "bin" / "lnk"
@@ -99,15 +100,7 @@ class RunningBox:
         self, *args: str, timeout: float = 60, **kw: object
     ) -> subprocess.CompletedProcess[str]:
         """Run `lnk ARGS` as the owner (setpriv drops root), from the owner's home."""
-        argv = [
-            "/usr/bin/setpriv",
-            f"--reuid={self.owner.uid}",
-            f"--regid={self.owner.gid}",
-            "--init-groups",
-            "--",
-            str(LNK),
-            *args,
-        ]
+        argv = as_user(self.owner.uid, self.owner.gid, str(LNK), *args)
         return subprocess.run(
             argv,
             env=self.owner_env(),

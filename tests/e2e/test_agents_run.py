@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 
@@ -60,15 +61,7 @@ print(json.dumps(out))
 
 def owner_argv(box: Any, *args: str) -> list[str]:
     owner = box.owner
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        str(LNK),
-        *args,
-    ]
+    return as_user(owner.uid, owner.gid, str(LNK), *args)
 
 
 def inside(box: Any, name: str, steps: list[Any]) -> list[Any]:

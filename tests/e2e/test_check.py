@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 from net import NAS, WWW, TestInternet
 
 RunningBox = Any  # tests/e2e/conftest.py
@@ -59,15 +60,7 @@ FAMILIES = (
 
 def _owner_argv(box: RunningBox, *args: str) -> list[str]:
     owner = box.owner
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        LNK,
-        *args,
-    ]
+    return as_user(owner.uid, owner.gid, LNK, *args)
 
 
 def _env(box: RunningBox, private: Any | None) -> dict[str, str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -136,12 +137,9 @@ def _attempts(
     box: RunningBox, settings: Path, port: int, caller_secret: str, *flags: str
 ) -> tuple[dict[str, str], str]:
     owner = box.owner
-    argv = [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
+    argv = as_user(
+        owner.uid,
+        owner.gid,
         "/opt/lnk/venv/bin/lnk",
         "sandbox",
         "run",
@@ -156,7 +154,7 @@ def _attempts(
         str(settings),
         str(port),
         _machine_address(),
-    ]
+    )
     result = subprocess.run(
         argv,
         env={**box.owner_env(), "LNK_CALLER_SECRET": caller_secret},

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from as_user import as_user
+
 Box = Any  # the `box` fixture of tests/e2e/conftest.py
 RunningBox = Any  # the `running_box` fixture of tests/e2e/conftest.py
 LNK = Path(os.environ.get("LNK_PREFIX", "/opt/lnk")) / "venv" / "bin" / "lnk"
@@ -55,18 +57,7 @@ def _approve_on_terminal(running_box: RunningBox, spec: Path, answer: str) -> tu
     owner = running_box.owner
     main, secondary = os.openpty()
     proc = subprocess.Popen(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={owner.uid}",
-            f"--regid={owner.gid}",
-            "--init-groups",
-            "--",
-            str(LNK),
-            "spec",
-            "approve",
-            "--spec",
-            str(spec),
-        ],
+        as_user(owner.uid, owner.gid, str(LNK), "spec", "approve", "--spec", str(spec)),
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from as_user import as_user
 from deploy_box import PLAYBOOK_DIR, DeployedBox, PlaybookRun, find_tool
 from deploy_sshd import RootSshd
 from deploy_wheel import (
@@ -81,15 +82,7 @@ class Deployment:
     def lnk_as_owner(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The DEPLOYED `lnk` (its own prefix), as the owner, pointed at the deployed box."""
         return subprocess.run(
-            [
-                "/usr/bin/setpriv",
-                f"--reuid={self.owner.uid}",
-                f"--regid={self.owner.gid}",
-                "--init-groups",
-                "--",
-                str(self.box.venv / "bin" / "lnk"),
-                *args,
-            ],
+            as_user(self.owner.uid, self.owner.gid, str(self.box.venv / "bin" / "lnk"), *args),
             env={
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "HOME": str(self.owner.home),

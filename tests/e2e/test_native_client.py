@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 from lnk_controller.native.build import CLIENT, build
 
@@ -59,15 +60,7 @@ def clients() -> Iterator[Clients]:
 
 def _argv(box: RunningBox, lnk: Path, *words: str) -> list[str]:
     owner = box.owner
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        str(lnk),
-        *words,
-    ]
+    return as_user(owner.uid, owner.gid, str(lnk), *words)
 
 
 def _run(

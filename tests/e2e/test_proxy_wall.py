@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 from net import NAS, OTHER, PRIVATE, WWW, TestInternet
 
 RunningBox = Any  # tests/e2e/conftest.py
@@ -50,15 +51,7 @@ def _owner_env(running_box: RunningBox, box: Any) -> dict[str, str]:
 def _as_owner(running_box: RunningBox, *args: str) -> list[str]:
     """`lnk ARGS` run as the owner (setpriv drops root)."""
     owner = running_box.owner
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        LNK,
-        *args,
-    ]
+    return as_user(owner.uid, owner.gid, LNK, *args)
 
 
 def _in_sandbox(

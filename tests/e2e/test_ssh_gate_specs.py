@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from as_user import as_user
 from sshd import (
     LNK,
     BoxUser,
@@ -87,17 +88,7 @@ def test_read_home_still_hides_the_box_settings_and_agents(
 
 def _enter_as(user: BoxUser, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={user.uid}",
-            f"--regid={user.gid}",
-            "--init-groups",
-            "--",
-            str(LNK),
-            "sandbox",
-            "enter",
-            *args,
-        ],
+        as_user(user.uid, user.gid, str(LNK), "sandbox", "enter", *args),
         env=env,
         cwd="/",
         capture_output=True,

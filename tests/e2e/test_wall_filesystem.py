@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 from lnk_controller.wall import ETC_FILES
 
@@ -57,16 +58,7 @@ def _as_owner_sh(box: RunningBox, script: str) -> subprocess.CompletedProcess[st
     """A shell script run on the host as the owner (no sandbox), to use what a sandbox left."""
     owner = box.owner
     return subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={owner.uid}",
-            f"--regid={owner.gid}",
-            "--init-groups",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ],
+        as_user(owner.uid, owner.gid, "/bin/sh", "-c", script),
         env=box.owner_env(),
         cwd=str(owner.home),
         capture_output=True,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -40,15 +41,7 @@ def _outside_process(box: RunningBox, env: dict[str, str] | None = None) -> Iter
     """A `sleep` of the owner's, outside any sandbox; yields its pid."""
     owner = box.owner
     process = subprocess.Popen(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={owner.uid}",
-            f"--regid={owner.gid}",
-            "--init-groups",
-            "--",
-            "/bin/sleep",
-            OUTSIDE_SLEEP_S,
-        ],
+        as_user(owner.uid, owner.gid, "/bin/sleep", OUTSIDE_SLEEP_S),
         env={"PATH": "/usr/bin:/bin", **(env or {})},
     )
     try:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = pytest.mark.needs_root
@@ -24,15 +25,7 @@ def _owner_env(running_box: RunningBox, box: Any) -> dict[str, str]:
 
 def _as_owner(running_box: RunningBox, *args: str) -> list[str]:
     owner = running_box.owner
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        LNK,
-        *args,
-    ]
+    return as_user(owner.uid, owner.gid, LNK, *args)
 
 
 def test_an_expired_lease_stops_and_cleans_the_sandbox(

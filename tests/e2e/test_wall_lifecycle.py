@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -113,15 +114,7 @@ def _wait_for(what: str, check: Any, timeout: float = WAIT_S) -> Any:
 
 
 def _owner_argv(uid: int, gid: int, *args: str) -> list[str]:
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={uid}",
-        f"--regid={gid}",
-        "--init-groups",
-        "--",
-        str(LNK),
-        *args,
-    ]
+    return as_user(uid, gid, str(LNK), *args)
 
 
 def _popen_run(box: RunningBox, *args: str, **kw: Any) -> subprocess.Popen[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -36,15 +37,7 @@ RESURRECTOR = 'while :; do (kill -CONT -1 2>/dev/null; echo "t $$") ; done'
 
 def _owner_argv(box: RunningBox, *args: str) -> list[str]:
     owner = box.owner
-    return [
-        "/usr/bin/setpriv",
-        f"--reuid={owner.uid}",
-        f"--regid={owner.gid}",
-        "--init-groups",
-        "--",
-        str(LNK),
-        *args,
-    ]
+    return as_user(owner.uid, owner.gid, str(LNK), *args)
 
 
 def _lnk(box: RunningBox, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -36,20 +37,7 @@ def _run_in(
     owner = running_box.owner
     env = {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
     return subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            f"--reuid={owner.uid}",
-            f"--regid={owner.gid}",
-            "--init-groups",
-            "--",
-            str(LNK),
-            "sandbox",
-            "run",
-            "--yes",
-            *flags,
-            "--",
-            *cmd,
-        ],
+        as_user(owner.uid, owner.gid, str(LNK), "sandbox", "run", "--yes", *flags, "--", *cmd),
         env=env,
         cwd=str(owner.home),
         capture_output=True,
