@@ -27,6 +27,13 @@ from lnk_controller.native.build import CLIENT, build
 
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = str(PREFIX / "venv" / "bin" / "lnk")
+# The Python client as the installed (C) `lnk` runs it for everything but this plain form.
+PYTHON_LNK = [
+    str(PREFIX / "venv" / "bin" / "python3"),
+    "-P",
+    "-c",
+    "from lnk_cli.__main__ import main; main()",
+]
 # A uid block of its own, far from sandbox_start.py's and the e2e tests' blocks.
 UID_BASE, UID_BLOCK, UID_BLOCKS = 2_101_000_000, 1000, 10_000
 TRUE = ["sandbox", "run", "--", "/bin/true"]
@@ -78,9 +85,9 @@ def main() -> int:
             "client alone, C": [],
         }
         for _ in range(args.runs):
-            figures["end to end, Python client"].append(timed([LNK, *TRUE], env, 0))
+            figures["end to end, Python client"].append(timed([*PYTHON_LNK, *TRUE], env, 0))
             figures["end to end, C client"].append(timed([native, *TRUE], env, 0))
-            figures["client alone, Python"].append(timed([LNK, *TRUE], no_box, 1))
+            figures["client alone, Python"].append(timed([*PYTHON_LNK, *TRUE], no_box, 1))
             figures["client alone, C"].append(timed([native, *TRUE], no_box, 1))
     finally:
         subprocess.run([LNK, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)

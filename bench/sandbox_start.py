@@ -11,6 +11,8 @@ Starts a private box (its own run/state dirs, `lnk box up`), then measures:
 - where the time goes: the controller's own phases per launch (judged, started, ran, cleaned,
   from its log), and inside "ran" the confiner's share (bare bwrap running lnk-sandbox with a
   sandbox's kind of policy, then /bin/true, vs bare bwrap running /bin/true).
+The client is the installed `lnk`: for this plain form without a terminal, the C client
+(lnk_controller/native/lnk_client.c); `bench/native_client.py` sets it against the Python one.
 Reports figures only; asserts nothing but success.
 """
 
