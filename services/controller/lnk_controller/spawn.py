@@ -256,6 +256,8 @@ def spawn_sandbox(
             streams = [secondary, secondary, secondary]
         chain = [
             str(cfg.spawner),
+            "--parent",
+            str(os.getpid()),  # it refuses to start anything if this process is gone meanwhile
             "--cgroup",
             str(cgroup),
             "--uid",

@@ -74,7 +74,18 @@ def group() -> Iterator[Path]:
 
 def _argv(spawner: Path, group: Path, *, ctty: bool = False) -> list[str]:
     extra = ["--ctty"] if ctty else []
-    return [str(spawner), "--cgroup", str(group), "--uid", str(UID), "--gid", str(GID), *extra]
+    parent = ["--parent", str(os.getpid())]
+    return [
+        str(spawner),
+        *parent,
+        "--cgroup",
+        str(group),
+        "--uid",
+        str(UID),
+        "--gid",
+        str(GID),
+        *extra,
+    ]
 
 
 def _members(group: Path) -> list[int]:
@@ -233,7 +244,9 @@ def test_lnk_spawn_dies_with_its_parent_and_takes_the_namespace(
 ) -> None:
     # A shell forks lnk-spawn and waits; SIGKILL to the shell (the controller, in life) must
     # end lnk-spawn (PR_SET_PDEATHSIG) and so its namespace.
-    argv = " ".join([*_argv(lnk_spawn, group), "--", "/bin/sleep", "60"])
+    words = _argv(lnk_spawn, group)
+    words[words.index("--parent") + 1] = "$$"  # the shell is lnk-spawn's parent here
+    argv = " ".join([*words, "--", "/bin/sleep", "60"])
     with subprocess.Popen(
         ["/bin/sh", "-c", f"{argv} & echo $!; wait"], stdout=subprocess.PIPE, text=True
     ) as parent:
@@ -290,8 +303,13 @@ def test_ctty_gives_the_child_the_terminal_as_its_controlling_tty(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--uid", str(UID), "--gid", str(GID)], "--cgroup, --uid and --gid are required"),
-        (["--cgroup", "G", "--gid", str(GID)], "--cgroup, --uid and --gid are required"),
+        (
+            ["--uid", str(UID), "--gid", str(GID)],
+            "--parent, --cgroup, --uid and --gid are required",
+        ),
+        (["--cgroup", "G", "--gid", str(GID)], "--parent, --cgroup, --uid and --gid are required"),
+        (["--cgroup", "G", "--uid", str(UID), "--gid", str(GID), "--parent"], "incomplete"),
+        (["--cgroup", "G", "--uid", str(UID), "--gid", str(GID), "--parent", "x"], "not 'x'"),
         (["--cgroup", "G", "--uid", "0", "--gid", str(GID)], "--uid must be a number from 1"),
         (["--cgroup", "G", "--uid", str(UID), "--gid", "0"], "--gid must be a number from 1"),
         (["--cgroup", "G", "--uid", "root", "--gid", str(GID)], "not 'root'"),
@@ -308,6 +326,8 @@ def test_bad_usage_refuses_and_runs_nothing(
 ) -> None:
     marker = tmp_path / "ran"
     options = [str(group) if o == "G" else o for o in options]
+    if "--parent" not in options:
+        options += ["--parent", str(os.getpid())]  # only the other options are wrong
     result = subprocess.run(
         [str(lnk_spawn), *options, "--", "/bin/touch", str(marker)],
         capture_output=True,
@@ -366,3 +386,24 @@ def test_a_program_that_cannot_run_refuses(lnk_spawn: Path, group: Path, tmp_pat
         )
         assert result.returncode == 126
         assert f"lnk-spawn: cannot run {program}: {message}" in result.stderr
+
+
+def test_a_parent_other_than_the_one_named_refuses_and_runs_nothing(
+    lnk_spawn: Path, group: Path, tmp_path: Path
+) -> None:
+    """What a controller that died before lnk-spawn's first instruction looks like from inside:
+    lnk-spawn's parent is another process (init, or whoever adopted it), not --parent."""
+    marker = tmp_path / "ran"
+    argv = _argv(lnk_spawn, group)
+    argv[argv.index("--parent") + 1] = "1"
+    result = subprocess.run(
+        [*argv, "--", "/bin/touch", str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 126
+    assert "the controller that started lnk-spawn is gone" in result.stderr
+    assert not marker.exists()
+    assert _members(group) == []

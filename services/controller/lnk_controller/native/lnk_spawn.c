@@ -14,7 +14,8 @@
  * status pipe by number. Any failure before the exec prints `lnk-spawn: WHAT: ERROR` and exits
  * 126: nothing of the sandbox ran.
  *
- * Usage: lnk-spawn --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM [ARGS...]
+ * Usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM [ARGS...]
+ * PID is the controller's: lnk-spawn refuses to start anything once it is not its parent.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,7 +36,9 @@
 
 #define EXIT_REFUSED 126 /* the shell's "cannot execute": nothing of the sandbox ran */
 #define MEMFD_NOEXEC "/proc/sys/vm/memfd_noexec"
-#define USAGE "usage: lnk-spawn --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM [ARGS...]"
+#define USAGE                                                                                \
+    "usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM "      \
+    "[ARGS...]"
 
 /* Print `lnk-spawn: WHAT: strerror(errno)` and exit 126. _exit: the child shares no stdio
    buffer to flush (stderr is unbuffered), and no atexit handler of the parent may run twice. */
@@ -49,7 +52,7 @@ __attribute__((noreturn)) static void usage(const char *why) {
     _exit(EXIT_REFUSED);
 }
 
-/* A uid or gid: decimal digits only, not 0 (the sandbox never runs as root), not -1. */
+/* A uid, gid or pid: decimal digits only, not 0 (the sandbox never runs as root), not -1. */
 static unsigned parse_id(const char *option, const char *text) {
     size_t length = strlen(text);
     unsigned long value = 0;
@@ -139,22 +142,18 @@ __attribute__((noreturn)) static void exit_like(int status) {
 }
 
 int main(int argc, char **argv) {
-    /* The classic race: the parent may die before the prctl; then getppid() has changed. A death
-       before this line (between the controller's fork and this exec) leaves an orphan in the
-       sandbox's cgroup, which the controller's reconcile kills when it starts again. */
-    pid_t parent = getppid();
+    /* First, so the controller's death from here on kills lnk-spawn; a death before it (between
+       the controller's fork and this line) is caught below: the parent is no longer --parent. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
         fail("cannot set the parent-death signal");
-    if (getppid() != parent) {
-        errno = ESRCH;
-        fail("the controller that started lnk-spawn is gone");
-    }
 
-    const char *cgroup = NULL, *uid_text = NULL, *gid_text = NULL;
+    const char *parent_text = NULL, *cgroup = NULL, *uid_text = NULL, *gid_text = NULL;
     int ctty = 0, i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--ctty") == 0)
             ctty = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--parent") == 0)
+            parent_text = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--cgroup") == 0)
             cgroup = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--uid") == 0)
@@ -164,11 +163,15 @@ int main(int argc, char **argv) {
         else
             usage("unknown or incomplete option");
     }
-    if (cgroup == NULL || uid_text == NULL || gid_text == NULL)
-        usage("--cgroup, --uid and --gid are required");
+    if (parent_text == NULL || cgroup == NULL || uid_text == NULL || gid_text == NULL)
+        usage("--parent, --cgroup, --uid and --gid are required");
     if (i + 1 >= argc)
         usage("no program after --");
     unsigned uid = parse_id("--uid", uid_text), gid = parse_id("--gid", gid_text);
+    if ((unsigned long)getppid() != parse_id("--parent", parent_text)) {
+        errno = ESRCH; /* re-parented: the controller died before the prctl above */
+        fail("the controller that started lnk-spawn is gone");
+    }
 
     /* Blocked, as unshare --fork does: Ctrl-C or SIGTERM goes to the sandbox's program, and
        lnk-spawn outlives its child to report how it ended. */
