@@ -31,11 +31,13 @@ STARTED = "relay started"
 
 # relay_start as the confiner calls it: `harness SOCKET PORT:LOCALHOST...` listens on each
 # PORT (LOCALHOST 0: the proxy itself), detaches the relay, checks the listeners were closed
-# here, and exits, leaving the relay running in this process group.
+# here, and exits, leaving the relay running in this process group. HANDSHAKE_MS in its
+# environment shortens the wait for a `[localhost]` answer (the confiner's is RELAY_HANDSHAKE_MS).
 HARNESS = r"""
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include "relay.h"
 
 int main(int argc, char **argv) {
@@ -50,7 +52,9 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (relay_start(argv[1], listeners, ports, count) != 0) {
+    const char *handshake = getenv("HANDSHAKE_MS");
+    int handshake_ms = handshake != NULL ? atoi(handshake) : RELAY_HANDSHAKE_MS;
+    if (relay_start(argv[1], listeners, ports, count, handshake_ms) != 0) {
         perror("relay_start");
         return 1;
     }
@@ -172,13 +176,16 @@ def relay(binary: Path, socket_path: Path, *prefix: str) -> Iterator[tuple[int, 
 
 
 @contextmanager
-def detached_relay(harness: Path, socket_path: Path, *pairs: str) -> Iterator[None]:
+def detached_relay(
+    harness: Path, socket_path: Path, *pairs: str, handshake_ms: int | None = None
+) -> Iterator[None]:
     """relay_start through the harness; the detached relay is killed with its process group."""
     process = subprocess.Popen(
         [str(harness), str(socket_path), *pairs],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         start_new_session=True,
+        env={} if handshake_ms is None else {"HANDSHAKE_MS": str(handshake_ms)},
     )
     try:
         # EOF on stdout while the relay lives: it kept none of the caller's stdio.
@@ -357,6 +364,42 @@ def test_localhost_port_refused_closes_without_relaying_a_byte(
         while len(requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
     assert requests == [b"CONNECT localhost:8080 HTTP/1.1\r\nHost: localhost:8080\r\n\r\n", b""]
+
+
+def test_a_proxy_that_never_answers_localhost_is_given_up_on(
+    harness_binary: Path, tmp_path: Path
+) -> None:
+    """No answer to the CONNECT within the handshake time: the relay closes both sides (its
+    thread ends) instead of waiting as long as the sandbox lives; not a byte is relayed."""
+    heads: list[bytes] = []
+    after: list[bytes] = []
+
+    def silent_proxy(conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(1)
+            if not chunk:
+                return
+            head += chunk
+        heads.append(head)
+        after.append(received_until_closed(conn))  # the relay hangs up: EOF, nothing else
+
+    path, port = tmp_path / "proxy.sock", free_port()
+    with (
+        unix_server(path, silent_proxy),
+        detached_relay(harness_binary, path, f"{port}:8080", handshake_ms=300),
+        connect(port) as client,
+    ):
+        client.sendall(b"client bytes that must not pass")
+        began = time.monotonic()
+        assert received_until_closed(client) == b""
+        waited = time.monotonic() - began
+        deadline = time.monotonic() + TIMEOUT_S
+        while not after and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert heads == [b"CONNECT localhost:8080 HTTP/1.1\r\nHost: localhost:8080\r\n\r\n"]
+    assert after == [b""]
+    assert waited < TIMEOUT_S  # given up on, not left hanging until the test's own timeout
 
 
 def test_the_proxy_port_of_a_detached_relay_relays_raw(

@@ -449,13 +449,13 @@ static void start_relays(void) {
             listeners[count] = listen_on(policy.relay_localhost.items[i]);
             localhost[count++] = (int)policy.relay_localhost.items[i];
         }
-        if (relay_start(policy.relay_socket, listeners, localhost, count) != 0)
+        if (relay_start(policy.relay_socket, listeners, localhost, count, RELAY_HANDSHAKE_MS) != 0)
             refuse("cannot start the proxy relay: %s", errname(errno));
     }
     if (policy.bridge_socket != NULL) {
         listeners[0] = listen_on(policy.bridge_port);
         localhost[0] = 0;
-        if (relay_start(policy.bridge_socket, listeners, localhost, 1) != 0)
+        if (relay_start(policy.bridge_socket, listeners, localhost, 1, RELAY_HANDSHAKE_MS) != 0)
             refuse("cannot start the store bridge relay: %s", errname(errno));
     }
 }

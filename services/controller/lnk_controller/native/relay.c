@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -66,7 +67,7 @@ struct direction {
 
 struct listener {
     const char *socket_path;
-    int fd, localhost_port;
+    int fd, localhost_port, handshake_ms;
 };
 
 static void pause_accepting(void) {
@@ -250,9 +251,27 @@ static int start_thread(void *(*run)(void *), void *arg) {
     return rc;
 }
 
-/* Ask the proxy for this machine's `[localhost]` port; true on its 200. Bytes the proxy sent
-   after its answer's head (a server that speaks first) go to the client, not lost. */
-static bool connect_localhost(int upstream, int client, int port) {
+/* Milliseconds left until `deadline` (CLOCK_MONOTONIC), 0 when it has passed. */
+static int left_ms(const struct timespec *deadline) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ms = (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
+                   (deadline->tv_nsec - now.tv_nsec) / 1000000;
+    return ms <= 0 ? 0 : ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* Ask the proxy for this machine's `[localhost]` port; true on its 200 within handshake_ms.
+   Bytes the proxy sent after its answer's head (a server that speaks first) go to the client,
+   not lost. */
+static bool connect_localhost(int upstream, int client, int port, int handshake_ms) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += handshake_ms / 1000;
+    deadline.tv_nsec += (long)(handshake_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000;
+    }
     char head[MAX_ANSWER + 1];
     int length = snprintf(head, sizeof head, "CONNECT localhost:%d HTTP/1.1\r\n"
                                              "Host: localhost:%d\r\n\r\n", port, port);
@@ -261,6 +280,12 @@ static bool connect_localhost(int upstream, int client, int port) {
     size_t have = 0;
     char *end = NULL;
     while (end == NULL && have < MAX_ANSWER) {
+        struct pollfd answer = {.fd = upstream, .events = POLLIN, .revents = 0};
+        int ready = poll(&answer, 1, left_ms(&deadline));
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
+            return false; /* no answer in time (or poll failed): the client is closed */
         ssize_t n = read(upstream, head + have, MAX_ANSWER - have);
         if (n < 0 && errno == EINTR)
             continue;
@@ -311,7 +336,8 @@ static void *run_connection(void *arg) {
     free(arg);
     int client = accepted.client, port = accepted.listener->localhost_port;
     int upstream = dial(accepted.listener->socket_path);
-    if (upstream >= 0 && (port == 0 || connect_localhost(upstream, client, port)))
+    int handshake_ms = accepted.listener->handshake_ms;
+    if (upstream >= 0 && (port == 0 || connect_localhost(upstream, client, port, handshake_ms)))
         relay_both(client, upstream);
     if (upstream >= 0)
         close(upstream);
@@ -395,7 +421,7 @@ static bool is_listener(int fd, const int *listeners, size_t count) {
 }
 
 int relay_start(const char *socket_path, const int *listeners, const int *localhost_ports,
-                size_t count) {
+                size_t count, int handshake_ms) {
     if (count == 0) {
         errno = EINVAL;
         return -1;
@@ -417,7 +443,8 @@ int relay_start(const char *socket_path, const int *listeners, const int *localh
                 close(fd);
         prepare_process();
         for (size_t i = 0; i < count; i++)
-            served[i] = (struct listener){socket_path, listeners[i], localhost_ports[i]};
+            served[i] =
+                (struct listener){socket_path, listeners[i], localhost_ports[i], handshake_ms};
         serve(served, polls, count);
         _exit(1); /* not reached */
     }
@@ -452,7 +479,7 @@ int relay_main(int argc, char **argv) {
         return 1;
     }
     prepare_process();
-    struct listener listener = {argv[2], fd, 0};
+    struct listener listener = {argv[2], fd, 0, RELAY_HANDSHAKE_MS};
     struct pollfd poll_fd;
     serve(&listener, &poll_fd, 1);
     return 1; /* not reached */
