@@ -16,18 +16,15 @@ import argparse
 import os
 import pwd
 import secrets
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-PREFIX = os.environ.get("LNK_PREFIX", "/opt/lnk")
-LNK = f"{PREFIX}/venv/bin/lnk"
+from private_box import LNK, private_box
+
 TARGET_S = 10.0  # the bound for a check with no grants
-# A uid block of its own (as tests/e2e/conftest.py picks): a starting controller removes the
-# unrecorded sandbox users of its range, which in the default range are a real box's.
-UID_BLOCKS_START, UID_BLOCK, UID_BLOCKS = 2_001_000_000, 1000, 100_000
+UID_BLOCKS_START, UID_BLOCKS = 2_001_000_000, 100_000  # this bench's span (private_box)
 
 
 def _as(user: pwd.struct_passwd, env: dict[str, str], *args: str) -> tuple[float, int]:
@@ -56,37 +53,21 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    tag = secrets.token_hex(3)
-    box = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-        "LNK_RUN_DIR": f"/run/lnk-bench-{tag}",
-        "LNK_STATE_DIR": f"/var/lib/lnk-bench-{tag}",
-        "LNK_CONFIG_DIR": f"/etc/lnk-bench-{tag}",
-    }
-    first = UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
-    os.makedirs(box["LNK_CONFIG_DIR"], mode=0o755)
-    with open(os.path.join(box["LNK_CONFIG_DIR"], "controller.toml"), "w") as f:
-        f.write(f"uid_first = {first}\nuid_last = {first + UID_BLOCK - 1}\n")
-    name = f"lnkb{tag}"
+    name = f"lnkb{secrets.token_hex(3)}"
     subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-K", "UID_MIN=1500", name], check=True)
-    subprocess.run([LNK, "box", "up"], env=box, check=True, stdout=subprocess.DEVNULL)
     try:
-        user = pwd.getpwnam(name)
-        env = {**box, "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": user.pw_dir, "USER": name}
-        _as(user, env, "sandbox", "run", "--yes", "--", "/bin/true")  # approve once
-        check_s, run_s, codes = [], [], []
-        for _ in range(args.runs):  # interleaved, so both see the same machine
-            took, code = _as(user, env, "sandbox", "check")
-            check_s.append(took)
-            codes.append(code)
-            run_s.append(_as(user, env, "sandbox", "run", "--", "/bin/true")[0])
+        with private_box(UID_BLOCKS_START, UID_BLOCKS) as box:
+            user = pwd.getpwnam(name)
+            env = {**box.env, "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": user.pw_dir}
+            env["USER"] = name
+            _as(user, env, "sandbox", "run", "--yes", "--", "/bin/true")  # approve once
+            check_s, run_s, codes = [], [], []
+            for _ in range(args.runs):  # interleaved, so both see the same machine
+                took, code = _as(user, env, "sandbox", "check")
+                check_s.append(took)
+                codes.append(code)
+                run_s.append(_as(user, env, "sandbox", "run", "--", "/bin/true")[0])
     finally:
-        subprocess.run([LNK, "box", "down"], env=box, check=False, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            ["umount", "-l", f"{box['LNK_RUN_DIR']}/sandboxes"], check=False, capture_output=True
-        )
-        for key in ("LNK_RUN_DIR", "LNK_STATE_DIR", "LNK_CONFIG_DIR"):
-            shutil.rmtree(box[key], ignore_errors=True)
         subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
 
     cm, rm = statistics.median(check_s), statistics.median(run_s)

@@ -2,9 +2,8 @@
 
     sudo /opt/lnk/venv/bin/python bench/native_client.py [--runs 40]
 
-Builds the C client from the installed package's sources, starts a private box (its own
-run/state/config dirs and uid block, `lnk box up`), and measures, interleaved so both see the
-same machine:
+The installed `lnk` is the C client; the Python client is what it runs for every other
+command. On a private box (private_box.py), interleaved so both see the same machine:
 - `sandbox run -- /bin/true` end to end with each client (median and p95);
 - each client alone: the same words against a run dir with no launch socket, so the time is
   the client's own start up to its refused connect.
@@ -14,19 +13,12 @@ Reports figures only; asserts nothing but success.
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
-import shutil
 import statistics
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-from lnk_controller.native.build import CLIENT, build
+from private_box import LNK, PREFIX, private_box
 
-PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
-LNK = str(PREFIX / "venv" / "bin" / "lnk")
 # The Python client as the installed (C) `lnk` runs it for everything but this plain form.
 PYTHON_LNK = [
     str(PREFIX / "venv" / "bin" / "python3"),
@@ -35,7 +27,7 @@ PYTHON_LNK = [
     "from lnk_cli.__main__ import main; main()",
 ]
 # A uid block of its own, far from sandbox_start.py's and the e2e tests' blocks.
-UID_BASE, UID_BLOCK, UID_BLOCKS = 2_101_000_000, 1000, 10_000
+UID_BASE, UID_BLOCKS = 2_101_000_000, 10_000
 TRUE = ["sandbox", "run", "--", "/bin/true"]
 
 
@@ -58,24 +50,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=40)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="lnk-native-bench-"))
-    native = str(build(folder / CLIENT, program=CLIENT))
-    tag = secrets.token_hex(3)
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-        "LANG": "C.UTF-8",
-        "LNK_RUN_DIR": f"/run/lnk-bench-{tag}",
-        "LNK_STATE_DIR": f"/var/lib/lnk-bench-{tag}",
-        "LNK_CONFIG_DIR": f"/etc/lnk-bench-{tag}",
-    }
-    first = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
-    config_dir = Path(env["LNK_CONFIG_DIR"])
-    config_dir.mkdir(mode=0o755)
-    (config_dir / "controller.toml").write_text(
-        f"uid_first = {first}\nuid_last = {first + UID_BLOCK - 1}\n"
-    )
-    subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
-    try:
+    with private_box(UID_BASE, UID_BLOCKS) as box:
+        env = box.env
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env, 0)  # approve once
         no_box = env | {"LNK_RUN_DIR": "/nonexistent"}
         figures: dict[str, list[float]] = {
@@ -86,17 +62,10 @@ def main() -> int:
         }
         for _ in range(args.runs):
             figures["end to end, Python client"].append(timed([*PYTHON_LNK, *TRUE], env, 0))
-            figures["end to end, C client"].append(timed([native, *TRUE], env, 0))
+            figures["end to end, C client"].append(timed([LNK, *TRUE], env, 0))
             figures["client alone, Python"].append(timed([*PYTHON_LNK, *TRUE], no_box, 1))
-            figures["client alone, C"].append(timed([native, *TRUE], no_box, 1))
-    finally:
-        subprocess.run([LNK, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            ["umount", "-l", f"{env['LNK_RUN_DIR']}/sandboxes"], check=False, capture_output=True
-        )
-        for key in ("LNK_RUN_DIR", "LNK_STATE_DIR", "LNK_CONFIG_DIR"):
-            shutil.rmtree(env[key], ignore_errors=True)
-        shutil.rmtree(folder, ignore_errors=True)
+            figures["client alone, C"].append(timed([LNK, *TRUE], no_box, 1))
+
     print(f"`lnk {' '.join(TRUE)}`, {args.runs} runs each, interleaved:")
     for name, values in figures.items():
         print(f"  {name:<26} {summary(values)}")

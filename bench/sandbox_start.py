@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import secrets
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,8 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
-LNK = str(PREFIX / "venv" / "bin" / "lnk")
+from private_box import LNK, PREFIX, private_box
+
 BARE = [
     "bwrap",
     "--unshare-all",
@@ -96,10 +94,7 @@ def confiner_argv(policy_file: Path) -> list[str]:
     ]
 
 
-# A uid block of its own (as tests/e2e/conftest.py picks one): a starting controller removes
-# the sandbox users of its range it has no record of, so sharing a running box's range would
-# take that box's sandboxes away.
-UID_BASE, UID_BLOCK, UID_BLOCKS = 2_000_000_000, 1000, 100
+UID_BASE, UID_BLOCKS = 2_000_000_000, 100  # this bench's span of uid blocks (private_box)
 PHASES = ("judged", "started", "ran", "cleaned")
 _PHASE = re.compile(
     r"judged ([0-9.]+) ms, started ([0-9.]+) ms, ran ([0-9.]+) ms, cleaned ([0-9.]+)"
@@ -215,20 +210,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--concurrent", type=int, default=20)
     args = parser.parse_args()
-    tag = secrets.token_hex(3)
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-        "LNK_RUN_DIR": f"/run/lnk-bench-{tag}",
-        "LNK_STATE_DIR": f"/var/lib/lnk-bench-{tag}",
-        "LNK_CONFIG_DIR": f"/etc/lnk-bench-{tag}",
-    }
-    first = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
-    uids = range(first, first + UID_BLOCK)
-    config_dir = Path(env["LNK_CONFIG_DIR"])
-    config_dir.mkdir(mode=0o755)
-    (config_dir / "controller.toml").write_text(f"uid_first = {uids[0]}\nuid_last = {uids[-1]}\n")
-    subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
-    try:
+    with private_box(UID_BASE, UID_BLOCKS) as box:
+        env, uids = box.env, box.uids
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
         lnk_ms, bare_ms, confiner_ms = [], [], []
         confiner = confiner_argv(Path(env["LNK_STATE_DIR"]) / "bench-policy")
@@ -255,13 +238,6 @@ def main() -> int:
             )
         concurrent_ms = (time.perf_counter() - start) * 1000
         rss, helpers = idle_helper_memory(env, uids)
-    finally:
-        subprocess.run([LNK, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            ["umount", "-l", f"{env['LNK_RUN_DIR']}/sandboxes"], check=False, capture_output=True
-        )
-        for key in ("LNK_RUN_DIR", "LNK_STATE_DIR", "LNK_CONFIG_DIR"):
-            shutil.rmtree(env[key], ignore_errors=True)
 
     lm, bm = statistics.median(lnk_ms), statistics.median(bare_ms)
     print(f"runs: {args.runs}")
