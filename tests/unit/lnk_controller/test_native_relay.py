@@ -291,17 +291,25 @@ def test_no_proxy_socket_closes_the_client_and_the_relay_goes_on(
             assert client.recv(5) == b"later"
 
 
+def read_head(conn: socket.socket) -> bytes | None:
+    """The relay's CONNECT head, byte by byte (nothing after it is read); None at EOF."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = conn.recv(1)
+        if not chunk:
+            return None
+        head += chunk
+    return head
+
+
 def localhost_proxy(answer: bytes, requests: list[bytes], *, relays: bool) -> Handler:
     """A proxy's side of `[localhost]`: read the CONNECT head, answer; then echo (`relays`),
     or end its side and record what the relay sent after the answer."""
 
     def handler(conn: socket.socket) -> None:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = conn.recv(1)
-            if not chunk:
-                return
-            head += chunk
+        head = read_head(conn)
+        if head is None:
+            return
         requests.append(head)
         if relays:
             conn.sendall(answer)
@@ -375,12 +383,9 @@ def test_a_proxy_that_never_answers_localhost_is_given_up_on(
     after: list[bytes] = []
 
     def silent_proxy(conn: socket.socket) -> None:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = conn.recv(1)
-            if not chunk:
-                return
-            head += chunk
+        head = read_head(conn)
+        if head is None:
+            return
         heads.append(head)
         after.append(received_until_closed(conn))  # the relay hangs up: EOF, nothing else
 
