@@ -6,7 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lnk_shared.errors import EXIT_ERROR, EXIT_USAGE, LnkError, UsageError
+from lnk_cli.quick_run import reported
+from lnk_shared.errors import EXIT_USAGE, UsageError
 
 __all__ = ["build_parser", "run"]
 
@@ -57,21 +58,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str]) -> int:
-    try:
-        words = list(argv)
-        parser = build_parser(words[0] if words and words[0] in GROUPS else None)
-        args = parser.parse_args(words)
-        handler = getattr(args, "handler", None)
-        if handler is None:
-            parser.print_help(sys.stderr)
-            return EXIT_USAGE
-        result: int = handler(args)
-        return result
-    except LnkError as exc:
-        print(f"lnk: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("lnk: interrupted", file=sys.stderr)
-        return EXIT_ERROR
-    except BrokenPipeError:
-        return EXIT_ERROR
+    return reported(lambda: _run(list(argv)))
+
+
+def _run(words: list[str]) -> int:
+    parser = build_parser(words[0] if words and words[0] in GROUPS else None)
+    args = parser.parse_args(words)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    result: int = handler(args)
+    return result

@@ -49,6 +49,7 @@ __all__ = [
     "plain_run",
     "quick_run",
     "released_signals",
+    "reported",
 ]
 
 LAUNCH_SOCKET = "launch.sock"
@@ -158,8 +159,14 @@ def quick_run(words: list[str]) -> int | None:
         return None
     spec, yes, command = parsed
     frames = _Frames(encode_basestring_ascii, make_scanner)
+    return reported(lambda: _launch(frames, launch_request(command, no_flags(), yes=yes), spec))
+
+
+def reported(run: Callable[[], int]) -> int:
+    """`run()`'s exit status, or the CLI's for what it raised: an LnkError's message and code,
+    "interrupted" on Ctrl-C, and a quiet failure when the reader of stdout went away."""
     try:
-        return _launch(frames, launch_request(command, no_flags(), yes=yes), spec)
+        return run()
     except LnkError as exc:
         print(f"lnk: {exc}", file=sys.stderr)
         return exc.exit_code
