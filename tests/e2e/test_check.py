@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import install_prefix
 import pytest
 from as_user import as_user
 from net import NAS, WWW, TestInternet
@@ -26,7 +27,7 @@ from net import NAS, WWW, TestInternet
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
-LNK = "/opt/lnk/venv/bin/lnk"
+LNK = str(install_prefix.LNK)
 BAIT_PREFIX = "lnk-check-"
 BAIT_ENV = b"LNK_CHECK_BAIT="
 CHECK_TIMEOUT_S = 60

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import install_prefix
 import pytest
 from as_user import as_user
 
@@ -140,7 +141,7 @@ def _attempts(
     argv = as_user(
         owner.uid,
         owner.gid,
-        "/opt/lnk/venv/bin/lnk",
+        str(install_prefix.LNK),
         "sandbox",
         "run",
         "--yes",

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import install_prefix
 import pytest
 from as_user import as_user
 from net import NAS, OTHER, PRIVATE, WWW, TestInternet
@@ -23,7 +24,7 @@ from net import NAS, OTHER, PRIVATE, WWW, TestInternet
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
-LNK = "/opt/lnk/venv/bin/lnk"
+LNK = str(install_prefix.LNK)
 CURL = ["curl", "-sS", "--max-time", "10"]
 
 

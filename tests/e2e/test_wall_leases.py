@@ -8,6 +8,7 @@ import subprocess
 import time
 from typing import Any
 
+import install_prefix
 import pytest
 from as_user import as_user
 
@@ -15,7 +16,7 @@ RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = pytest.mark.needs_root
 
 LEASE_S = 2  # the private box's lease: short, so the test sees it run out
-LNK = "/opt/lnk/venv/bin/lnk"
+LNK = str(install_prefix.LNK)
 WAIT_S = 15.0  # the reaper looks every second; cleaning takes well under a second
 
 
