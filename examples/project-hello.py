@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-project = Path("/srv/lnk-sample")
+project = Path(__file__).resolve().parent
 print("read   :", (project / "README").read_text().strip())
 (project / "out" / "result.txt").write_text("written from inside the sandbox\n")
 print("write  : out/result.txt written")

@@ -77,6 +77,11 @@ class DeployedBox:
         return self.prefix / "venv"
 
     @property
+    def bin_link(self) -> Path:
+        """The role's `lnk` on PATH, here in a folder of the test's own, not /usr/local/bin."""
+        return Path(f"/opt/lnk-dt-{self.tag}-bin/lnk")
+
+    @property
     def config_dir(self) -> Path:
         return Path(f"/etc/lnk-dt-{self.tag}")
 
@@ -181,6 +186,7 @@ class DeployedBox:
             "lnk_box_wheel": str(wheel),
             "lnk_box_install_packages": True,
             "lnk_box_prefix": str(self.prefix),
+            "lnk_box_bin_link": str(self.bin_link),
             "lnk_box_config_dir": str(self.config_dir),
             "lnk_box_state_dir": str(self.state_dir),
             "lnk_box_run_dir": str(self.run_dir),
@@ -359,6 +365,7 @@ class DeployedBox:
             subprocess.run(["groupdel", user], capture_output=True, check=False)
         for path in (
             self.prefix,
+            self.bin_link.parent,
             self.config_dir,
             self.state_dir,
             self.run_dir,

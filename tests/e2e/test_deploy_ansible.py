@@ -199,6 +199,26 @@ def test_converge_made_the_box(deployed: Deployment) -> None:
     assert deployed.box.services.restarts() == dict.fromkeys(deployed.box.service_names, 1)
 
 
+def test_the_role_puts_lnk_on_path_and_only_the_runtime_in_the_venv(deployed: Deployment) -> None:
+    link = deployed.box.bin_link
+    assert link.is_symlink() and link.resolve() == (deployed.box.venv / "bin" / "lnk").resolve()
+    version = subprocess.run(
+        ["lnk", "--version"],
+        env={"PATH": f"{link.parent}:/usr/bin:/bin", "LANG": "C.UTF-8"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert version.returncode == 0 and version.stdout.startswith("lnk "), version
+    python = str(deployed.box.venv / "bin" / "python")
+    for module in ("pytest", "ruff", "mypy", "ansible", "bin"):
+        imported = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, check=False
+        )
+        assert imported.returncode != 0, f"the deployed venv imports {module}"
+
+
 @pytest.fixture(scope="module")
 def rerun(deployed: Deployment) -> dict[str, PlaybookRun]:
     """A second run and a `--check --diff` run on the converged box, side by side: neither

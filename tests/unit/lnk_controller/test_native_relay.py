@@ -231,9 +231,14 @@ def digest(data: bytes) -> str:
 def test_bytes_both_ways_arrive_intact(relay_binary: Path, tmp_path: Path) -> None:
     sent_up, sent_down = os.urandom(PAYLOAD), os.urandom(PAYLOAD)
     received_up: list[bytes] = []
+    upward_ended = threading.Event()  # the server read the client's end of stream
+
+    def read_upward(conn: socket.socket) -> None:
+        received_up.append(receive_all(conn))
+        upward_ended.set()
 
     def handler(conn: socket.socket) -> None:
-        reader = threading.Thread(target=lambda: received_up.append(receive_all(conn)))
+        reader = threading.Thread(target=read_upward, args=(conn,))
         reader.start()
         conn.sendall(sent_down)
         conn.shutdown(socket.SHUT_WR)
@@ -249,6 +254,11 @@ def test_bytes_both_ways_arrive_intact(relay_binary: Path, tmp_path: Path) -> No
         writer.start()
         received_down = receive_all(client)
         writer.join(TIMEOUT_S)
+        assert not writer.is_alive(), "the relay stopped taking the client's bytes"
+        # The relay is torn down only once the server has read everything up to the client's
+        # end: torn down earlier, bytes still in flight would be lost by the test, not the relay.
+        client.shutdown(socket.SHUT_WR)
+        assert upward_ended.wait(TIMEOUT_S), "the client's end of stream never reached the server"
     assert digest(received_down) == digest(sent_down)
     assert [digest(data) for data in received_up] == [digest(sent_up)]
 
