@@ -13,7 +13,8 @@ run inside are in probes.py (`terminal`, `append_only`, `symlink`, `hosts`, `rea
 - append-only stderr: inside, clearing O_APPEND and truncating; outside, the file must still
   start with what was there before.
 - a link in each write folder pointing at ~/.ssh/authorized_keys: seen outside if it exists.
-- /etc/hosts naming this machine, this boot's id, the machine-id: compared outside.
+- /etc/hosts naming this machine (its hostname, or a name the host's own /etc/hosts gives
+  that is not localhost's), this boot's id, the machine-id: compared outside.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from dataclasses import dataclass
 
 from lnk_cli.check.plan import REFUSED, Evidence, Probe
 
-__all__ = ["AppendBait", "CallerSide", "caller_probes", "gather"]
+__all__ = ["AppendBait", "CallerSide", "caller_probes", "gather", "hosts_names"]
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+HOSTS = "/etc/hosts"
 MACHINE_IDS = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 # Names no sandbox's /etc/hosts could leak: its own file holds them (wall.sandbox_hosts).
 GENERIC_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback", "lnk-sandbox"})
@@ -54,12 +56,21 @@ def _read_id(path: str) -> str:
         return ""
 
 
+def hosts_names(path: str = HOSTS) -> set[str]:
+    """The names this machine's /etc/hosts gives (no lookup: a resolver may hang)."""
+    names: set[str] = set()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                names.update(line.partition("#")[0].split()[1:])
+    except OSError:
+        pass
+    return names
+
+
 def gather() -> CallerSide:
     name = socket.gethostname()
-    names = {name, name.split(".")[0]}
-    with contextlib.suppress(OSError):
-        names.add(socket.getfqdn())
-    names -= GENERIC_NAMES
+    names = {name, name.split(".")[0], *hosts_names()} - GENERIC_NAMES
     machine = next((i for i in map(_read_id, MACHINE_IDS) if i), "")
     terminal = next((fd for fd in (0, 2) if os.isatty(fd)), None)
     return CallerSide(tuple(sorted(n for n in names if n)), _read_id(BOOT_ID), machine, terminal)

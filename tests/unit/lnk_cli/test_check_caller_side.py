@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import termios
@@ -13,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from lnk_cli.check.caller_side import AppendBait, CallerSide, caller_probes
+from lnk_cli.check.caller_side import (
+    GENERIC_NAMES,
+    AppendBait,
+    CallerSide,
+    caller_probes,
+    gather,
+    hosts_names,
+)
 from lnk_cli.check.plan import REFUSED
 from lnk_cli.check.probes import run_step
 
@@ -134,3 +142,16 @@ def test_the_hosts_step_reports_the_names_of_etc_hosts() -> None:
     result = run_step({"id": "h", "kind": "hosts"})
     assert result["outcome"] == "through"
     assert "localhost" in result["data"]
+
+
+def test_thehosts_names_read_are_the_files_own_without_comments(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.0.0.5 box1 box1.lan # a comment names-this\n#x y\n")
+    assert hosts_names(str(hosts)) == {"localhost", "box1", "box1.lan"}
+    assert hosts_names(str(tmp_path / "none")) == set()
+
+
+def test_gather_names_this_machine_and_never_a_generic_name() -> None:
+    caller = gather()
+    assert socket.gethostname() in caller.host_names or socket.gethostname() in GENERIC_NAMES
+    assert not set(caller.host_names) & GENERIC_NAMES
