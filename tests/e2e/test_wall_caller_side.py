@@ -114,8 +114,8 @@ def test_a_terminal_on_one_stream_only_is_not_passed_and_echo_stays_on(
 ) -> None:
     master, secondary = os.openpty()
     seen = bytearray()
+    reader = None
     try:
-        os.fchown(secondary, running_box.owner.uid, -1)
         before = termios.tcgetattr(secondary)
         reader = _drain(master, seen)
         streams: dict[str, Any] = {
@@ -135,8 +135,9 @@ def test_a_terminal_on_one_stream_only_is_not_passed_and_echo_stays_on(
         echo = _echo_on(secondary)
     finally:
         os.close(secondary)
+        if reader is not None:  # it ends once no one holds the terminal: then close
+            reader.join(WAIT_S)
         os.close(master)
-    reader.join(WAIT_S)
     out = (ran.stdout or b"").decode() + seen.decode(errors="replace")
     assert ran.returncode == 0, (ran.stderr, out)
     assert "ran" in out
@@ -170,23 +171,44 @@ def test_output_to_a_terminal_on_stderr_still_reaches_it(
     assert b"to-the-terminal" in seen
 
 
+LEASE_S = 3  # the private box's lease: it runs out while the sandbox sleeps
+
+
+@pytest.mark.parametrize("ending", ["stop", "lease"])
 def test_a_killed_sandbox_leaves_the_callers_terminal_as_it_was(
-    running_box: RunningBox, spec: Any
+    running_box: RunningBox, private_box: Any, spec: Any, ending: str
 ) -> None:
-    """Stdin and stdout a terminal: the sandbox gets a pty, turns echo off there, and is
-    stopped from another process (`lnk sandbox stop`) while the client relays."""
+    """Stdin and stdout a terminal: the sandbox gets a pty, turns echo off there, and is ended
+    from outside while the client relays: stopped from another process (`lnk sandbox stop`),
+    or its lease runs out (a private box with a short lease)."""
+    if ending == "lease":
+        with private_box(f"lease_seconds = {LEASE_S}") as box:
+            env = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
+            before, after, code = _ended_under_a_pty(running_box, spec, env, stop=False)
+    else:
+        before, after, code = _ended_under_a_pty(running_box, spec, {}, stop=True)
+    assert code != 0
+    assert after[3] & termios.ECHO, "echo is off on the caller's terminal after the run"
+    assert after == before
+
+
+def _ended_under_a_pty(
+    box: RunningBox, spec: Any, extra_env: dict[str, str], *, stop: bool
+) -> tuple[list[Any], list[Any], int]:
+    """(modes before, modes after, the client's exit status)."""
     master, secondary = os.openpty()
     seen = bytearray()
-    owner = running_box.owner
+    reader = None
+    owner = box.owner
+    env = {**box.owner_env(), **extra_env}
     try:
-        os.fchown(secondary, owner.uid, -1)
         before = termios.tcgetattr(secondary)
         path = spec('[commands]\nallow = ["stty", "sleep"]\n')
-        argv = _argv(running_box, "c", "sandbox", "run", "--spec", str(path), "--yes", "--")
+        argv = _argv(box, "c", "sandbox", "run", "--spec", str(path), "--yes", "--")
         script = 'stty -echo; echo "started $LNK_SANDBOX_ID."; exec sleep 120'
         process = subprocess.Popen(
             [*argv, "/bin/sh", "-c", script],
-            env=running_box.owner_env(),
+            env=env,
             cwd=str(owner.home),
             stdin=secondary,
             stdout=secondary,
@@ -195,21 +217,22 @@ def test_a_killed_sandbox_leaves_the_callers_terminal_as_it_was(
         )
         try:
             sandbox_id = _started_id(master, seen)
-            stopped = running_box.as_owner("sandbox", "stop", sandbox_id)
-            assert stopped.returncode == 0, stopped.stderr
+            if stop:
+                stopped = box.as_owner("sandbox", "stop", sandbox_id)
+                assert stopped.returncode == 0, stopped.stderr
+            reader = _drain(master, seen)  # the client's last words, so it never blocks
             process.wait(timeout=WAIT_S)
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
         after = termios.tcgetattr(secondary)
-        echo = _echo_on(secondary)
     finally:
         os.close(secondary)
+        if reader is not None:  # it ends once no one holds the terminal: then close
+            reader.join(WAIT_S)
         os.close(master)
-    assert process.returncode != 0
-    assert echo, "echo is off on the caller's terminal after the sandbox was stopped"
-    assert after == before
+    return before, after, process.returncode
 
 
 def _started_id(master: int, seen: bytearray) -> str:
