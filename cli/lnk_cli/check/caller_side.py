@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 
 from lnk_cli.check.plan import REFUSED, Evidence, Probe
+from lnk_cli.check.probes import hosts_file_names
 
 __all__ = ["AppendBait", "CallerSide", "caller_probes", "gather", "hosts_names"]
 
@@ -58,14 +59,10 @@ def _read_id(path: str) -> str:
 
 def hosts_names(path: str = HOSTS) -> set[str]:
     """The names this machine's /etc/hosts gives (no lookup: a resolver may hang)."""
-    names: set[str] = set()
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                names.update(line.partition("#")[0].split()[1:])
+        return set(hosts_file_names(path))
     except OSError:
-        pass
-    return names
+        return set()
 
 
 def gather() -> CallerSide:

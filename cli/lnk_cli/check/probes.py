@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["KERNEL_CALLS", "main", "run_step"]
+__all__ = ["KERNEL_CALLS", "hosts_file_names", "main", "run_step"]
 
 READ_LIMIT = 4096  # bytes of a bait file sent back: a secret is 64 hex characters
 LIST_LIMIT = 200  # names of a listed folder sent back
@@ -362,12 +362,19 @@ def _symlink(step: dict[str, Any]) -> dict[str, Any]:
     return _through("made")
 
 
-def _hosts(_step: dict[str, Any]) -> dict[str, Any]:
-    """The names /etc/hosts gives (what the outside compares with this machine's)."""
+def hosts_file_names(path: str = "/etc/hosts") -> list[str]:
+    """The names a hosts file gives, in order (comments left out). Outside, the check reads
+    this machine's own with it (caller_side.py)."""
     names: list[str] = []
-    with open("/etc/hosts", encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             names += line.partition("#")[0].split()[1:]
+    return names
+
+
+def _hosts(_step: dict[str, Any]) -> dict[str, Any]:
+    """The names /etc/hosts gives (what the outside compares with this machine's)."""
+    names = hosts_file_names()
     return _through(f"{len(names)} names", names[:LIST_LIMIT])
 
 
