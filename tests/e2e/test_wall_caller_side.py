@@ -16,9 +16,11 @@ owner's tools see them), and each has its neighbour showing what is granted stil
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import select
+import signal
 import socket
 import subprocess
 import termios
@@ -174,26 +176,27 @@ def test_output_to_a_terminal_on_stderr_still_reaches_it(
 LEASE_S = 3  # the private box's lease: it runs out while the sandbox sleeps
 
 
-@pytest.mark.parametrize("ending", ["stop", "lease"])
+@pytest.mark.parametrize("ending", ["stop", "lease", "sigkill"])
 def test_a_killed_sandbox_leaves_the_callers_terminal_as_it_was(
     running_box: RunningBox, private_box: Any, spec: Any, ending: str
 ) -> None:
     """Stdin and stdout a terminal: the sandbox gets a pty, turns echo off there, and is ended
     from outside while the client relays: stopped from another process (`lnk sandbox stop`),
-    or its lease runs out (a private box with a short lease)."""
+    or its lease runs out (a private box with a short lease), or every process of the sandbox
+    gets SIGKILL (root, from outside)."""
     if ending == "lease":
         with private_box(f"lease_seconds = {LEASE_S}") as box:
             env = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
-            before, after, code = _ended_under_a_pty(running_box, spec, env, stop=False)
+            before, after, code = _ended_under_a_pty(running_box, spec, env, ending=ending)
     else:
-        before, after, code = _ended_under_a_pty(running_box, spec, {}, stop=True)
+        before, after, code = _ended_under_a_pty(running_box, spec, {}, ending=ending)
     assert code != 0
     assert after[3] & termios.ECHO, "echo is off on the caller's terminal after the run"
     assert after == before
 
 
 def _ended_under_a_pty(
-    box: RunningBox, spec: Any, extra_env: dict[str, str], *, stop: bool
+    box: RunningBox, spec: Any, extra_env: dict[str, str], *, ending: str
 ) -> tuple[list[Any], list[Any], int]:
     """(modes before, modes after, the client's exit status)."""
     master, secondary = os.openpty()
@@ -217,9 +220,11 @@ def _ended_under_a_pty(
         )
         try:
             sandbox_id = _started_id(master, seen)
-            if stop:
+            if ending == "stop":
                 stopped = box.as_owner("sandbox", "stop", sandbox_id)
                 assert stopped.returncode == 0, stopped.stderr
+            elif ending == "sigkill":
+                _kill_sandbox(box, sandbox_id)
             reader = _drain(master, seen)  # the client's last words, so it never blocks
             process.wait(timeout=WAIT_S)
         finally:
@@ -233,6 +238,22 @@ def _ended_under_a_pty(
             reader.join(WAIT_S)
         os.close(master)
     return before, after, process.returncode
+
+
+def _kill_sandbox(box: RunningBox, sandbox_id: str) -> None:
+    """SIGKILL to each process of the sandbox's host uid, by pid (as a crash or an OOM would)."""
+    listed = box.as_owner("sandbox", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (uid,) = [r["host_uid"] for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+    killed = 0
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    assert killed, "no process of the sandbox was found"
 
 
 def _started_id(master: int, seen: bytearray) -> str:
