@@ -15,6 +15,7 @@ import termios
 import tty
 
 from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_request
+from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.errors import SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
@@ -130,7 +131,7 @@ def run_in_sandbox(
                 f"the box is not running (no launch socket in {run_dir}); "
                 "start it with `lnk box up`"
             ) from None
-        with sock, held_signals():
+        with sock, kept_modes(), held_signals():  # the modes as they were, after (quick_run)
             try:
                 send_frame(sock, request, fds)
                 for fd in opened:

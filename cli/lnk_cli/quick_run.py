@@ -27,6 +27,7 @@ import _socket
 import os
 import sys
 
+from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
 from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
 from lnk_shared.spec_flags import FLAG_NAMES
@@ -201,7 +202,9 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
                 f"the box is not running (no launch socket in {run_dir}); "
                 "start it with `lnk box up`"
             ) from None
-        with held_signals():
+        # The caller's terminal modes are saved before the request goes, and put back after
+        # the answer, whatever happened in between (terminal_modes.py).
+        with kept_modes(), held_signals():
             try:
                 frames.send(sock, request, fds)
             finally:

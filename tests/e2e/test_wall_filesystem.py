@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from as_user import as_user
 
-from lnk_controller.wall import ETC_FILES
+from lnk_controller.wall import ETC_FILES, sandbox_hosts
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -456,7 +456,11 @@ def etc_inside(running_box: RunningBox) -> dict[str, Any]:
 
 
 def test_copied_etc_files_have_the_hosts_content(etc_inside: dict[str, Any]) -> None:
-    for path, digest in etc_inside["digests"].items():
+    digests = dict(etc_inside["digests"])
+    # /etc/hosts is the sandbox's own, naming nothing of the host (test_wall_caller_side).
+    own_hosts = hashlib.sha256(sandbox_hosts().encode()).hexdigest()
+    assert digests.pop("/etc/hosts") == own_hosts
+    for path, digest in digests.items():
         assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
     assert etc_inside["hosts_mode"] == oct(stat.S_IFREG | 0o644)
 
@@ -486,7 +490,7 @@ def test_etc_cannot_be_changed_from_inside(etc_inside: dict[str, Any], change: s
 def test_etc_holds_only_the_listed_entries_and_the_sandboxs_users(
     running_box: RunningBox, etc_inside: dict[str, Any]
 ) -> None:
-    allowed = {Path(p).name for p in ETC_FILES} | {"passwd", "group"}
+    allowed = {Path(p).name for p in ETC_FILES} | {"passwd", "group", "hosts"}
     assert set(etc_inside["etc"]) <= allowed
     assert {"hosts", "passwd", "group", "ld.so.cache", "ssl"} <= set(etc_inside["etc"])
     assert all(etc_inside["absent"].values()), etc_inside["absent"]

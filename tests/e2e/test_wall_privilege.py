@@ -12,10 +12,13 @@ import os
 import pty
 import select
 import shutil
+import subprocess
 import tty
 from typing import Any
 
 import pytest
+from as_user import as_user
+from install_prefix import LNK
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -221,28 +224,63 @@ def test_kernel_interface_is_refused(running_box: RunningBox, name: str, argv: l
     assert int(uid) not in _key_users() - before  # no key or keyring left in the kernel
 
 
-def test_tiocsti_on_the_sandbox_stdin_is_refused(running_box: RunningBox) -> None:
-    """The sandbox's stdin is a real terminal of the caller (no terminal relay: stdout is a
-    pipe); pushing bytes into its input would type commands into the caller's shell."""
+TIOCSTI_PROBE = "\n".join(
+    [
+        "import errno, fcntl, os, termios",
+        'print("isatty", os.isatty(0))',
+        "try:",
+        '    fcntl.ioctl(0, termios.TIOCSTI, b"X")',
+        '    print("pushed")',
+        "except OSError as exc:",
+        '    print("errno", errno.errorcode[exc.errno])',
+    ]
+)
+
+
+def _tiocsti(run: Any) -> tuple[Any, list[int]]:
+    """Run the probe with a real terminal of the caller as stdin (stdout a pipe: no relay)."""
     master, secondary = pty.openpty()
     try:
         tty.setraw(secondary)
-        code = "\n".join(
-            [
-                "import errno, fcntl, os, termios",
-                'print("isatty", os.isatty(0))',
-                "try:",
-                '    fcntl.ioctl(0, termios.TIOCSTI, b"X")',
-                '    print("pushed")',
-                "except OSError as exc:",
-                '    print("errno", errno.errorcode[exc.errno])',
-            ]
-        )
-        result = running_box.run(cmd=["python3", "-c", code], stdin=secondary)
+        result = run(["python3", "-c", TIOCSTI_PROBE], secondary)
         typed, _, _ = select.select([secondary], [], [], 0.2)
     finally:
         os.close(master)
         os.close(secondary)
+    return result, typed
+
+
+def test_tiocsti_on_the_sandbox_stdin_is_refused(running_box: RunningBox) -> None:
+    """The caller's stdin is a real terminal (no terminal relay: stdout is a pipe); pushing
+    bytes into its input would type commands into the caller's shell. The sandbox does not get
+    that terminal (stdio_guard: /dev/null in its place), and TIOCSTI is refused anyway."""
+    result, typed = _tiocsti(lambda cmd, stdin: running_box.run(cmd=cmd, stdin=stdin))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "isatty False\nerrno EPERM\n"
+    assert typed == []  # nothing arrived in the caller's terminal input
+
+
+def test_tiocsti_on_the_callers_own_terminal_is_refused_by_seccomp_alone(
+    running_box: RunningBox, private_box: Any
+) -> None:
+    """The same with the terminal passed in as it is (the `unsafe_caller_terminal` test
+    switch): the seccomp filter alone still refuses TIOCSTI on the caller's real terminal."""
+    owner = running_box.owner
+    with private_box("unsafe_caller_terminal = true") as box:
+        env = {
+            **running_box.owner_env(),
+            **{k: v for k, v in box.env.items() if k.startswith("LNK_")},
+        }
+
+        def run(cmd: list[str], stdin: int) -> Any:
+            argv = as_user(owner.uid, owner.gid, str(LNK), "sandbox", "run", "--yes",
+                           "--command=python3", "--", *cmd)  # fmt: skip
+            return subprocess.run(
+                argv, env=env, cwd=str(owner.home), stdin=stdin, capture_output=True,
+                text=True, timeout=60, check=False,
+            )  # fmt: skip
+
+        result, typed = _tiocsti(run)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "isatty True\nerrno EPERM\n"
-    assert typed == []  # nothing arrived in the caller's terminal input
+    assert typed == []

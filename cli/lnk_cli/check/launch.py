@@ -23,7 +23,7 @@ from lnk_shared.errors import EXIT_ERROR, LnkError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
-__all__ = ["CheckRun", "Interrupts", "RemoteError", "run_probes"]
+__all__ = ["MAX_OUTPUT", "CheckRun", "Interrupts", "RemoteError", "run_probes"]
 
 MAX_OUTPUT = 8 * 1024 * 1024  # bytes of the probes' output kept; more is a hostile sandbox
 READ_CHUNK = 65536
@@ -188,14 +188,30 @@ def _stop(sock: socket.socket) -> None:
             pass
 
 
-def run_probes(args: argparse.Namespace, plan: str, interrupts: Interrupts) -> CheckRun:
-    """Run the probes in the sandbox the arguments describe; return their output."""
+def run_probes(
+    args: argparse.Namespace,
+    plan: str,
+    interrupts: Interrupts,
+    *,
+    stdin: int | None = None,
+    stderr: int | None = None,
+) -> CheckRun:
+    """Run the probes in the sandbox the arguments describe; return their output. `stdin` and
+    `stderr`, when given, are passed in place of /dev/null and the stderr pipe (the caller
+    reads what went to that stderr)."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    fds += [null, out_w, err_w]
+    if stdin is None:
+        fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    else:
+        fds.append(os.dup(stdin))
+    fds.append(out_w)
+    if stderr is not None:  # nothing writes the pipe then: its reader sees its end at once
+        os.close(err_w)
+        err_w = os.dup(stderr)
+    fds.append(err_w)
     sock: socket.socket | None = None
     try:
         request = _request(args, plan, fds)

@@ -18,17 +18,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["KERNEL_CALLS", "main", "run_step"]
+__all__ = ["KERNEL_CALLS", "hosts_file_names", "main", "run_step"]
 
 READ_LIMIT = 4096  # bytes of a bait file sent back: a secret is 64 hex characters
 LIST_LIMIT = 200  # names of a listed folder sent back
@@ -330,6 +332,52 @@ def _kernel(step: dict[str, Any]) -> dict[str, Any]:
     return _errno_result(libc.syscall(*(ctypes.c_long(a) for a in (number, *args))))
 
 
+# -- the caller's side and the host (caller_side.py) ---------------------------------------
+
+
+def _terminal(_step: dict[str, Any]) -> dict[str, Any]:
+    """A terminal on stdin, stdout or stderr is the caller's: its modes are set to what they
+    are (nothing changes), which shows they could have been changed."""
+    held = []
+    for fd in (0, 1, 2):
+        if os.isatty(fd):
+            termios.tcsetattr(fd, termios.TCSANOW, termios.tcgetattr(fd))
+            held.append(fd)
+    if held:
+        return _through(f"the caller's terminal on {held}, its modes settable")
+    return _stopped("no terminal on stdin, stdout or stderr")
+
+
+def _append_only(step: dict[str, Any]) -> dict[str, Any]:
+    """Clear O_APPEND on the descriptor, then truncate it: an append-only file loses what was
+    there (the outside sees that); a pipe refuses."""
+    fd = int(step["fd"])
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_APPEND)
+    os.ftruncate(fd, 0)
+    return _through("truncated")
+
+
+def _symlink(step: dict[str, Any]) -> dict[str, Any]:
+    os.symlink(step["target"], step["path"])
+    return _through("made")
+
+
+def hosts_file_names(path: str = "/etc/hosts") -> list[str]:
+    """The names a hosts file gives, in order (comments left out). Outside, the check reads
+    this machine's own with it (caller_side.py)."""
+    names: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            names += line.partition("#")[0].split()[1:]
+    return names
+
+
+def _hosts(_step: dict[str, Any]) -> dict[str, Any]:
+    """The names /etc/hosts gives (what the outside compares with this machine's)."""
+    names = hosts_file_names()
+    return _through(f"{len(names)} names", names[:LIST_LIMIT])
+
+
 STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "read": _read,
     "list": _list,
@@ -344,6 +392,10 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "exec": _exec,
     "privilege": _privilege,
     "kernel": _kernel,
+    "terminal": _terminal,
+    "append_only": _append_only,
+    "symlink": _symlink,
+    "hosts": _hosts,
 }
 
 

@@ -34,6 +34,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -41,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from lnk_cli.check.bait import Bait, home_of
-from lnk_cli.check.launch import CheckRun, Interrupts, run_probes
-from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state
+from lnk_cli.check.caller_side import AppendBait, caller_probes, gather
+from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
+from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
@@ -114,7 +116,9 @@ def _target_key(target: str) -> str:
     return authority
 
 
-def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) -> Outside:
+def _outside(
+    probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool, *, appended_kept: bool
+) -> Outside:
 
     exists: dict[str, bool] = {}
     mtimes: dict[str, int] = {}
@@ -142,6 +146,7 @@ def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) ->
         wire_allowed=_wire_allowed(run.sandbox_id) if proxy and run.sandbox_id else frozenset(),
         confiner_after=confiner,
         output=output,
+        appended_kept=appended_kept,
     )
 
 
@@ -168,25 +173,31 @@ def check(args: argparse.Namespace) -> int:
     interrupts = Interrupts()
     with _interrupts(interrupts):
         bait = Bait(home=home_of(os.getuid()))
+        log = AppendBait()  # the sandbox's stderr, append-only as `2>> log` would be
         try:
             bait.make(avoid_ports=frozenset(spec.ports))
             interrupts.check()
             for folder in bait.skipped:
                 print(f"lnk: no bait in {folder}: you cannot write there", file=sys.stderr)
             probes = build_plan(grants, bait, confiner_dir or "")
+            caller = gather()
+            nonce = secrets.token_hex(4)
+            probes += caller_probes(caller, write_folders(grants), bait.home, nonce)
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:
                 bait.leftovers.extend(probe.leftovers)
             plan = json.dumps([p.step for p in probes if p.step is not None])
-            run = run_probes(args, plan, interrupts)
+            run = run_probes(args, plan, interrupts, stdin=caller.terminal_fd, stderr=log.fd)
+            run.stderr = bytearray(log.written(MAX_OUTPUT))
             interrupts.check()  # the sandbox has ended: now the check ends too
             untrusted_results = _results(run)
-            outside = _outside(probes, bait, run, spec.has_proxy)
+            outside = _outside(probes, bait, run, spec.has_proxy, appended_kept=log.kept())
             findings = judge_all(probes, untrusted_results, outside)
         finally:
             with _signals_blocked():
                 problems = bait.remove()
+                log.remove()
             for problem in problems:
                 print(f"lnk: could not remove what the check made: {problem}", file=sys.stderr)
     if args.json:

@@ -53,6 +53,7 @@ class Outside:
     wire_allowed: frozenset[str] = frozenset()
     confiner_after: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""  # everything the sandbox printed
+    appended_kept: bool = True  # the append-only stderr still starts with what was there
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return "the folder changed outside" if changed else None
     if kind == "privilege":
         return _privileged(data, int(e.value))
+    if kind == "appended":
+        return None if outside.appended_kept else "what was there before was truncated"
     return None
 
 

@@ -27,6 +27,14 @@ MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger ui
 DAY = 86_400
 
 
+UNSAFE_WALL_SWITCHES = {
+    "unsafe_host_identity": "sandboxes see the host's /etc/hosts and boot id",
+    "unsafe_caller_terminal": "a caller's terminal on stdin, stdout or stderr is passed in as is",
+    "unsafe_append_stdout": "an append-only stdout or stderr is passed in as is (truncatable)",
+    "unsafe_write_symlinks": "sandboxes may make symbolic links in write grants",
+}
+
+
 class ControllerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -50,6 +58,12 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+    # Test boxes only, each reopening one class `lnk sandbox check` must then report leaked
+    # (UNSAFE_WALL_SWITCHES says what each does; every launch logs a warning naming it).
+    unsafe_host_identity: bool = False
+    unsafe_caller_terminal: bool = False
+    unsafe_append_stdout: bool = False
+    unsafe_write_symlinks: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -76,6 +90,14 @@ class ControllerConfig(BaseModel):
                 self.unsafe_pretend_landlock_abi,
             )
         return self
+
+    def unsafe_wall_switches(self) -> list[str]:
+        """The `unsafe_…` wall switches that are set, each with what it reopens."""
+        return [
+            f"{name}: {what}"
+            for name, what in UNSAFE_WALL_SWITCHES.items()
+            if getattr(self, name) is True
+        ]
 
     @property
     def paths(self) -> BoxPaths:

@@ -54,7 +54,9 @@ from lnk_controller.staging import (
     stage_sandbox,
     wanted_paths,
 )
+from lnk_controller.stdio_guard import guard_stdio
 from lnk_controller.wall import Bind
+from lnk_controller.write_links import symlink_places
 from lnk_shared.discovery import DEFAULT_PATH, DETECT, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
 from lnk_shared.grants import Grants
@@ -413,13 +415,18 @@ class Launcher:
             **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
             **agent_env,
         }
+        granted_writes = [b.dest for b in staged.binds if b.write]
+        private_writes = ["/tmp", "/dev/shm", home, "/dev"]
         policy = confiner_policy(
             reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible]
             + ([AGENT_DIR_INSIDE] if judged.agent else []),
-            writes=[b.dest for b in staged.binds if b.write] + ["/tmp", "/dev/shm", home, "/dev"],
+            writes=[*granted_writes, *private_writes],
             execute=judged.execute,
             network_host=grants.spec.network_host,
             pretend_abi=cfg.unsafe_pretend_landlock_abi,
+        )
+        policy["symlink"] = symlink_places(
+            private_writes, granted_writes, unsafe=cfg.unsafe_write_symlinks
         )
         policy.update(relay)
         if judged.agent is not None:
@@ -441,16 +448,34 @@ class Launcher:
             "env": env,
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),
         }
-        process, master, status_r = spawn_sandbox(
-            cfg=cfg,
-            row=row,
-            user=user,
-            layout_args=layout_args,
-            policy=policy,
-            stdio=(fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]]),
-            terminal=request.terminal,
-        )
-        running = Running(row=row, process=process, terminal_master=master)
+        for switch in cfg.unsafe_wall_switches():
+            log.warning("sandbox %s: %s (a test setting; never on a real box)", row.id, switch)
+        stdio = (fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]])
+        guarded = None
+        if request.terminal is None:  # with one, the sandbox gets a pty and none of these
+            guarded = guard_stdio(
+                stdio,
+                unsafe_terminal=cfg.unsafe_caller_terminal,
+                unsafe_append=cfg.unsafe_append_stdout,
+            )
+            stdio = guarded.streams
+        try:
+            process, master, status_r = spawn_sandbox(
+                cfg=cfg,
+                row=row,
+                user=user,
+                layout_args=layout_args,
+                policy=policy,
+                stdio=stdio,
+                terminal=request.terminal,
+            )
+        except BaseException:
+            if guarded is not None:
+                guarded.close()
+            raise
+        if guarded is not None:
+            guarded.started()
+        running = Running(row=row, process=process, terminal_master=master, stdio=guarded)
         watch_status(status_r, running)
         self.store.set(row.id, state="running", pid=process.pid, pid_start=start_time(process.pid))
         return running
@@ -458,6 +483,8 @@ class Launcher:
     def waited(self, running: Running) -> int:
         """Wait for the sandbox's program; its exit status (128+N for a signal, as shells do)."""
         status = running.process.wait()
+        if running.stdio is not None:  # its output reaches the caller before its status
+            running.stdio.drain()
         return status if status >= 0 else 128 - status
 
     def clean(self, running: Running, status: int) -> None:

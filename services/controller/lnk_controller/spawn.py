@@ -12,8 +12,9 @@ SIGKILL takes its sandboxes with it, and reconcile removes what remains.
 
 The controller never forks a Python child of its own (it is multi-threaded): the chain is plain
 programs started by subprocess, which forks and execs in C. Data the sandbox needs (its
-/etc/passwd and /etc/group, the confiner's policy) go in as memfds bwrap copies, and so do the
-host's regular /etc files of `ETC_FILES` (opened here, copied by bwrap: see wall.py for why).
+/etc/passwd, /etc/group and /etc/hosts, its boot id, the confiner's policy) go in as memfds
+bwrap copies, and so do the host's regular /etc files of `ETC_FILES` (opened here, copied by
+bwrap: see wall.py for why).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import struct
 import subprocess
 import termios
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +37,13 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.host_users import HostUser
 from lnk_controller.launch_request import TerminalSize
 from lnk_controller.models import SandboxRow
+from lnk_controller.stdio_guard import GuardedStdio
 from lnk_controller.wall import (
     ETC_FILES,
     MERGED_USR_LINKS,
     SandboxLayout,
     bwrap_argv,
+    sandbox_hosts,
     sandbox_passwd,
 )
 from lnk_shared.errors import LaunchRefused
@@ -72,6 +76,8 @@ class Running:
     # Set once bwrap has named the program's pid, or its status ended without one: a signal
     # the client forwards at once must wait for it, not be dropped.
     pid_known: threading.Event = field(default_factory=threading.Event, repr=False)
+    # The pipes that stand in for a caller's terminal or append-only file (stdio_guard.py).
+    stdio: GuardedStdio | None = field(default=None, repr=False)
 
 
 def confiner_policy(
@@ -114,6 +120,10 @@ def encode_policy(policy: dict[str, Any]) -> str:
             if any(c in path for c in "\t\n\r\0"):
                 raise LaunchRefused(path, "a path with a tab or line break cannot be granted")
             lines.append(f"{key}\t{path}")
+    for path in policy.get("symlink", []):  # write places that may also hold new links
+        if any(c in path for c in "\t\n\r\0"):
+            raise LaunchRefused(path, "a path with a tab or line break cannot be granted")
+        lines.append(f"symlink\t{path}")
     for key in ("tcp_connect", "tcp_bind"):
         ports = policy[key]
         if ports is not None:
@@ -225,11 +235,17 @@ def spawn_sandbox(
         _memfd("group", group),
         _memfd("policy", encode_policy(policy)),
     ]
+    # Its own /etc/hosts and boot id (a fresh random UUID, as the kernel's own is): nothing
+    # names or identifies the host. The test switch puts the host's /etc/hosts back instead.
+    own_identity = not cfg.unsafe_host_identity
+    if own_identity:
+        data_fds += [_memfd("hosts", sandbox_hosts()), _memfd("boot-id", f"{uuid.uuid4()}\n")]
+    etc_entries = ETC_FILES if own_identity else (*ETC_FILES, "/etc/hosts")
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     master: int | None = None
     etc_copies: list[tuple[int, str]] = []
     try:
-        etc_binds, etc_copies = open_etc_entries(ETC_FILES)
+        etc_binds, etc_copies = open_etc_entries(etc_entries)
         links = {p: os.readlink(p) for p in MERGED_USR_LINKS if os.path.islink(p)}
         dirs = tuple(p for p in MERGED_USR_LINKS if os.path.isdir(p) and p not in links)
         layout = SandboxLayout(
@@ -245,6 +261,8 @@ def spawn_sandbox(
             passwd_fd=data_fds[0],
             group_fd=data_fds[1],
             policy_fd=data_fds[2],
+            hosts_fd=data_fds[3] if own_identity else -1,
+            boot_id_fd=data_fds[4] if own_identity else -1,
             status_fd=status_w,
             **layout_args,
         )

@@ -4,13 +4,14 @@ The sandbox starts from an empty root (bwrap's own tmpfs, remounted read-only at
 gets only: read-only system folders (`/usr` and the merged-usr links, the short list of `/etc`
 entries in `ETC_FILES`, the box's own prefix), a generated `/etc/passwd` and `/etc/group`
 naming only root, nobody and the sandbox's user, a fresh `/proc` and minimal `/dev`, private
-noexec `/tmp` and `/dev/shm`, its private home, and the granted folders (staged by the
-controller as idmapped mounts, read-only or noexec as granted). Protected folders inside a
-granted folder are covered by an empty read-only tmpfs; dot entries that tools run outside are
-bound read-only over themselves. Every namespace is new (the network shared only for
-`[network] mode = "host"`), further user namespaces are disabled, the environment is exactly
-the one given, and without a terminal the sandbox gets a new session so it cannot push input
-into one (TIOCSTI).
+noexec `/tmp` and `/dev/shm`, its private home, an `/etc/hosts` and a boot id of its own
+(nothing names or identifies the host: `unsafe_host_identity` puts the host's back), and the
+granted folders (staged by the controller as idmapped mounts, read-only or noexec as granted).
+Protected folders inside a granted folder are covered by an empty read-only tmpfs; dot entries
+that tools run outside are bound read-only over themselves. Every namespace is new (the
+network shared only for `[network] mode = "host"`), further user namespaces are disabled, the
+environment is exactly the one given, and without a terminal the sandbox gets a new session so
+it cannot push input into one (TIOCSTI).
 
 `/etc` is mostly copies, not binds: each bind costs bwrap a mount and a full parse of
 /proc/self/mountinfo (it remounts submounts with the bind's flags), which grows with the host's
@@ -38,22 +39,24 @@ __all__ = [
     "Bind",
     "SandboxLayout",
     "bwrap_argv",
+    "sandbox_hosts",
     "sandbox_passwd",
 ]
 
 SANDBOX_HOSTNAME = "lnk-sandbox"
 POLICY_PATH = "/run/lnk-confiner/policy"  # where the confiner finds its policy inside
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the kernel's id of this boot, one per host
 # Top-level folders that merged-usr systems make links into /usr; bound as links when they are.
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The /etc files programs need to start, resolve users, find libraries and check TLS; nothing
-# with a secret (shadow, ssh keys) and nothing of the box's (/etc/lnk).
+# with a secret (shadow, ssh keys), nothing of the box's (/etc/lnk), and nothing that names or
+# identifies the host (hosts, hostname, machine-id: the sandbox gets its own /etc/hosts).
 ETC_FILES = (
     "/etc/alternatives",
     "/etc/bash.bashrc",
     "/etc/ca-certificates",
     "/etc/debian_version",
     "/etc/host.conf",
-    "/etc/hosts",
     "/etc/inputrc",
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
@@ -117,6 +120,9 @@ class SandboxLayout:
     group_fd: int = -1
     policy_fd: int = -1
     status_fd: int = -1
+    # The sandbox's own /etc/hosts and boot id (sandbox_hosts, a random UUID), or -1: none.
+    hosts_fd: int = -1
+    boot_id_fd: int = -1
 
 
 def sandbox_passwd(user_name: str, uid: int, gid: int, home: str) -> tuple[str, str]:
@@ -128,6 +134,13 @@ def sandbox_passwd(user_name: str, uid: int, gid: int, home: str) -> tuple[str, 
     )
     group = f"root:x:0:\n{user_name}:x:{gid}:\nnogroup:x:65534:\n"
     return passwd, group
+
+
+def sandbox_hosts(hostname: str = SANDBOX_HOSTNAME) -> str:
+    """The sandbox's own /etc/hosts: loopback and its own name, nothing naming the host."""
+    return (
+        f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
 
 
 def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[str]:
@@ -154,8 +167,12 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
         a += ["--perms", "0644", "--file", str(fd), path]
     a += ["--perms", "0644", "--file", str(layout.passwd_fd), "/etc/passwd"]
     a += ["--perms", "0644", "--file", str(layout.group_fd), "/etc/group"]
+    if layout.hosts_fd >= 0:
+        a += ["--perms", "0644", "--file", str(layout.hosts_fd), "/etc/hosts"]
     a += ["--ro-bind", layout.prefix, layout.prefix]
     a += ["--proc", "/proc", "--dev", "/dev"]
+    if layout.boot_id_fd >= 0:  # over the fresh /proc's file: the host's boot id stays unseen
+        a += ["--ro-bind-data", str(layout.boot_id_fd), BOOT_ID_PATH]
     for bind, dest in ((layout.tmp, "/tmp"), (layout.shm, "/dev/shm")):
         if bind is not None:
             a += ["--bind", bind.source, dest]

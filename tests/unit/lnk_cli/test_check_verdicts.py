@@ -154,3 +154,17 @@ def test_a_probe_that_failed_itself_fails_the_check_instead_of_reading_as_refuse
     broken = {"outcome": "error", "detail": "KeyError: 'path'", "data": ""}
     with pytest.raises(ProbesFailed, match="KeyError"):
         judge_probe(probe("inside"), broken, Outside())
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept", "verdict"),
+    [
+        (STOPPED, True, REFUSED),
+        (THROUGH, True, LEAKED),  # it says it truncated: believed, as a worse answer is
+        (STOPPED, False, LEAKED),  # the outside saw what was there go
+    ],
+)
+def test_an_append_only_file_that_lost_its_start_is_a_leak(
+    answer: dict[str, Any], kept: bool, verdict: str
+) -> None:
+    assert judge_probe(probe("appended"), answer, Outside(appended_kept=kept)).verdict == verdict

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import termios
 import threading
 from contextlib import suppress
 from pathlib import Path
@@ -708,3 +709,45 @@ def test_a_spec_file_that_cannot_be_opened_is_the_python_message(
         native.stderr
         == "lnk: missing é.toml: cannot open the spec file: No such file or directory\n".encode()
     )
+
+
+# --- the caller's terminal ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", ["native", "python", "python-full"])
+def test_the_terminals_modes_are_put_back_whatever_was_done_to_them_meanwhile(
+    native_client: Path, controller: Controller, client: str
+) -> None:
+    """stderr a terminal (the quick path of both, and the Python client's full path): whatever
+    turns its echo off as soon as the request has come (a controller that passed it through),
+    the client puts the modes back."""
+    master, secondary = os.openpty()
+    before = termios.tcgetattr(secondary)
+
+    def script(conn: socket.socket, _launch: Launch) -> None:
+        controller.write_frame(conn, {"type": "started", "id": "sbx-1"}, [])
+        raw = termios.tcgetattr(secondary)
+        raw[3] &= ~(termios.ECHO | termios.ICANON)
+        termios.tcsetattr(secondary, termios.TCSANOW, raw)
+        controller.write_frame(conn, _exit(3), [])
+
+    controller.serve(script)
+    program = [str(native_client)] if client == "native" else _python()
+    flags = ["--command", "true"] if client == "python-full" else []  # not the plain form
+    try:
+        ran = subprocess.run(
+            [*program, "sandbox", "run", *flags, "--", "true"],
+            env=_env(controller),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+        controller.check()
+        after = termios.tcgetattr(secondary)
+    finally:
+        os.close(secondary)
+        os.close(master)
+    assert ran.returncode == 3
+    assert after == before

@@ -210,3 +210,32 @@ def test_no_unsafe_setting_no_warning(
     with caplog.at_level(logging.WARNING):
         load_config(env)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+WALL_SWITCHES = (
+    "unsafe_host_identity",
+    "unsafe_caller_terminal",
+    "unsafe_append_stdout",
+    "unsafe_write_symlinks",
+)
+
+
+def test_the_wall_switches_are_off_unless_set(env: dict[str, str]) -> None:
+    cfg = load_config(env)
+    assert [getattr(cfg, name) for name in WALL_SWITCHES] == [False] * len(WALL_SWITCHES)
+    assert cfg.unsafe_wall_switches() == []
+
+
+@pytest.mark.parametrize("switch", WALL_SWITCHES)
+def test_a_wall_switch_set_is_named_with_what_it_reopens(
+    env: dict[str, str], config_dir: Path, switch: str
+) -> None:
+    write(config_dir, f"{switch} = true\n")
+    (named,) = load_config(env).unsafe_wall_switches()
+    assert named.startswith(f"{switch}: ") and len(named) > len(switch) + 10
+
+
+def test_a_wall_switch_is_a_boolean(env: dict[str, str], config_dir: Path) -> None:
+    write(config_dir, 'unsafe_write_symlinks = "yes"\n')
+    with pytest.raises(ConfigError, match="unsafe_write_symlinks"):
+        load_config(env)

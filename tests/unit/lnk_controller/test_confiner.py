@@ -398,3 +398,34 @@ except PermissionError:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "echo:ping\nunix socket refused\n"
+
+
+def test_a_symbolic_link_is_refused_in_a_write_grant_and_made_where_listed(
+    lnk_sandbox: Path, tmp_path: Path
+) -> None:
+    grant, private = tmp_path / "grant", tmp_path / "private"
+    grant.mkdir()
+    private.mkdir()
+    (grant / "file").write_text("x")
+    results = _confined_python(
+        lnk_sandbox,
+        tmp_path,
+        f"""
+g, p = {str(grant)!r}, {str(private)!r}
+attempt("link in the grant", lambda: os.symlink("/root/.ssh/authorized_keys", g + "/report.txt"))
+attempt("file in the grant", lambda: open(g + "/new", "w").close())
+attempt("link in the private place", lambda: os.symlink("/usr", p + "/l"))
+attempt("link renamed into the grant", lambda: os.rename(p + "/l", g + "/l"))
+attempt("hard link into the grant", lambda: os.link(p + "/l", g + "/h", follow_symlinks=False))
+""",
+        write=[str(grant), str(private)],
+        symlink=[str(private)],
+    )
+    assert results == {
+        "link in the grant": "EACCES",
+        "file in the grant": "OK",
+        "link in the private place": "OK",
+        "link renamed into the grant": "EACCES",
+        "hard link into the grant": "EACCES",
+    }
+    assert sorted(p.name for p in grant.iterdir()) == ["file", "new"]

@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import pwd
+import socket
 from typing import Any
 
 import pytest
 
-from lnk_controller.wall import ETC_FILES, Bind, SandboxLayout, bwrap_argv, sandbox_passwd
+from lnk_controller.wall import (
+    BOOT_ID_PATH,
+    ETC_FILES,
+    SANDBOX_HOSTNAME,
+    Bind,
+    SandboxLayout,
+    bwrap_argv,
+    sandbox_hosts,
+    sandbox_passwd,
+)
 
 # bwrap's options that the wall may use, with how many arguments each takes.
 ARITY = {
@@ -31,6 +41,7 @@ ARITY = {
     "--perms": 1,
     "--size": 1,
     "--file": 2,
+    "--ro-bind-data": 2,
     "--proc": 1,
     "--dev": 1,
     "--tmpfs": 1,
@@ -39,7 +50,16 @@ ARITY = {
     "--chdir": 1,
 }
 # What puts something in the sandbox's root: all of it must come before `--remount-ro /`.
-MOUNTS = {"--bind", "--ro-bind", "--tmpfs", "--file", "--symlink", "--proc", "--dev"}
+MOUNTS = {
+    "--bind",
+    "--ro-bind",
+    "--ro-bind-data",
+    "--tmpfs",
+    "--file",
+    "--symlink",
+    "--proc",
+    "--dev",
+}
 
 Op = tuple[str, tuple[str, ...]]
 
@@ -315,3 +335,41 @@ def test_sandbox_passwd_leaks_no_host_user() -> None:
     host = {p.pw_name for p in pwd.getpwall()} - {"root", "nobody", "lnk-sbx-2000000005"}
     assert not host & set(_names(passwd))
     assert not host & set(_names(group))
+
+
+# -- what the sandbox learns of the host ------------------------------------------------------
+
+
+def test_nothing_naming_or_identifying_the_host_is_among_the_etc_files() -> None:
+    identifying = {"/etc/hosts", "/etc/hostname", "/etc/machine-id", "/etc/mailname"}
+    assert not identifying & set(ETC_FILES)
+    assert not [p for p in ETC_FILES if p.startswith(("/var", "/etc/dbus"))]
+
+
+def test_the_sandbox_gets_its_own_hosts_file_from_a_descriptor() -> None:
+    ops = ops_of(layout(etc_copies=((12, "/etc/ld.so.cache"),), hosts_fd=14))
+    at = index_of(ops, "--file", "14", "/etc/hosts")
+    assert ops[at - 1] == ("--perms", ("0644",))
+    assert at < index_of(ops, "--remount-ro", "/")
+    assert [a for o, a in ops if a and a[-1] == "/etc/hosts"] == [("14", "/etc/hosts")]
+
+
+def test_its_own_boot_id_covers_the_fresh_procs() -> None:
+    ops = ops_of(layout(boot_id_fd=15))
+    at = index_of(ops, "--ro-bind-data", "15", BOOT_ID_PATH)
+    assert index_of(ops, "--proc", "/proc") < at, "a /proc mounted after would cover it"
+
+
+def test_no_hosts_file_or_boot_id_unless_given() -> None:
+    ops = ops_of(layout(etc_copies=()))
+    assert "--ro-bind-data" not in [o for o, _ in ops]
+    assert not [a for o, a in ops if a and a[-1] == "/etc/hosts"]
+
+
+def test_sandbox_hosts_names_only_loopback_and_the_sandbox() -> None:
+    text = sandbox_hosts()
+    names = {n for line in text.splitlines() for n in line.split()[1:]}
+    assert names == {"localhost", "ip6-localhost", "ip6-loopback", SANDBOX_HOSTNAME}
+    assert socket.gethostname() not in names
+    addresses = {line.split()[0] for line in text.splitlines()}
+    assert addresses == {"127.0.0.1", "127.0.1.1", "::1"}

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define LAUNCH_SOCKET "launch.sock"
@@ -213,6 +214,25 @@ static void stdio_open(void) {
     }
 }
 
+/* The caller's terminal modes, saved before the launch and put back at every exit after it
+   (lnk_cli/terminal_modes.py says why and what a SIGKILL leaves: nothing is put back then).
+   This path runs only when neither stdin nor stdout is a terminal, so stderr may be one. */
+static struct termios saved_modes[STDIO_FDS];
+static bool modes_saved[STDIO_FDS];
+
+static void restore_modes(void) {
+    for (int fd = 0; fd < STDIO_FDS; fd++)
+        if (modes_saved[fd])
+            (void)tcsetattr(fd, TCSADRAIN, &saved_modes[fd]); /* a terminal gone: left alone */
+}
+
+static void save_modes(void) {
+    for (int fd = 0; fd < STDIO_FDS; fd++)
+        modes_saved[fd] = isatty(fd) && tcgetattr(fd, &saved_modes[fd]) == 0;
+    if (atexit(restore_modes) != 0)
+        fail(EXIT_ERROR, "cannot arrange for the terminal's modes to be put back");
+}
+
 /* The spec file, opened as this user and passed, not named: the controller reads what the
    caller could read. O_NONBLOCK: a FIFO in its place cannot hang the controller. */
 static int open_spec(const char *spec) {
@@ -264,6 +284,7 @@ static int connect_launch_socket(void) {
 __attribute__((noreturn)) static void quick_run(const struct plain_run *run) {
     signals_start();
     stdio_open();
+    save_modes();
     bool spec = run->spec != NULL && run->spec[0] != '\0';
     struct text request = {0};
     launch_request(&request, run, spec);

@@ -80,7 +80,10 @@
 #define READ_RIGHTS (FS_READ_FILE | FS_READ_DIR)
 #define WRITE_RIGHTS                                                                        \
     (READ_RIGHTS | FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_DIR |          \
-     FS_MAKE_REG | FS_MAKE_SYM | FS_REFER | FS_TRUNCATE)
+     FS_MAKE_REG | FS_REFER | FS_TRUNCATE)
+/* Symbolic links only where the policy says (`symlink` lines: the sandbox's private places),
+ * never in a write grant, where the owner's tools would follow them (write_links.py). */
+#define SYMLINK_RIGHTS FS_MAKE_SYM
 /* execve also opens the file for reading, so an execute grant carries READ_FILE. */
 #define EXECUTE_RIGHTS (FS_EXECUTE | FS_READ_FILE)
 
@@ -117,7 +120,7 @@ struct bpf {
 };
 
 struct policy {
-    struct paths read, write, execute;
+    struct paths read, write, execute, symlink;
     struct ports tcp_connect, tcp_bind, relay_localhost;
     long scope_abstract_unix, scope_signal, block_unix_sockets; /* -1: absent */
     long min_abi, unsafe_pretend_abi, relay_port, bridge_port;  /* -1: absent */
@@ -231,6 +234,8 @@ static void parse_line(char *line) {
         add_path(&policy.read, key, value);
     else if (strcmp(key, "write") == 0)
         add_path(&policy.write, key, value);
+    else if (strcmp(key, "symlink") == 0)
+        add_path(&policy.symlink, key, value);
     else if (strcmp(key, "execute") == 0)
         add_path(&policy.execute, key, value);
     else if (strcmp(key, "tcp_connect") == 0)
@@ -413,6 +418,7 @@ static void apply_landlock(void) {
     add_path_rules(ruleset, &policy.read, READ_RIGHTS & fs);
     add_path_rules(ruleset, &policy.write, WRITE_RIGHTS & fs);
     add_path_rules(ruleset, &policy.execute, EXECUTE_RIGHTS & fs);
+    add_path_rules(ruleset, &policy.symlink, SYMLINK_RIGHTS & fs);
     add_port_rules(ruleset, &policy.tcp_connect, NET_CONNECT_TCP);
     add_port_rules(ruleset, &policy.tcp_bind, NET_BIND_TCP);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
