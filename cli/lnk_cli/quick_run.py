@@ -27,6 +27,7 @@ import _socket
 import os
 import sys
 
+from lnk_shared.display import shown_lines
 from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
 from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
 from lnk_shared.spec_flags import FLAG_NAMES
@@ -172,8 +173,11 @@ def reported(run: Callable[[], int]) -> int:
     "interrupted" on Ctrl-C, and a quiet failure when the reader of stdout went away."""
     try:
         return run()
-    except LnkError as exc:
+    except RemoteError as exc:  # the controller showed it (launch_socket), as the C client prints
         print(f"lnk: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except LnkError as exc:
+        print(f"lnk: {shown_lines(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("lnk: interrupted", file=sys.stderr)
@@ -250,8 +254,8 @@ def dialogue(send: Send, receive: Receive, relay: Relay | None = None) -> int:
 
 
 def ask(lines: list[str]) -> bool:
-    for line in lines:
-        print(line, file=sys.stderr)
+    for line in lines:  # the controller showed what they quote; shown again as printed
+        print(shown_lines(line), file=sys.stderr)
     if not sys.stdin.isatty():
         raise NotConfirmedError(
             "not approved: there is no terminal to ask on; "

@@ -13,6 +13,9 @@ only the arguments of the box's own probe program, which the controller puts in 
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
+Every "approve?" line and "error" message passes through `lnk_shared.display.shown_lines` on
+its way out: whichever client prints it (the C one prints them as they come), no control, bidi or
+zero-width character from a spec or a path reaches the terminal.
 A client that goes away stops its sandbox. Callers are known by SO_PEERCRED only; sandbox uids
 are refused (a sandbox never sees this socket, this is a second lock).
 """
@@ -34,6 +37,7 @@ from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import LaunchRequest, parse_launch_request
 from lnk_controller.spawn import program_pids
+from lnk_shared.display import shown_lines
 from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
 
@@ -105,7 +109,7 @@ class LaunchServer:
     @staticmethod
     def _reply_error(conn: socket.socket, code: int, message: str) -> None:
         with contextlib.suppress(OSError):
-            send_frame(conn, {"type": "error", "exit": code, "message": message})
+            send_frame(conn, {"type": "error", "exit": code, "message": shown_lines(message)})
 
     def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
         launcher = self._launcher
@@ -122,7 +126,7 @@ class LaunchServer:
                     conn,
                     {
                         "type": "approve?",
-                        "lines": list(judged.approval_lines),
+                        "lines": [shown_lines(line) for line in judged.approval_lines],
                         "hash": judged.digest,
                     },
                 )
