@@ -31,6 +31,7 @@ from lnk_shared.display import shown_lines
 from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
 from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
 from lnk_shared.spec_flags import FLAG_NAMES
+from lnk_shared.spec_size import refuse_oversized_spec
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
 TYPE_CHECKING = False
@@ -193,6 +194,11 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
             fd = os.open(spec, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
         except OSError as exc:
             raise SpecError(f"cannot open the spec file: {exc.strerror}", source=spec) from None
+        try:
+            refuse_oversized_spec(fd, spec)
+        except BaseException:
+            os.close(fd)
+            raise
         request["fds"]["spec"] = len(fds)
         fds.append(fd)
     run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
