@@ -16,7 +16,9 @@ only the arguments of the box's own probe program, which the controller puts in 
 Every "approve?" line and "error" message passes through `lnk_shared.display.shown_lines` on
 its way out: whichever client prints it (the C one prints them as they come), no control, bidi or
 zero-width character from a spec or a path reaches the terminal.
-A client that goes away stops its sandbox. Callers are known by SO_PEERCRED only; sandbox uids
+Before anything else, a caller's uid is checked to be the account its records belong to
+(`lnk_controller.accounts`: a recycled uid starts empty). A client that goes away stops its
+sandbox. Callers are known by SO_PEERCRED only; sandbox uids
 are refused (a sandbox never sees this socket, this is a second lock).
 """
 
@@ -32,6 +34,7 @@ import threading
 import time
 from typing import Any
 
+from lnk_controller.accounts import Accounts
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
@@ -51,9 +54,12 @@ SIGNAL_POLL_S = 0.005
 
 
 class LaunchServer:
-    def __init__(self, sock: socket.socket, launcher: Launcher) -> None:
+    def __init__(
+        self, sock: socket.socket, launcher: Launcher, accounts: Accounts | None = None
+    ) -> None:
         self._sock = sock
         self._launcher = launcher
+        self._accounts = accounts  # each caller's records are made its own before it is served
         self._stopping = threading.Event()
         self._handlers: set[threading.Thread] = set()
 
@@ -89,6 +95,8 @@ class LaunchServer:
                 cfg = self._launcher.cfg
                 if cfg.uid_first <= caller.uid <= cfg.uid_last:
                     raise StateError("a sandbox may not launch sandboxes")
+                if self._accounts is not None:
+                    self._accounts.check(caller.uid)
                 untrusted, fds = recv_frame(conn, want_fds=True)
                 if untrusted.get("type") != "launch":
                     raise ValueError("expected a launch request")
