@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 
 __all__ = ["register"]
@@ -103,7 +104,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     for agent in agents:
         state = f"running as uid {agent['host_uid']}" if agent["running"] else "stopped"
-        print(f"{agent['name']:<24} {state:<22} {agent['spec']}")
+        print(f"{shown(agent['name']):<24} {state:<22} {shown(agent['spec'])}")
     return EXIT_OK
 
 
