@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 
 __all__ = ["register"]
@@ -53,8 +54,19 @@ def register(groups: Any) -> None:
     stop.add_argument("name")
     stop.set_defaults(handler=cmd_stop)
 
-    remove = commands.add_parser("remove", help="forget an agent and delete its key")
+    remove = commands.add_parser(
+        "remove",
+        help="forget an agent: its key, its conversations and its lease (its folder stays)",
+        description="Forget the agent: delete its key pair, and remove its conversations, "
+        "inbox and lease from the store bridge, so a new agent of the same name starts empty. "
+        "Its folder ~/Link/Agents/NAME is yours and stays.",
+    )
     remove.add_argument("name")
+    remove.add_argument(
+        "--keep-store",
+        action="store_true",
+        help="keep its conversations and lease for the next agent you create with this name",
+    )
     remove.set_defaults(handler=cmd_remove)
 
     send = commands.add_parser("send", help="queue a message in an agent's inbox")
@@ -92,7 +104,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     for agent in agents:
         state = f"running as uid {agent['host_uid']}" if agent["running"] else "stopped"
-        print(f"{agent['name']:<24} {state:<22} {agent['spec']}")
+        print(f"{shown(agent['name']):<24} {state:<22} {shown(agent['spec'])}")
     return EXIT_OK
 
 
@@ -128,8 +140,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    _call("DELETE", f"/v1/agents/{args.name}")
-    print(f"agent {args.name} removed (its folder ~/{AGENTS_FOLDER / args.name} is kept)")
+    _call("DELETE", f"/v1/agents/{args.name}" + ("?keep_store=true" if args.keep_store else ""))
+    store = "kept" if args.keep_store else "removed"
+    print(
+        f"agent {args.name} removed, its conversations and lease {store} "
+        f"(its folder ~/{AGENTS_FOLDER / args.name} is kept)"
+    )
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_requ
 from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.errors import SpecError, StateError
 from lnk_shared.spec_flags import flags_document
+from lnk_shared.spec_size import refuse_oversized_spec
 from lnk_shared.unix import recv_frame, send_frame
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
@@ -114,6 +115,7 @@ def run_in_sandbox(
                 raise SpecError(
                     f"cannot open the spec file: {exc.strerror}", source=args.spec
                 ) from None
+            refuse_oversized_spec(opened[-1], args.spec)  # `opened` is closed below
             request["fds"]["spec"] = len(fds)
             fds.append(opened[-1])
         for item in args.with_fd:

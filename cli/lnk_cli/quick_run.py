@@ -28,9 +28,11 @@ import os
 import sys
 
 from lnk_cli.terminal_modes import kept_modes
+from lnk_shared.display import shown_lines
 from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
 from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
 from lnk_shared.spec_flags import FLAG_NAMES
+from lnk_shared.spec_size import refuse_oversized_spec
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
 TYPE_CHECKING = False
@@ -173,8 +175,11 @@ def reported(run: Callable[[], int]) -> int:
     "interrupted" on Ctrl-C, and a quiet failure when the reader of stdout went away."""
     try:
         return run()
-    except LnkError as exc:
+    except RemoteError as exc:  # the controller showed it (launch_socket), as the C client prints
         print(f"lnk: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except LnkError as exc:
+        print(f"lnk: {shown_lines(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("lnk: interrupted", file=sys.stderr)
@@ -190,6 +195,11 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
             fd = os.open(spec, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
         except OSError as exc:
             raise SpecError(f"cannot open the spec file: {exc.strerror}", source=spec) from None
+        try:
+            refuse_oversized_spec(fd, spec)
+        except BaseException:
+            os.close(fd)
+            raise
         request["fds"]["spec"] = len(fds)
         fds.append(fd)
     run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
@@ -253,8 +263,8 @@ def dialogue(send: Send, receive: Receive, relay: Relay | None = None) -> int:
 
 
 def ask(lines: list[str]) -> bool:
-    for line in lines:
-        print(line, file=sys.stderr)
+    for line in lines:  # the controller showed what they quote; shown again as printed
+        print(shown_lines(line), file=sys.stderr)
     if not sys.stdin.isatty():
         raise NotConfirmedError(
             "not approved: there is no terminal to ask on; "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 
+from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.spec_flags import add_spec_arguments
 
@@ -72,7 +72,6 @@ def register(groups: Any) -> None:
 
 
 FOLLOW_INTERVAL_S = 0.5  # how often --follow asks for new lines
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _wire_line(raw: str) -> str:
@@ -87,7 +86,7 @@ def _wire_line(raw: str) -> str:
         )
     except (ValueError, KeyError, TypeError):
         text = raw
-    return _CONTROL.sub("?", text)
+    return shown(text)
 
 
 def cmd_wire(args: argparse.Namespace) -> int:
@@ -95,7 +94,7 @@ def cmd_wire(args: argparse.Namespace) -> int:
     while True:
         doc = _call("GET", f"/v1/sandboxes/{args.id}/wire?offset={offset}")
         for raw in doc["lines"]:
-            print(_CONTROL.sub("?", raw) if args.json else _wire_line(raw), flush=True)
+            print(shown(raw) if args.json else _wire_line(raw), flush=True)
         offset = doc["offset"]
         if not args.follow or (doc["ended"] and not doc["lines"]):
             return EXIT_OK
@@ -148,8 +147,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no sandboxes")
     for r in rows:
         paused = " (paused)" if r["paused"] else ""
-        command = " ".join(r["command"])[:60]
-        print(f"{r['id']}  {r['state']}{paused}  uid {r['host_uid']}  {command}")
+        command = shown(" ".join(r.get("command") or []))[:60]
+        print(f"{shown(r['id'])}  {shown(r['state'])}{paused}  uid {r['host_uid']}  {command}")
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError
 from lnk_shared.spec_flags import add_spec_arguments
 
@@ -74,7 +75,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print()
         return EXIT_OK
     for r in rows:
-        print(f"{r['hash'][:16]}  {r['approved_at'][:16]}  {r['spec']}")
+        print(f"{shown(r['hash'][:16])}  {shown(r['approved_at'][:16])}  {shown(r['spec'])}")
     if not rows:
         print("no approved specs")
     return EXIT_OK
@@ -83,5 +84,5 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_forget(args: argparse.Namespace) -> int:
     key = args.spec if args.spec == "<flags>" else os.path.realpath(args.spec)
     doc = _api("DELETE", "/v1/specs?" + urllib.parse.urlencode({"spec": key}))
-    print(f"{'forgotten' if doc.get('forgotten') else 'was not remembered'}: {key}")
+    print(f"{'forgotten' if doc.get('forgotten') else 'was not remembered'}: {shown(key)}")
     return EXIT_OK

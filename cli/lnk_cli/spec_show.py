@@ -8,6 +8,7 @@ import os
 import sys
 
 from lnk_shared.discovery import DETECT, JudgeContext, context_for, resolve_spec
+from lnk_shared.display import shown, shown_lines
 from lnk_shared.errors import EXIT_OK
 from lnk_shared.grants import Grants, ResolvedSpec
 from lnk_shared.opens import describe, grants_document
@@ -36,14 +37,14 @@ def show(args: argparse.Namespace) -> int:
     refusals = find_refusals(resolved, ctx)
     if refusals:
         for refusal in refusals[1:]:
-            print(f"lnk: also {refusal}", file=sys.stderr)
+            print(f"lnk: also {shown_lines(str(refusal))}", file=sys.stderr)
         raise refusals[0]
     grants = judge(resolved, ctx)
     if args.json:
         json.dump(grants_document(grants), sys.stdout, indent=2, sort_keys=True)
         print()
         return EXIT_OK
-    print(f"spec: {resolved.source or '(flags only)'}")
+    print(f"spec: {shown(resolved.source or '(flags only)')}")
     print("opens:")
     for line in describe(grants):
         print(line)

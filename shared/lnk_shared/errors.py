@@ -18,10 +18,15 @@
     └── StateError                exit 1: the box's state (database, run dir) is unusable
 
 Services and the CLI raise these; third-party exceptions are translated at the adapter that
-calls the library, and the CLI catches `LnkError` in exactly one place.
+calls the library, and the CLI catches `LnkError` in exactly one place. A spec error's file and
+key and a refusal's entry came from a spec or from disk: each is `lnk_shared.display.shown`
+(control, bidi and zero-width characters as visible escapes) before it joins the message, and
+the CLI shows the whole message through `shown_lines` again when it prints it.
 """
 
 from __future__ import annotations
+
+from lnk_shared.display import shown
 
 __all__ = [
     "EXIT_ERROR",
@@ -92,9 +97,9 @@ class SpecError(LnkError):
         self.key = key
         where = ""
         if source is not None:
-            where = source if line is None else f"{source}:{line}"
+            where = shown(source) if line is None else f"{shown(source)}:{line}"
         if key is not None:
-            where = f"{where}: {key}" if where else key
+            where = f"{where}: {shown(key)}" if where else shown(key)
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
@@ -107,7 +112,7 @@ class RefusedError(LnkError):
     def __init__(self, entry: str, why: str) -> None:
         self.entry = entry
         self.why = why
-        super().__init__(f"refused [{self.rule}]: {entry}: {why}")
+        super().__init__(f"refused [{self.rule}]: {shown(entry)}: {why}")
 
 
 class SettingsGrantRefused(RefusedError):

@@ -1,11 +1,14 @@
 """What a spec opens, told to a person: a table of grants (links shown with where they really
-are) and, for a spec that changed since it was approved, what changed."""
+are) and, for a spec that changed since it was approved, what changed. Every path, link target,
+host and entry in them came from a spec or from disk, so each goes through
+`lnk_shared.display.shown` before it joins a line."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from lnk_shared.display import shown
 from lnk_shared.grants import Grants, ResolvedPath
 
 __all__ = ["describe", "describe_changes", "grants_document"]
@@ -26,11 +29,12 @@ _SECTION_TITLES = {
 
 
 def _path_line(kind: str, p: ResolvedPath) -> str:
-    line = f"  {kind:<15} {p.written}"
+    line = f"  {kind:<15} {shown(p.written)}"
     if p.written != p.real:
-        line += f"  ->  {p.real}"
+        line += f"  ->  {shown(p.real)}"
     for hop in p.links:
-        line += f"\n  {'':<15}   (link {hop.link} -> {hop.target}, owner uid {hop.owner_uid})"
+        link, target = shown(hop.link), shown(hop.target)
+        line += f"\n  {'':<15}   (link {link} -> {target}, owner uid {hop.owner_uid})"
     return line
 
 
@@ -49,20 +53,20 @@ def describe(grants: Grants) -> list[str]:
         lines.append(f"  {'network':<15} host: every host and port, this machine's included")
     if s.internet_any:
         lines.append(f"  {'internet':<15} * (any public host, through the proxy)")
-    lines += [f"  {'internet':<15} {h}" for h in s.internet]
+    lines += [f"  {'internet':<15} {shown(str(h))}" for h in s.internet]
     if s.lan_any:
         lines.append(f"  {'lan':<15} * (every private network, through the proxy)")
-    lines += [f"  {'lan':<15} {e}" for e in s.lan]
-    lines += [f"  {'browser':<15} {h}" for h in s.browser]
+    lines += [f"  {'lan':<15} {shown(str(e))}" for e in s.lan]
+    lines += [f"  {'browser':<15} {shown(str(h))}" for h in s.browser]
     lines += [
         f"  {'localhost port':<15} {p} (whatever serves it, with its whole API)" for p in s.ports
     ]
     if s.store_driver:
         lines.append(
-            f"  {'store':<15} {s.store_driver} (the agent's conversations and lease, kept outside "
-            "by the box's store bridge)"
+            f"  {'store':<15} {shown(s.store_driver)} (the agent's conversations and lease, "
+            "kept outside by the box's store bridge)"
         )
-    lines += [f"  {'hidden inside':<15} {h}" for h in grants.hidden]
+    lines += [f"  {'hidden inside':<15} {shown(h)}" for h in grants.hidden]
     if not lines:
         lines.append("  nothing: no folders, no network, no programs but the one it runs")
     elif not s.commands and not s.commands_any:
@@ -109,8 +113,8 @@ def describe_changes(previous_json: str, grants: Grants) -> list[str]:
             continue
         old_set = set(_items(old))
         new_set = set(_items(new))
-        lines += [f"  + {title:<15} {item}" for item in sorted(new_set - old_set)]
-        lines += [f"  - {title:<15} {item}" for item in sorted(old_set - new_set)]
+        lines += [f"  + {title:<15} {shown(item)}" for item in sorted(new_set - old_set)]
+        lines += [f"  - {title:<15} {shown(item)}" for item in sorted(old_set - new_set)]
     if before.get("version") != after.get("version"):
         lines.append("  (the box's way of recording grants changed, so it asks again)")
     return lines or ["  (nothing visible changed)"]

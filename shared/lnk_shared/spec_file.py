@@ -16,10 +16,10 @@ from typing import Any
 
 from lnk_shared.errors import SpecError
 from lnk_shared.spec import ANY, Origin, SpecBuilder
+from lnk_shared.spec_size import MAX_SPEC_BYTES, spec_too_large
 
-__all__ = ["MAX_SPEC_BYTES", "SECTIONS", "load_spec_file", "parse_spec_text"]
+__all__ = ["MAX_SPEC_BYTES", "SECTIONS", "load_spec_file", "parse_spec_text", "read_spec_text"]
 
-MAX_SPEC_BYTES = 256 * 1024  # a spec is a few lines; anything this large is not one
 
 # section -> key -> (expected, what the key takes)
 SECTIONS: dict[str, dict[str, str]] = {
@@ -79,26 +79,42 @@ def load_spec_file(path: str | os.PathLike[str], builder: SpecBuilder | None = N
     except OSError as exc:
         raise SpecError(f"cannot open the spec file: {exc.strerror}", source=shown) from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecError("the spec is not a regular file", source=shown)
-        if info.st_size > MAX_SPEC_BYTES:
-            raise SpecError(f"the spec is larger than {MAX_SPEC_BYTES} bytes", source=shown)
-        data = os.read(fd, MAX_SPEC_BYTES + 1)
+        text = read_spec_text(fd, shown)
     finally:
         os.close(fd)
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"the spec is larger than {MAX_SPEC_BYTES} bytes", source=shown)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"the spec is not UTF-8 text (byte {exc.start})", source=shown) from None
     absolute = str(Path(os.path.abspath(path)))
     if builder is None:
         builder = SpecBuilder(source=absolute)
     else:
         builder.source = absolute
     return parse_spec_text(text, source=shown, base=str(Path(absolute).parent), builder=builder)
+
+
+def read_spec_text(fd: int, source: str) -> str:
+    """The text of the spec open on `fd`, refused before any parsing if it is not a regular file,
+    is over MAX_SPEC_BYTES (by its size, and by reading at most one byte more than the limit,
+    for a file that grows meanwhile) or is not UTF-8. The client and the controller both read a
+    spec through this, so neither parses what the other would refuse. Reads from offset 0."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError("the spec is not a regular file", source=source)
+    if info.st_size > MAX_SPEC_BYTES:
+        raise SpecError(spec_too_large(info.st_size), source=source)
+    chunks: list[bytes] = []
+    got = 0
+    while got <= MAX_SPEC_BYTES:
+        chunk = os.pread(fd, MAX_SPEC_BYTES + 1 - got, got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    if got > MAX_SPEC_BYTES:
+        raise SpecError(spec_too_large(got), source=source)
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"the spec is not UTF-8 text (byte {exc.start})", source=source) from None
 
 
 def parse_spec_text(

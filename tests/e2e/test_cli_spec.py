@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from as_user import as_user
+from on_pty import answer_on_pty
 
 Box = Any  # the `box` fixture of tests/e2e/conftest.py
 RunningBox = Any  # the `running_box` fixture of tests/e2e/conftest.py
 LNK = Path(os.environ.get("LNK_PREFIX", "/opt/lnk")) / "venv" / "bin" / "lnk"
-
-PROMPT = b"[y/N]"
 
 
 def _project(tmp_path: Path) -> Path:
@@ -55,41 +52,13 @@ def _owned_project(running_box: RunningBox, name: str) -> Path:
 def _approve_on_terminal(running_box: RunningBox, spec: Path, answer: str) -> tuple[int, str]:
     """Run `lnk spec approve` as the owner with a real pty as its terminal; answer its question."""
     owner = running_box.owner
-    main, secondary = os.openpty()
-    proc = subprocess.Popen(
+    status, seen = answer_on_pty(
         as_user(owner.uid, owner.gid, str(LNK), "spec", "approve", "--spec", str(spec)),
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
+        answer,
         env=running_box.owner_env(),
-        cwd=str(owner.home),
-        start_new_session=True,
+        cwd=owner.home,
     )
-    os.close(secondary)
-    seen = b""
-    deadline = time.monotonic() + 30
-    answered = False
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([main], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(main, 4096)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            if PROMPT in seen and not answered:
-                os.write(main, answer.encode() + b"\n")
-                answered = True
-            if proc.poll() is not None and not ready:
-                break
-        return proc.wait(timeout=30), seen.decode(errors="replace")
-    finally:
-        os.close(main)
-        if proc.poll() is None:
-            proc.kill()
+    return status, seen.decode(errors="replace")
 
 
 def test_help_documents_exit_statuses(box: Box) -> None:

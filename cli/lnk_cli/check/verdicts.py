@@ -1,7 +1,8 @@
 """Each probe's verdict, from what the sandbox answered and what the outside saw. Pure.
 
 The sandbox's answer is hostile input (`untrusted_…`): it is checked for shape, its text cut
-and stripped of control characters, and it can only make a verdict worse, never better, where
+and every control, bidi and zero-width character in it shown as an escape
+(`lnk_shared.display.shown`), and it can only make a verdict worse, never better, where
 the outside can see for itself. For a file read, a listing, a file written or marked and the
 process status, the outside's evidence decides (a secret found in anything the sandbox
 printed, a name of the real folder, a file that exists, an mtime that moved). For connections
@@ -19,20 +20,19 @@ verdict = leaked   when it got through and no grant allows it
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
 from lnk_cli.check.probes import MARKER_TIME
+from lnk_shared.display import shown_cut
 from lnk_shared.errors import StateError
 
 __all__ = ["VERDICTS", "Finding", "Outside", "ProbesFailed", "judge_all", "judge_probe"]
 
 VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Evidence the outside sees for itself: it alone decides the probe.
 _DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege"})
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
@@ -67,7 +67,7 @@ class Finding:
 
 def clean_text(untrusted: object, limit: int = DETAIL_LIMIT) -> str:
     text = untrusted if isinstance(untrusted, str) else json.dumps(untrusted)[:limit]
-    return _CONTROL.sub("?", text)[:limit]
+    return shown_cut(text, limit)
 
 
 def _result(untrusted: object) -> tuple[bool, str, Any] | None:

@@ -7,12 +7,13 @@ with no answer. Then JSON frames (`lnk_shared.unix`), one reply per command:
 
     {"op": "open", "agent": NAME, "public_key": B64(32 bytes), "host_uid": UID}
     {"op": "close", "agent": NAME}
+    {"op": "forget", "agent": NAME}      (close it, and remove everything the store keeps for it)
     {"op": "send", "agent": NAME, "sender": LABEL, "message": TEXT}
     {"op": "ping"}
 
-and `{"ok": true, ...}` (open adds `"socket": PATH`; ping adds `"driver"`, the store's database
-driver, e.g. "sqlite", which an agent's `[store] driver` must name) or
-`{"ok": false, "error": "..."}`. Every
+and `{"ok": true, ...}` (open adds `"socket": PATH`; forget adds `"removed": ROWS`; ping adds
+`"driver"`, the store's database driver, e.g. "sqlite", which an agent's `[store] driver` must
+name) or `{"ok": false, "error": "..."}`. Every
 field is checked as hostile (`parse_command`, pure); a public key goes through
 `lnk_shared.proofs.enroll_public_key`, so a small-order or non-canonical key is never used.
 
@@ -42,6 +43,7 @@ from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send
 __all__ = [
     "ADMIN_SOCKET_MODE",
     "CloseAgent",
+    "ForgetAgent",
     "OpenAgent",
     "Ping",
     "SendMessage",
@@ -59,6 +61,7 @@ MAX_UID = 2**32 - 2
 _KEYS = {
     "open": frozenset({"op", "agent", "public_key", "host_uid"}),
     "close": frozenset({"op", "agent"}),
+    "forget": frozenset({"op", "agent"}),
     "send": frozenset({"op", "agent", "sender", "message"}),
     "ping": frozenset({"op"}),
 }
@@ -76,6 +79,11 @@ class CloseAgent:
 
 
 @dataclass(frozen=True)
+class ForgetAgent:
+    agent: str
+
+
+@dataclass(frozen=True)
 class SendMessage:
     agent: str
     sender: str
@@ -87,7 +95,7 @@ class Ping:
     pass
 
 
-Command = OpenAgent | CloseAgent | SendMessage | Ping
+Command = OpenAgent | CloseAgent | ForgetAgent | SendMessage | Ping
 
 
 def parse_command(untrusted: dict[str, Any], own_uid: int) -> Command:
@@ -100,6 +108,8 @@ def parse_command(untrusted: dict[str, Any], own_uid: int) -> Command:
         raise ValueError(f"agent must match {AGENT_ID.pattern}")
     if op == "close":
         return CloseAgent(agent)
+    if op == "forget":
+        return ForgetAgent(agent)
     if op == "send":
         sender, message = untrusted["sender"], untrusted["message"]
         if not isinstance(sender, str) or not HOLDER.fullmatch(sender):
@@ -125,6 +135,9 @@ def run_command(server: BridgeServer, command: Command) -> dict[str, Any]:
             return {"ok": True, "socket": str(server.remember(command.key, command.public_key))}
         if isinstance(command, CloseAgent):
             server.close_agent(command.agent)
+        elif isinstance(command, ForgetAgent):
+            server.close_agent(command.agent)
+            return {"ok": True, "removed": server.store.forget(command.agent)}
         elif isinstance(command, SendMessage):
             sent = server.store.send(command.agent, command.sender, command.message)
             return {"ok": True, "id": sent}

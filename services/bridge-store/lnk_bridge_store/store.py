@@ -244,6 +244,18 @@ class Store:
                 return False
         return True
 
+    # --- an agent removed ---
+
+    def forget(self, agent: str) -> int:
+        """Remove everything kept for `agent`: its conversations and their events, its usage,
+        its lease (so a new agent of that name starts its fencing tokens again: nothing of the
+        old one's runs any more), its nonces, its inbox, its open record. The rows removed."""
+        removed = 0
+        with database_errors(self.where, "forget an agent in"), write(self.engine) as conn:
+            for table in (Event, Conversation, Usage, Lease, Nonce, InboxMessage, OpenAgent):
+                removed += int(conn.execute(delete(table).where(table.agent == agent)).rowcount)
+        return removed
+
     # --- the agents whose sockets are open ---
 
     def remember_open(self, agent: str, public_key: str, host_uid: int) -> None:

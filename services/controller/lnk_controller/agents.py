@@ -159,6 +159,16 @@ class AgentRegistry:
             conn.execute(delete(AgentRow).where(AgentRow.agent_id == agent.agent_id))
         self._remove_key(agent.agent_id)
 
+    def forget_all(self, owner_uid: int) -> list[str]:
+        """Forget every agent of the owner and delete their keys, running or not (the account
+        is gone: `lnk_controller.accounts`); their ids."""
+        ids = [a.agent_id for a in self.find(owner_uid)]
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            conn.execute(delete(AgentRow).where(AgentRow.owner_uid == owner_uid))
+        for agent_id in ids:
+            self._remove_key(agent_id)
+        return ids
+
     def set_running(self, agent_id: str, host_uid: int | None, spec_hash: str = "") -> None:
         values: dict[str, object] = {"host_uid": host_uid}
         if spec_hash:

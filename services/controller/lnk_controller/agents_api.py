@@ -1,6 +1,7 @@
-"""The agents' part of the controller's API: create, list, remove an agent, and send it a
-message. A caller acts on its own agents only (the kernel says who calls: SO_PEERCRED); an
-agent of someone else is the same 404 as no agent. No answer ever holds a private key.
+"""The agents' part of the controller's API: create, list, remove an agent (with its store's
+conversations and lease, unless kept), and send it a message. A caller acts on its own agents
+only (the kernel says who calls: SO_PEERCRED); an agent of someone else is the same 404 as no
+agent. No answer ever holds a private key.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lnk_controller.agents import AgentPublic, AgentRegistry
 from lnk_controller.api import Caller
-from lnk_controller.bridge_link import send_message
+from lnk_controller.bridge_link import forget_agent, send_message
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
@@ -72,12 +73,17 @@ def add_agent_routes(
         return own(name, uid)
 
     @app.delete("/v1/agents/{name}")
-    def remove(name: str, uid: Caller) -> dict[str, Any]:
-        if own(name, uid).running:
+    def remove(name: str, uid: Caller, keep_store: bool = False) -> dict[str, Any]:
+        """Forget the agent; unless `keep_store`, its conversations, inbox and lease first (a
+        bridge that does not answer refuses the removal, so nothing is forgotten by halves)."""
+        agent = own(name, uid)
+        if agent.running:
             raise HTTPException(status_code=409, detail=f"agent {name!r} is running: stop it first")
         agents.stopped_if_set(uid, name)
+        if not keep_store:
+            forget_agent(cfg.run_dir, agent.agent_id)
         agents.remove(uid, name)
-        return {"removed": name}
+        return {"removed": name, "store": "kept" if keep_store else "removed"}
 
     @app.post("/v1/agents/{name}/send")
     def send(name: str, body: AgentMessage, uid: Caller) -> dict[str, Any]:

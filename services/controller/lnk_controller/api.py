@@ -2,8 +2,11 @@
 sandboxes, extend leases, list and forget remembered specs.
 
 Who calls is the kernel's answer (SO_PEERCRED, put into the request by `PeerCredProtocol`);
-nothing the caller sends can change it. A caller sees and acts on its own sandboxes only; root
-sees all. Unknown or foreign sandboxes get the same 404, so ids of others are not confirmed.
+nothing the caller sends can change it, and it is checked to be the account its uid's records
+belong to (`lnk_controller.accounts`) before any route runs. A caller sees and acts on its own
+sandboxes only; root sees all, but a sandbox's command (its argument vector, which may hold
+what its owner typed) only its owner sees: `SandboxPublic.command` is null for anyone else.
+Unknown or foreign sandboxes get the same 404, so ids of others are not confirmed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from lnk_controller.accounts import Accounts
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.cgroups import freeze
 from lnk_controller.cleanup import clean_sandbox
@@ -48,7 +52,11 @@ def caller_uid(request: Request) -> int:
     client = request.scope.get("client")
     if not client or client[0] != PEER_MARK:
         raise HTTPException(status_code=403, detail="unknown caller")
-    return int(client[1])
+    uid = int(client[1])
+    accounts: Accounts | None = getattr(request.app.state, "accounts", None)
+    if accounts is not None:
+        accounts.check(uid)
+    return uid
 
 
 Caller = Annotated[int, Depends(caller_uid)]
@@ -64,8 +72,10 @@ def make_app(
     store: SandboxStore,
     remembered: RememberedSpecs,
     agents: AgentRegistry | None = None,
+    accounts: Accounts | None = None,
 ) -> FastAPI:
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.accounts = accounts
     if agents is not None:
         from lnk_controller.agents_api import add_agent_routes
 
@@ -83,17 +93,14 @@ def make_app(
             raise HTTPException(status_code=404, detail="no such sandbox")
         return row
 
-    def out(row: SandboxRow) -> SandboxPublic:
-        return SandboxPublic.of(row)
-
     @app.get("/v1/sandboxes")
     def list_sandboxes(uid: Caller, all: bool = False) -> list[SandboxPublic]:
         rows = store.find(owner_uid=None if uid == 0 else uid, live_only=not all)
-        return [out(r) for r in rows]
+        return [SandboxPublic.of(r, viewer=uid) for r in rows]
 
     @app.get("/v1/sandboxes/{sandbox_id}")
     def show(sandbox_id: str, uid: Caller) -> SandboxPublic:
-        return out(own(sandbox_id, uid))
+        return SandboxPublic.of(own(sandbox_id, uid), viewer=uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/stop")
     def stop(sandbox_id: str, uid: Caller) -> SandboxPublic:
@@ -101,7 +108,7 @@ def make_app(
         store.set(sandbox_id, stop_requested=True)
         set_flag(cfg, sandbox_id, "stop", True)  # the proxy ends tunnels in flight
         clean_sandbox(sandbox_id, store, cfg)
-        return out(store.get(sandbox_id) or row)
+        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/pause")
     def pause(sandbox_id: str, uid: Caller) -> SandboxPublic:
@@ -111,7 +118,7 @@ def make_app(
         store.set(sandbox_id, paused=True)
         set_flag(cfg, sandbox_id, "pause", True)
         freeze(sandbox_id, True)
-        return out(store.get(sandbox_id) or row)
+        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/resume")
     def resume(sandbox_id: str, uid: Caller) -> SandboxPublic:
@@ -121,7 +128,7 @@ def make_app(
         freeze(sandbox_id, False)
         set_flag(cfg, sandbox_id, "pause", False)
         store.set(sandbox_id, paused=False)
-        return out(store.get(sandbox_id) or row)
+        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/lease")
     def lease(sandbox_id: str, body: LeaseRequest, uid: Caller) -> SandboxPublic:
@@ -133,7 +140,7 @@ def make_app(
                 status_code=422, detail=f"a lease is at most {cfg.max_lease_seconds} seconds"
             )
         store.extend_lease(sandbox_id, body.seconds)
-        return out(store.get(sandbox_id) or row)
+        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
 
     @app.get("/v1/sandboxes/{sandbox_id}/wire")
     def wire(sandbox_id: str, uid: Caller, offset: int = 0) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The controller's side of the store bridge's admin socket: deliver a message to an agent's
-inbox (and, with agents' sandboxes, open and close an agent's socket).
+inbox, open and close an agent's socket, and forget an agent (everything the store keeps for it).
 
 The bridge runs as its own system user and answers only the controller's uid (SO_PEERCRED).
 """
@@ -15,7 +15,13 @@ from typing import Any
 from lnk_shared.errors import StateError
 from lnk_shared.unix import recv_frame, send_frame
 
-__all__ = ["bridge_admin_socket", "close_agent", "open_agent", "send_message"]
+__all__ = [
+    "bridge_admin_socket",
+    "close_agent",
+    "forget_agent",
+    "open_agent",
+    "send_message",
+]
 
 ADMIN_TIMEOUT_S = 10.0  # the bridge answers at once, after one SQLite write at most
 
@@ -87,3 +93,13 @@ def close_agent(run_dir: Path, agent_id: str) -> None:
         (folder / "bridge.sock").unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()
+
+
+def forget_agent(run_dir: Path, agent_id: str) -> int:
+    """Close the agent's socket and remove its conversations, lease, nonces and inbox from the
+    store; the rows removed. A bridge that does not answer is a StateError: an agent is not
+    forgotten by halves (its store would wait for a new agent of the same name)."""
+    removed = _call(run_dir, {"op": "forget", "agent": agent_id}).get("removed")
+    if type(removed) is not int:
+        raise StateError("the store bridge answered a forget without the rows it removed")
+    return removed

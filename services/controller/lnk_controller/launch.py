@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import os
 import pwd
-import stat
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import timedelta
@@ -63,7 +62,7 @@ from lnk_shared.grants import Grants
 from lnk_shared.opens import describe, describe_changes
 from lnk_shared.refusals import find_refusals, inside, judge
 from lnk_shared.spec import FdGrant, SpecBuilder
-from lnk_shared.spec_file import parse_spec_text
+from lnk_shared.spec_file import parse_spec_text, read_spec_text
 from lnk_shared.spec_flags import spec_from_arguments
 
 __all__ = ["Judged", "Launcher", "Running"]
@@ -100,14 +99,7 @@ class Judged:
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
     source = os.readlink(f"/proc/self/fd/{fd}")
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise SpecError("the spec is not a regular file", source=source)
-    data = os.pread(fd, 256 * 1024 + 1, 0)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"the spec is not UTF-8 text (byte {exc.start})", source=source) from None
+    text = read_spec_text(fd, source)  # refused over MAX_SPEC_BYTES before it is parsed
     builder.source = source
     parse_spec_text(text, source=source, base=os.path.dirname(source), builder=builder)
     return source

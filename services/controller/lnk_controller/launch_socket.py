@@ -13,7 +13,12 @@ only the arguments of the box's own probe program, which the controller puts in 
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
-A client that goes away stops its sandbox. Callers are known by SO_PEERCRED only; sandbox uids
+Every "approve?" line and "error" message passes through `lnk_shared.display.shown_lines` on
+its way out: whichever client prints it (the C one prints them as they come), no control, bidi or
+zero-width character from a spec or a path reaches the terminal.
+Before anything else, a caller's uid is checked to be the account its records belong to
+(`lnk_controller.accounts`: a recycled uid starts empty). A client that goes away stops its
+sandbox. Callers are known by SO_PEERCRED only; sandbox uids
 are refused (a sandbox never sees this socket, this is a second lock).
 """
 
@@ -29,11 +34,13 @@ import threading
 import time
 from typing import Any
 
+from lnk_controller.accounts import Accounts
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import LaunchRequest, parse_launch_request
 from lnk_controller.spawn import program_pids
+from lnk_shared.display import shown_lines
 from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
 
@@ -47,9 +54,12 @@ SIGNAL_POLL_S = 0.005
 
 
 class LaunchServer:
-    def __init__(self, sock: socket.socket, launcher: Launcher) -> None:
+    def __init__(
+        self, sock: socket.socket, launcher: Launcher, accounts: Accounts | None = None
+    ) -> None:
         self._sock = sock
         self._launcher = launcher
+        self._accounts = accounts  # each caller's records are made its own before it is served
         self._stopping = threading.Event()
         self._handlers: set[threading.Thread] = set()
 
@@ -85,6 +95,8 @@ class LaunchServer:
                 cfg = self._launcher.cfg
                 if cfg.uid_first <= caller.uid <= cfg.uid_last:
                     raise StateError("a sandbox may not launch sandboxes")
+                if self._accounts is not None:
+                    self._accounts.check(caller.uid)
                 untrusted, fds = recv_frame(conn, want_fds=True)
                 if untrusted.get("type") != "launch":
                     raise ValueError("expected a launch request")
@@ -105,7 +117,7 @@ class LaunchServer:
     @staticmethod
     def _reply_error(conn: socket.socket, code: int, message: str) -> None:
         with contextlib.suppress(OSError):
-            send_frame(conn, {"type": "error", "exit": code, "message": message})
+            send_frame(conn, {"type": "error", "exit": code, "message": shown_lines(message)})
 
     def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
         launcher = self._launcher
@@ -122,7 +134,7 @@ class LaunchServer:
                     conn,
                     {
                         "type": "approve?",
-                        "lines": list(judged.approval_lines),
+                        "lines": [shown_lines(line) for line in judged.approval_lines],
                         "hash": judged.digest,
                     },
                 )

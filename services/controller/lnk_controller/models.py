@@ -25,7 +25,15 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["NAMING_CONVENTION", "AgentRow", "Base", "RememberedSpec", "SandboxRow", "UTCDateTime"]
+__all__ = [
+    "NAMING_CONVENTION",
+    "AccountRow",
+    "AgentRow",
+    "Base",
+    "RememberedSpec",
+    "SandboxRow",
+    "UTCDateTime",
+]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -139,3 +147,20 @@ class AgentRow(Base):
     spec_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     host_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class AccountRow(Base):
+    """The account a uid's records belong to (`lnk_controller.accounts`): its user name and its
+    home folder's identity (device, inode, and the inode's generation, which a new folder that
+    reuses a freed inode number does not share), recorded at first use and compared at each call.
+    """
+
+    __tablename__ = "accounts"
+
+    uid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(256), nullable=False)
+    home: Mapped[str] = mapped_column(String(4096), nullable=False)
+    home_dev: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    home_ino: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    home_generation: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -130,6 +130,13 @@ class RememberedSpecs:
             deleted = conn.execute(statement).rowcount
         return deleted > 0
 
+    def forget_all(self, owner_uid: int) -> int:
+        """Forget every spec of this owner (its account is gone); how many there were."""
+        _check_owner_uid(owner_uid)
+        statement = delete(RememberedSpec).where(RememberedSpec.owner_uid == owner_uid)
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            return int(conn.execute(statement).rowcount)
+
     def list_for(self, owner_uid: int) -> list[Remembered]:
         """This owner's remembered specs, ordered by spec key."""
         _check_owner_uid(owner_uid)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, bindparam, insert, select, update
+from sqlalchemy import Engine, Table, bindparam, delete, insert, select, update
 
 from lnk_controller.db import begin_write, database_errors, database_path
 from lnk_controller.models import SandboxRow
@@ -34,28 +34,29 @@ def _now() -> datetime:
 
 @dataclass(frozen=True)
 class SandboxPublic:
-    """What a caller may see of a sandbox."""
+    """What a caller may see of a sandbox. `command` (the argument vector it ran, which may
+    hold whatever its owner typed) is its owner's to see only: None for any other viewer."""
 
     id: str
     owner_uid: int
     host_uid: int
     state: str
     paused: bool
-    command: list[str]
+    command: list[str] | None
     created_at: str
     lease_expires_at: str
     ended_at: str | None
     exit_status: int | None
 
     @classmethod
-    def of(cls, row: SandboxRow) -> SandboxPublic:
+    def of(cls, row: SandboxRow, *, viewer: int) -> SandboxPublic:
         return cls(
             id=row.id,
             owner_uid=row.owner_uid,
             host_uid=row.host_uid,
             state=row.state,
             paused=row.paused,
-            command=json.loads(row.command_json),
+            command=json.loads(row.command_json) if viewer == row.owner_uid else None,
             created_at=row.created_at.isoformat(),
             lease_expires_at=row.lease_expires_at.isoformat(),
             ended_at=row.ended_at.isoformat() if row.ended_at else None,
@@ -168,3 +169,12 @@ class SandboxStore:
         until = self._clock() + timedelta(seconds=seconds)
         self.set(sandbox_id, lease_expires_at=until)
         return until
+
+    def forget_ended(self, owner_uid: int) -> list[str]:
+        """Delete the records of the owner's ended sandboxes (their commands with them); their
+        ids. Live ones stay: they are cleaned first, and a record is what cleans them."""
+        ended = (_TABLE.c.owner_uid == owner_uid) & ~_TABLE.c.state.in_(LIVE_STATES)
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            ids = list(conn.execute(select(_TABLE.c.id).where(ended)).scalars())
+            conn.execute(delete(_TABLE).where(ended))
+        return ids

@@ -10,17 +10,20 @@ import logging
 import os
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 
 import uvicorn
 
 from lnk_controller import idmap_mounts, landlock, seccomp
+from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
+from lnk_controller.forget_account import forget_account
 from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
 from lnk_controller.remembered import RememberedSpecs
@@ -113,15 +116,20 @@ def run_controller(cfg: ControllerConfig) -> None:
     if reconcile_agents(cfg, store, agents):
         log.info("reconcile: agents without a sandbox marked stopped")
     launcher = Launcher(cfg, store, remembered, agents)
+    accounts = Accounts(
+        engine,
+        forget=partial(forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents),
+        exempt=lambda uid: cfg.uid_first <= uid <= cfg.uid_last,  # sandboxes keep no records
+    )
     launch_sock = bind_socket(cfg.launch_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
     api_sock = bind_socket(cfg.api_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
-    server = LaunchServer(launch_sock, launcher)
+    server = LaunchServer(launch_sock, launcher, accounts)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
     stop = threading.Event()
     reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
     reaper.start()
 
-    app = make_app(cfg, store, remembered, agents)
+    app = make_app(cfg, store, remembered, agents, accounts)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
     # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it

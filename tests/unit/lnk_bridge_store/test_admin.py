@@ -10,7 +10,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from lnk_bridge_store.__main__ import refuse_identity
-from lnk_bridge_store.admin import CloseAgent, OpenAgent, Ping, SendMessage, parse_command
+from lnk_bridge_store.admin import (
+    CloseAgent,
+    ForgetAgent,
+    OpenAgent,
+    Ping,
+    SendMessage,
+    parse_command,
+)
 from lnk_shared.service_identity import MIN_SANDBOX_UID
 
 OWN_UID = 998
@@ -34,6 +41,7 @@ def test_the_commands_parse() -> None:
     command = parse_command(open_command(), OWN_UID)
     assert isinstance(command, OpenAgent) and command.key.host_uid == 200_001
     assert parse_command({"op": "close", "agent": "a"}, OWN_UID) == CloseAgent("a")
+    assert parse_command({"op": "forget", "agent": "a"}, OWN_UID) == ForgetAgent("a")
     assert parse_command({"op": "ping"}, OWN_UID) == Ping()
     send = {"op": "send", "agent": "a", "sender": "owner", "message": "hi"}
     assert parse_command(send, OWN_UID) == SendMessage("a", "owner", "hi")

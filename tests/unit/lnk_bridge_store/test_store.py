@@ -258,3 +258,21 @@ def test_an_unusable_url_is_a_state_error(tmp_path: Path) -> None:
     (tmp_path / "bad.db").write_bytes(b"not a database at all" * 100)
     with pytest.raises(StateError, match="cannot open the store database"):
         open_store(f"sqlite:///{tmp_path}/bad.db")
+
+
+def test_a_forgotten_agent_leaves_nothing_for_a_new_agent_of_its_name(st: Store) -> None:
+    token = lease(st)
+    st.append("a", Append("c1", 0, token, events("secret of the old agent")))
+    st.send("a", "owner", "for the old agent")
+    assert st.record("a", b"n" * 16, 2_000_000_000)
+    st.remember_open("a", "key", 70000)
+    b_token = lease(st, "b")
+    st.append("b", Append("c1", 0, b_token, events("b's own")))
+
+    assert st.forget("a") >= 6
+    assert st.read("a", Read("c1", 0, 10)) == {"events": [], "last_seq": 0}
+    assert st.inbox_read("a", 0, 10) == []
+    assert st.opened() == []
+    assert lease(st) == 1  # no lease left: a new one starts its tokens again
+    assert st.record("a", b"n" * 16, 2_000_000_000)  # its nonces went with it
+    assert st.read("b", Read("c1", 0, 10))["last_seq"] == 1  # another agent keeps its own

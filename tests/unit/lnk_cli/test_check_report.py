@@ -55,3 +55,12 @@ def test_no_control_character_reaches_the_terminal() -> None:
     out = io.StringIO()
     print_human([hostile], out, spec="/home/u/\x1b[2Jspec.toml")
     assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
+
+
+def test_bidi_zero_width_and_c1_are_shown_as_escapes() -> None:
+    hostile = Finding("read.x", "read ~/\u202eevil\u200b", "refused", "\x9b2J", "refused")
+    out = io.StringIO()
+    print_human([hostile], out, spec="/home/u/\ufeffspec.toml")
+    text = out.getvalue()
+    assert "\\u202eevil\\u200b" in text and "\\x9b2J" in text and "/home/u/\\ufeffspec" in text
+    assert all(line.isprintable() for line in text.splitlines())

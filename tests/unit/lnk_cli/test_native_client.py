@@ -711,6 +711,42 @@ def test_a_spec_file_that_cannot_be_opened_is_the_python_message(
     )
 
 
+def test_an_oversized_spec_is_refused_by_both_clients_before_anything_is_sent(
+    native_client: Path, controller: Controller, tmp_path: Path
+) -> None:
+    from lnk_shared.spec_size import MAX_SPEC_BYTES
+
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (MAX_SPEC_BYTES + 1))
+    words = ["sandbox", "run", "--spec", str(big), "--", "true"]
+    env = _env(controller)
+    native = _run([native_client], words, env, cwd=tmp_path)
+    python = _run(_python(), words, env, cwd=tmp_path)
+    assert (native.returncode, native.stderr) == (python.returncode, python.stderr)
+    assert native.returncode == 2
+    assert (
+        native.stderr
+        == (
+            f"lnk: {big}: the spec is larger than {MAX_SPEC_BYTES} bytes (256 KiB; this one has "
+            f"{MAX_SPEC_BYTES + 1} or more): a spec is a few lines of TOML, so this is not one\n"
+        ).encode()
+    )
+    controller.listener.settimeout(0)
+    with pytest.raises(BlockingIOError):  # neither client connected: nothing was sent
+        controller.listener.accept()
+
+
+def test_the_c_clients_spec_limit_is_the_python_one() -> None:
+    import re
+
+    from lnk_shared.spec_size import MAX_SPEC_BYTES
+
+    source = Path(__file__).parents[3] / "services/controller/lnk_controller/native/lnk_client.c"
+    found = re.search(r"#define SPEC_MAX_BYTES \((\d+) \* (\d+)\)", source.read_text())
+    assert found is not None
+    assert int(found[1]) * int(found[2]) == MAX_SPEC_BYTES
+
+
 # --- the caller's terminal ------------------------------------------------------------------
 
 

@@ -279,7 +279,7 @@ def test_wire_model_of_a_row_carries_no_private_value(store: SandboxStore) -> No
     store.add_mount(row.id, "placeholder:1:2:/home/owner/secret-project/.envrc")
     stored = store.get(row.id)
     assert stored is not None
-    public = SandboxPublic.of(stored)
+    public = SandboxPublic.of(stored, viewer=stored.owner_uid)
     wire = json.dumps(dataclasses.asdict(public))
     assert "/run/lnk/sandboxes" not in wire
     assert "secret-project" not in wire
@@ -287,3 +287,17 @@ def test_wire_model_of_a_row_carries_no_private_value(store: SandboxStore) -> No
     assert public.created_at == START.isoformat()
     assert public.lease_expires_at == (START + LEASE).isoformat()
     assert (public.ended_at, public.exit_status) == (None, None)
+
+
+@pytest.mark.parametrize("viewer", [0, 1234, 65534])
+def test_the_command_is_shown_to_its_owner_only(store: SandboxStore, viewer: int) -> None:
+    row = create(store, lowest_free([]), command=["/usr/bin/curl", "-H", "token: s3cret"])
+    assert row.owner_uid != viewer
+    public = SandboxPublic.of(row, viewer=viewer)
+    assert public.command is None
+    assert "s3cret" not in json.dumps(dataclasses.asdict(public))
+    assert SandboxPublic.of(row, viewer=row.owner_uid).command == row_command(row)
+
+
+def row_command(row: SandboxRow) -> list[str]:
+    return list(json.loads(row.command_json))

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <termios.h>
 #include <unistd.h>
@@ -51,6 +52,8 @@
 #define PYTHON_MAIN "from lnk_cli.__main__ import main; main()"
 #define STDIO_FDS 3
 #define SPEC_FD_INDEX 3 /* the spec file is passed after stdin, stdout and stderr */
+/* lnk_shared.spec_size.MAX_SPEC_BYTES (a test holds them equal): a larger spec is not sent */
+#define SPEC_MAX_BYTES (256 * 1024)
 
 /* lnk_shared.spec_flags.FLAG_NAMES, each empty as argparse's defaults leave it (quick_run's
    no_flags); the unit test compares the whole request with Python's, so a new flag is caught. */
@@ -241,6 +244,17 @@ static int open_spec(const char *spec) {
         struct text m = message_start();
         text_printable_bytes(&m, spec, strlen(spec));
         text_format(&m, ": cannot open the spec file: %s", strerror(errno));
+        message_exit(&m, EXIT_USAGE);
+    }
+    struct stat info; /* spec_size.refuse_oversized_spec: the controller refuses the rest */
+    if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > SPEC_MAX_BYTES) {
+        struct text m = message_start();
+        text_printable_bytes(&m, spec, strlen(spec));
+        text_format(&m, ": the spec is larger than %d bytes (%d KiB; ", SPEC_MAX_BYTES,
+                    SPEC_MAX_BYTES / 1024);
+        text_format(&m, "this one has %lld or more): a spec is a few lines of TOML, ",
+                    (long long)info.st_size);
+        text_format(&m, "so this is not one");
         message_exit(&m, EXIT_USAGE);
     }
     return fd;
