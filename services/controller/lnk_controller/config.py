@@ -27,6 +27,15 @@ MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger ui
 DAY = 86_400
 
 
+# Each class switch and the rule group it turns off ("dev": the wall's read-only /dev).
+UNSAFE_SWITCHES = {
+    "unsafe_allow_set_id_modes": "set_id_modes",
+    "unsafe_allow_shared_modes": "shared_modes",
+    "unsafe_allow_host_listen": "host_listen",
+    "unsafe_writable_dev": "dev",
+}
+
+
 class ControllerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -50,6 +59,12 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+    # Test switches, each reopening one class the wall closes, so `lnk sandbox check` can be
+    # seen to report it (tests/e2e/test_check_wall_classes.py). Never on a real box.
+    unsafe_allow_set_id_modes: bool = False  # set-uid/set-gid modes in write grants
+    unsafe_allow_shared_modes: bool = False  # group/other write modes and ACLs in write grants
+    unsafe_allow_host_listen: bool = False  # listening and datagram sockets in host mode
+    unsafe_writable_dev: bool = False  # a writable /dev
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -75,7 +90,28 @@ class ControllerConfig(BaseModel):
                 "that Landlock ABI (a test setting; never on a real box)",
                 self.unsafe_pretend_landlock_abi,
             )
+        if self.unsafe_switches:
+            self.warn_unsafe()
         return self
+
+    @property
+    def unsafe_switches(self) -> tuple[str, ...]:
+        """The names of the `unsafe_…` class switches that are on."""
+        return tuple(name for name in UNSAFE_SWITCHES if getattr(self, name))
+
+    @property
+    def unsafe_seccomp(self) -> frozenset[str]:
+        """The seccomp rule groups the switches turn off (`seccomp.UNSAFE_RELAXATIONS`)."""
+        return frozenset(UNSAFE_SWITCHES[name] for name in self.unsafe_switches) - {"dev"}
+
+    def warn_unsafe(self) -> None:
+        """Logged at start and at each launch while a class switch is on."""
+        for name in self.unsafe_switches:
+            log.warning(
+                "%s is on: sandboxes are built with that class reopened (a test setting; "
+                "never on a real box)",
+                name,
+            )
 
     @property
     def paths(self) -> BoxPaths:

@@ -420,7 +420,10 @@ class Launcher:
             execute=judged.execute,
             network_host=grants.spec.network_host,
             pretend_abi=cfg.unsafe_pretend_landlock_abi,
+            unsafe_seccomp=cfg.unsafe_seccomp,
         )
+        if cfg.unsafe_switches:
+            cfg.warn_unsafe()
         policy.update(relay)
         if judged.agent is not None:
             policy.update({"bridge_socket": BRIDGE_SOCKET_INSIDE, "bridge_port": BRIDGE_PORT})

@@ -81,6 +81,7 @@ def confiner_policy(
     execute: tuple[str, ...],
     network_host: bool,
     pretend_abi: int | None,
+    unsafe_seccomp: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """What the confiner enforces inside. TCP: with its own empty network namespace the sandbox
     reaches nothing, so Landlock leaves TCP alone; with the host's network it may connect
@@ -97,6 +98,8 @@ def confiner_policy(
         "block_unix_sockets": True,
         "min_abi": MIN_LANDLOCK_ABI,
         "unsafe_pretend_abi": pretend_abi,
+        "network_host": network_host,  # the last seccomp program refuses host listening
+        "unsafe_seccomp": sorted(unsafe_seccomp),
     }
 
 
@@ -132,7 +135,10 @@ def encode_policy(policy: dict[str, Any]) -> str:
         ]
     if policy["unsafe_pretend_abi"] is not None:
         lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
-    deny_list, unix_block = seccomp.programs()
+    deny_list, unix_block = seccomp.programs(
+        network_host=bool(policy.get("network_host")),
+        unsafe=frozenset(policy.get("unsafe_seccomp", ())),
+    )
     lines += [f"seccomp\t{deny_list.hex()}", f"seccomp_unix\t{unix_block.hex()}"]
     return "\n".join(lines) + "\n"
 
@@ -246,6 +252,7 @@ def spawn_sandbox(
             group_fd=data_fds[1],
             policy_fd=data_fds[2],
             status_fd=status_w,
+            unsafe_writable_dev=cfg.unsafe_writable_dev,
             **layout_args,
         )
         cgroup = cgroups.create(row.id)
