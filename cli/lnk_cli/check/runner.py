@@ -34,6 +34,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -43,6 +44,7 @@ from typing import Any
 from lnk_cli.check.bait import Bait, home_of
 from lnk_cli.check.launch import CheckRun, Interrupts, run_probes
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state
+from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
@@ -114,11 +116,28 @@ def _target_key(target: str) -> str:
     return authority
 
 
+def _mode_of(path: str) -> dict[str, int]:
+    try:
+        return {path: os.lstat(path).st_mode}
+    except OSError:
+        return {}
+
+
+def _has_acl(path: str) -> bool:
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return any(n in ("system.posix_acl_access", "system.posix_acl_default") for n in names)
+
+
 def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) -> Outside:
 
     exists: dict[str, bool] = {}
     mtimes: dict[str, int] = {}
     confiner: dict[str, Any] = {}
+    modes: dict[str, int] = {}
+    acls: set[str] = set()
     for probe in probes:
         for e in probe.evidence:
             if e.kind == "created":
@@ -130,6 +149,11 @@ def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) ->
                         os.utime(e.path, ns=e.value, follow_symlinks=False)
             elif e.kind == "confiner":
                 confiner[e.path] = folder_state(e.path, os.path.join(e.path, "lnk-sandbox"))
+            elif e.kind == "mode":
+                for path in e.names:
+                    modes.update(_mode_of(path))
+                    if _has_acl(path):
+                        acls.add(path)
     if bait.server is None:
         raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()
@@ -142,6 +166,8 @@ def _outside(probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool) ->
         wire_allowed=_wire_allowed(run.sandbox_id) if proxy and run.sandbox_id else frozenset(),
         confiner_after=confiner,
         output=output,
+        modes=modes,
+        acls=frozenset(acls),
     )
 
 
@@ -174,6 +200,7 @@ def check(args: argparse.Namespace) -> int:
             for folder in bait.skipped:
                 print(f"lnk: no bait in {folder}: you cannot write there", file=sys.stderr)
             probes = build_plan(grants, bait, confiner_dir or "")
+            probes += wall_probes(grants, secrets.token_hex(6))
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:
