@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from lnk_cli.check import probes_left
+
 __all__ = ["KERNEL_CALLS", "hosts_file_names", "main", "run_step"]
 
 READ_LIMIT = 4096  # bytes of a bait file sent back: a secret is 64 hex characters
@@ -50,6 +52,10 @@ KERNEL_CALLS: dict[str, dict[str, tuple[int, tuple[int, ...]]]] = {
     "perf_event_open": {"x86_64": (298, (0, 0, -1, -1, 0)), "aarch64": (241, (0, 0, -1, -1, 0))},
     # userfaultfd(0)
     "userfaultfd": {"x86_64": (323, (0,)), "aarch64": (282, (0,))},
+    # modify_ldt(read, NULL, 0): x86 only
+    "modify_ldt": {"x86_64": (154, (0, 0, 0))},
+    # memfd_secret(0)
+    "memfd_secret": {"x86_64": (447, (0,)), "aarch64": (447, (0,))},
 }
 IO_URING_SETUP = 425  # the same number on every architecture (generic table)
 IO_URING_PARAMS = 120  # bytes of struct io_uring_params
@@ -160,7 +166,11 @@ def _route(step: dict[str, Any]) -> dict[str, Any]:
     """Is there a way to `host`? A UDP connect only looks up the route (no packet leaves); only
     when there is none is a TCP connect tried, which then fails before sending anything."""
     host, port = step["host"], step["port"]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+    try:
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError as exc:  # no datagram sockets (host mode): the kernel's table, no dial
+        return _route_table(_errno_name(exc))
+    with udp:
         try:
             udp.connect((host, port))
         except OSError as exc:
@@ -172,6 +182,15 @@ def _route(step: dict[str, Any]) -> dict[str, Any]:
             return _through("connected")
     except OSError as exc:
         return _stopped(f"no route ({route_error}); connect: {_errno_name(exc)}")
+
+
+def _route_table(why: str) -> dict[str, Any]:
+    """Is there a default route in this network namespace's IPv4 table? (No packet.)"""
+    with open("/proc/net/route", encoding="ascii") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    if any(len(row) > 1 and row[1] == "00000000" for row in rows):
+        return _through(f"a default route exists (read from /proc/net/route; UDP: {why})")
+    return _stopped(f"no default route (UDP: {why})")
 
 
 def _proxy_address() -> tuple[str, int] | None:
@@ -396,6 +415,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "append_only": _append_only,
     "symlink": _symlink,
     "hosts": _hosts,
+    **probes_left.STEPS,
 }
 
 

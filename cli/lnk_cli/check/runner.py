@@ -45,6 +45,7 @@ from lnk_cli.check.bait import Bait, home_of
 from lnk_cli.check.caller_side import AppendBait, caller_probes, gather
 from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
+from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
@@ -116,6 +117,21 @@ def _target_key(target: str) -> str:
     return authority
 
 
+def _mode_of(path: str) -> dict[str, int]:
+    try:
+        return {path: os.lstat(path).st_mode}
+    except OSError:
+        return {}
+
+
+def _has_acl(path: str) -> bool:
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return any(n in ("system.posix_acl_access", "system.posix_acl_default") for n in names)
+
+
 def _outside(
     probes: Sequence[Probe], bait: Bait, run: CheckRun, proxy: bool, *, appended_kept: bool
 ) -> Outside:
@@ -123,6 +139,8 @@ def _outside(
     exists: dict[str, bool] = {}
     mtimes: dict[str, int] = {}
     confiner: dict[str, Any] = {}
+    modes: dict[str, int] = {}
+    acls: set[str] = set()
     for probe in probes:
         for e in probe.evidence:
             if e.kind == "created":
@@ -134,6 +152,11 @@ def _outside(
                         os.utime(e.path, ns=e.value, follow_symlinks=False)
             elif e.kind == "confiner":
                 confiner[e.path] = folder_state(e.path, os.path.join(e.path, "lnk-sandbox"))
+            elif e.kind == "mode":
+                for path in e.names:
+                    modes.update(_mode_of(path))
+                    if _has_acl(path):
+                        acls.add(path)
     if bait.server is None:
         raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()
@@ -147,6 +170,8 @@ def _outside(
         confiner_after=confiner,
         output=output,
         appended_kept=appended_kept,
+        modes=modes,
+        acls=frozenset(acls),
     )
 
 
@@ -183,6 +208,7 @@ def check(args: argparse.Namespace) -> int:
             caller = gather()
             nonce = secrets.token_hex(4)
             probes += caller_probes(caller, write_folders(grants), bait.home, nonce)
+            probes += wall_probes(grants, nonce + secrets.token_hex(2))
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:

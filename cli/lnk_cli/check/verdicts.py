@@ -4,8 +4,9 @@ The sandbox's answer is hostile input (`untrusted_…`): it is checked for shape
 and every control, bidi and zero-width character in it shown as an escape
 (`lnk_shared.display.shown`), and it can only make a verdict worse, never better, where
 the outside can see for itself. For a file read, a listing, a file written or marked and the
-process status, the outside's evidence decides (a secret found in anything the sandbox
-printed, a name of the real folder, a file that exists, an mtime that moved). For connections
+process status and the modes left on disk, the outside's evidence decides (a secret found in
+anything the sandbox printed, a name of the real folder, a file that exists, an mtime that
+moved, a set-id or shared-write mode or an ACL on what a probe made). For connections
 and the confiner's folder (whose probe removes at once what it made), the sandbox's answer and
 the outside's (the bait server's accept log, the proxy's wire log, the folder's identity) are
 joined: either one seeing it get through is enough.
@@ -34,7 +35,7 @@ __all__ = ["VERDICTS", "Finding", "Outside", "ProbesFailed", "judge_all", "judge
 VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 # Evidence the outside sees for itself: it alone decides the probe.
-_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege"})
+_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege", "mode"})
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -54,6 +55,8 @@ class Outside:
     confiner_after: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""  # everything the sandbox printed
     appended_kept: bool = True  # the append-only stderr still starts with what was there
+    modes: Mapping[str, int] = field(default_factory=dict)  # st_mode of what a probe made
+    acls: frozenset[str] = frozenset()  # paths that hold a POSIX ACL after the run
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,17 @@ def _privileged(data: Any, owner_uid: int) -> str | None:
     return None
 
 
+def _mode_left(e: Evidence, outside: Outside) -> str | None:
+    """A mode with any of the evidence's bits, or an ACL, on what the probe made (outside)."""
+    for path in e.names:
+        if path in outside.acls:
+            return f"{path} has a POSIX ACL outside"
+        mode = outside.modes.get(path)
+        if mode is not None and mode & int(e.value):
+            return f"{path} is {oct(mode & 0o7777)} outside"
+    return None
+
+
 def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
     """What the outside saw get through for this piece of evidence, or None."""
     kind = e.kind
@@ -129,6 +143,8 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return _privileged(data, int(e.value))
     if kind == "appended":
         return None if outside.appended_kept else "what was there before was truncated"
+    if kind == "mode":
+        return _mode_left(e, outside)
     return None
 
 

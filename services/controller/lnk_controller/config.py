@@ -27,11 +27,28 @@ MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger ui
 DAY = 86_400
 
 
-UNSAFE_WALL_SWITCHES = {
-    "unsafe_host_identity": "sandboxes see the host's /etc/hosts and boot id",
-    "unsafe_caller_terminal": "a caller's terminal on stdin, stdout or stderr is passed in as is",
-    "unsafe_append_stdout": "an append-only stdout or stderr is passed in as is (truncatable)",
-    "unsafe_write_symlinks": "sandboxes may make symbolic links in write grants",
+# Test switches, each reopening one class the wall closes so `lnk sandbox check` can be seen to
+# report it (tests/e2e/test_check_wall_classes.py, test_check_caller_side.py). Never on a real
+# box: every launch logs a warning naming each one that is on. Each: what it reopens, and the
+# seccomp rule group it turns off (seccomp.UNSAFE_RELAXATIONS), if any.
+UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
+    "unsafe_allow_set_id_modes": ("set-uid/set-gid modes in write grants", "set_id_modes"),
+    "unsafe_allow_shared_modes": (
+        "group/other write modes and ACLs in write grants",
+        "shared_modes",
+    ),
+    "unsafe_allow_host_listen": ("listening and datagram sockets in host mode", "host_listen"),
+    "unsafe_writable_dev": ("a writable /dev", None),
+    "unsafe_host_identity": ("sandboxes see the host's /etc/hosts and boot id", None),
+    "unsafe_caller_terminal": (
+        "a caller's terminal on stdin, stdout or stderr is passed in as is",
+        None,
+    ),
+    "unsafe_append_stdout": (
+        "an append-only stdout or stderr is passed in as is (truncatable)",
+        None,
+    ),
+    "unsafe_write_symlinks": ("sandboxes may make symbolic links in write grants", None),
 }
 
 
@@ -58,8 +75,11 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
-    # Test boxes only, each reopening one class `lnk sandbox check` must then report leaked
-    # (UNSAFE_WALL_SWITCHES says what each does; every launch logs a warning naming it).
+    # Test boxes only, each reopening one class (UNSAFE_SWITCHES says which).
+    unsafe_allow_set_id_modes: bool = False
+    unsafe_allow_shared_modes: bool = False
+    unsafe_allow_host_listen: bool = False
+    unsafe_writable_dev: bool = False
     unsafe_host_identity: bool = False
     unsafe_caller_terminal: bool = False
     unsafe_append_stdout: bool = False
@@ -89,15 +109,29 @@ class ControllerConfig(BaseModel):
                 "that Landlock ABI (a test setting; never on a real box)",
                 self.unsafe_pretend_landlock_abi,
             )
+        if self.unsafe_switches:
+            self.warn_unsafe()
         return self
 
     def unsafe_wall_switches(self) -> list[str]:
-        """The `unsafe_…` wall switches that are set, each with what it reopens."""
-        return [
-            f"{name}: {what}"
-            for name, what in UNSAFE_WALL_SWITCHES.items()
-            if getattr(self, name) is True
-        ]
+        """The `unsafe_…` switches that are on, each with what it reopens."""
+        return [f"{name}: {UNSAFE_SWITCHES[name][0]}" for name in self.unsafe_switches]
+
+    @property
+    def unsafe_switches(self) -> tuple[str, ...]:
+        """The names of the `unsafe_…` class switches that are on."""
+        return tuple(name for name in UNSAFE_SWITCHES if getattr(self, name) is True)
+
+    @property
+    def unsafe_seccomp(self) -> frozenset[str]:
+        """The seccomp rule groups the switches turn off (`seccomp.UNSAFE_RELAXATIONS`)."""
+        groups = (UNSAFE_SWITCHES[name][1] for name in self.unsafe_switches)
+        return frozenset(group for group in groups if group is not None)
+
+    def warn_unsafe(self) -> None:
+        """Logged when the config loads while a class switch is on (each launch logs its own)."""
+        for switch in self.unsafe_wall_switches():
+            log.warning("%s (a test setting; never on a real box)", switch)
 
     @property
     def paths(self) -> BoxPaths:

@@ -416,6 +416,7 @@ class Launcher:
             execute=judged.execute,
             network_host=grants.spec.network_host,
             pretend_abi=cfg.unsafe_pretend_landlock_abi,
+            unsafe_seccomp=cfg.unsafe_seccomp,
         )
         policy["symlink"] = symlink_places(
             private_writes, granted_writes, unsafe=cfg.unsafe_write_symlinks

@@ -16,6 +16,12 @@ vsock sockets (a way to the hypervisor) and MPTCP sockets (which Landlock's TCP 
 cover). `clone3` fails with ENOSYS so libc falls back to `clone`, whose flags a filter can see
 (clone3 keeps them in memory). Syscalls of any other ABI (i386 via `int 0x80`, x32 on x86_64,
 32-bit arm on aarch64) kill the process: no rule here was written for their numbers.
+`modify_ldt` and `memfd_secret` are refused too, and so are the calls that would leave a
+set-id, group- or other-writable file or an ACL in a write grant (`seccomp_modes`: the chmod
+family, creating calls with set-id modes, `openat2` with ENOSYS, every xattr write). Syscalls
+newer than the installed libseccomp are named by number (`_BY_NUMBER`). The second program,
+stacked last, blocks unix sockets and, on the host's network, listening and datagram sockets
+(`seccomp_host_net`).
 
 Security limitations: it does NOT stop
 - anything not listed: it is a deny-list; the wall is Landlock plus the namespaces bwrap made;
@@ -38,11 +44,13 @@ import errno
 import functools
 import os
 
+from lnk_controller import seccomp_host_net, seccomp_modes
 from lnk_shared.errors import LaunchRefused
 
 __all__ = [
     "DENIED_SYSCALLS",
     "SUPPORTED_MACHINES",
+    "UNSAFE_RELAXATIONS",
     "compile_filter",
     "compile_unix_block",
     "programs",
@@ -64,6 +72,11 @@ _FLTATR_ACT_BADARCH = 2  # attribute: action for a syscall from an architecture 
 _CMP_MASKED_EQ = 7  # SCMP_CMP_MASKED_EQ: (argument & datum_a) == datum_b
 
 _NR_SCMP_ERROR = -1  # seccomp_syscall_resolve_name: no syscall of that name at all
+# Syscalls newer than Debian's libseccomp (2.5.4), which cannot name them, by their number in
+# the generic table (the same on x86_64 and aarch64): a deny-list must not miss them.
+_BY_NUMBER = {**seccomp_modes.BY_NUMBER, "open_tree_attr": 467}
+# The `unsafe_…` controller switches that turn a group of rules off (tests of `check` only).
+UNSAFE_RELAXATIONS = frozenset({"set_id_modes", "shared_modes", "host_listen"})
 _LOW32 = 0xFFFFFFFF  # the kernel reads int/unsigned-int arguments from the low 32 bits only
 
 # clone() flags that make a namespace: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
@@ -125,6 +138,9 @@ _BLANKET: tuple[tuple[str, str], ...] = (
     ("chroot", "changes the root; with a writable folder, an escape aid"),
     ("syslog", "reads the kernel log"),
     ("vhangup", "hangs up the terminal of other sessions"),
+    ("modify_ldt", "x86 segment descriptors: old exploit aid, no use to a 64-bit program"),
+    ("memfd_secret", "memory hidden even from the kernel's own views: a hiding place for code"),
+    ("open_tree_attr", "new mount API (Linux 6.15); clones mounts with new attributes"),
 )
 
 # A comparison (arg index, op, datum_a, datum_b); a rule fires when all of its comparisons hold
@@ -247,6 +263,8 @@ def _compile(lib: ctypes.CDLL, entries: list[_Entry]) -> bytes:
         _check(lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS), "bad-arch action")
         for name, number, rules in entries:
             nr = lib.seccomp_syscall_resolve_name(name.encode())
+            if nr == _NR_SCMP_ERROR and name in _BY_NUMBER:
+                nr = _BY_NUMBER[name]  # newer than this libseccomp: named by its number
             if nr == _NR_SCMP_ERROR:
                 raise LaunchRefused(
                     "seccomp", f"seccomp filter: libseccomp does not know syscall {name}"
@@ -271,10 +289,13 @@ def _compile(lib: ctypes.CDLL, entries: list[_Entry]) -> bytes:
     return program
 
 
-def compile_filter(*, pretend_machine: str | None = None) -> bytes:
+def compile_filter(
+    *, pretend_machine: str | None = None, unsafe: frozenset[str] = frozenset()
+) -> bytes:
     """The deny-list filter as BPF for this machine; raise rather than return a weaker one.
 
-    `pretend_machine` (tests only) stands in for `os.uname().machine` to see the refusal.
+    `pretend_machine` (tests only) stands in for `os.uname().machine` to see the refusal;
+    `unsafe` names rule groups of `UNSAFE_RELAXATIONS` to leave out (the `unsafe_…` switches).
     """
     machine = os.uname().machine if pretend_machine is None else pretend_machine
     if machine not in SUPPORTED_MACHINES:
@@ -287,13 +308,18 @@ def compile_filter(*, pretend_machine: str | None = None) -> bytes:
         )
     entries = [(name, errno.EPERM, _ALWAYS) for name, _why in _BLANKET]
     entries += [(name, number, rules) for name, _why, number, rules in _ARG_RULES]
+    entries += seccomp_modes.mode_rules(
+        set_id="set_id_modes" not in unsafe, shared="shared_modes" not in unsafe
+    )
     return _compile(lib, entries)
 
 
 _AF_UNIX = 1  # socket family: named and abstract unix sockets
 
 
-def compile_unix_block() -> bytes:
+def compile_unix_block(
+    *, network_host: bool = False, unsafe: frozenset[str] = frozenset()
+) -> bytes:
     """A second filter, stacked last: `socket(AF_UNIX, …)` fails with EPERM; `socketpair` works.
 
     Landlock (ABI < 9) cannot stop connecting to a named unix socket the sandbox can see, and a
@@ -301,11 +327,24 @@ def compile_unix_block() -> bytes:
     gpg's, a database's. Denying the creation of unix sockets closes every such connect at once;
     pairs made with `socketpair` (what most programs use between their own processes) still work.
     The confiner loads it last, after the relays (which need their unix socket) have started.
+    With the host's network (`network_host`) it also holds `seccomp_host_net`'s rules: no
+    listening socket and no datagram socket on the host.
     """
-    return _compile(_load_library(), [("socket", errno.EPERM, _low32_is(0, _AF_UNIX))])
+    entries: list[_Entry] = [("socket", errno.EPERM, _low32_is(0, _AF_UNIX))]
+    if network_host and "host_listen" not in unsafe:
+        entries += seccomp_host_net.host_net_rules()
+    return _compile(_load_library(), entries)
 
 
 @functools.cache
-def programs() -> tuple[bytes, bytes]:
-    """(the deny-list, the unix-socket block): compiled once per controller process."""
-    return compile_filter(), compile_unix_block()
+def programs(
+    *, network_host: bool = False, unsafe: frozenset[str] = frozenset()
+) -> tuple[bytes, bytes]:
+    """(the deny-list, the last filter): compiled once per controller process and variant."""
+    unknown = unsafe - UNSAFE_RELAXATIONS
+    if unknown:
+        raise LaunchRefused("seccomp", f"seccomp filter: unknown relaxations {sorted(unknown)}")
+    return (
+        compile_filter(unsafe=unsafe),
+        compile_unix_block(network_host=network_host, unsafe=unsafe),
+    )

@@ -87,6 +87,7 @@ def confiner_policy(
     execute: tuple[str, ...],
     network_host: bool,
     pretend_abi: int | None,
+    unsafe_seccomp: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """What the confiner enforces inside. TCP: with its own empty network namespace the sandbox
     reaches nothing, so Landlock leaves TCP alone; with the host's network it may connect
@@ -103,6 +104,8 @@ def confiner_policy(
         "block_unix_sockets": True,
         "min_abi": MIN_LANDLOCK_ABI,
         "unsafe_pretend_abi": pretend_abi,
+        "network_host": network_host,  # the last seccomp program refuses host listening
+        "unsafe_seccomp": sorted(unsafe_seccomp),
     }
 
 
@@ -142,7 +145,10 @@ def encode_policy(policy: dict[str, Any]) -> str:
         ]
     if policy["unsafe_pretend_abi"] is not None:
         lines.append(f"unsafe_pretend_abi\t{policy['unsafe_pretend_abi']}")
-    deny_list, unix_block = seccomp.programs()
+    deny_list, unix_block = seccomp.programs(
+        network_host=bool(policy.get("network_host")),
+        unsafe=frozenset(policy.get("unsafe_seccomp", ())),
+    )
     lines += [f"seccomp\t{deny_list.hex()}", f"seccomp_unix\t{unix_block.hex()}"]
     return "\n".join(lines) + "\n"
 
@@ -264,6 +270,7 @@ def spawn_sandbox(
             hosts_fd=data_fds[3] if own_identity else -1,
             boot_id_fd=data_fds[4] if own_identity else -1,
             status_fd=status_w,
+            unsafe_writable_dev=cfg.unsafe_writable_dev,
             **layout_args,
         )
         cgroup = cgroups.create(row.id)

@@ -3,15 +3,15 @@
 The sandbox starts from an empty root (bwrap's own tmpfs, remounted read-only at the end) and
 gets only: read-only system folders (`/usr` and the merged-usr links, the short list of `/etc`
 entries in `ETC_FILES`, the box's own prefix), a generated `/etc/passwd` and `/etc/group`
-naming only root, nobody and the sandbox's user, a fresh `/proc` and minimal `/dev`, private
-noexec `/tmp` and `/dev/shm`, its private home, an `/etc/hosts` and a boot id of its own
-(nothing names or identifies the host: `unsafe_host_identity` puts the host's back), and the
-granted folders (staged by the controller as idmapped mounts, read-only or noexec as granted).
-Protected folders inside a granted folder are covered by an empty read-only tmpfs; dot entries
-that tools run outside are bound read-only over themselves. Every namespace is new (the
-network shared only for `[network] mode = "host"`), further user namespaces are disabled, the
-environment is exactly the one given, and without a terminal the sandbox gets a new session so
-it cannot push input into one (TIOCSTI).
+naming only root, nobody and the sandbox's user, a fresh `/proc` and a minimal, read-only `/dev`
+(see below), private noexec `/tmp` and `/dev/shm`, its private home, an `/etc/hosts` and a boot
+id of its own (nothing names or identifies the host: `unsafe_host_identity` puts the host's
+back), and the granted folders (staged by the controller as idmapped mounts, read-only or noexec
+as granted). Protected folders inside a granted folder are covered by an empty read-only tmpfs;
+dot entries that tools run outside are bound read-only over themselves. Every namespace is new
+(the network shared only for `[network] mode = "host"`), further user namespaces are disabled,
+the environment is exactly the one given, and without a terminal the sandbox gets a new session
+so it cannot push input into one (TIOCSTI).
 
 `/etc` is mostly copies, not binds: each bind costs bwrap a mount and a full parse of
 /proc/self/mountinfo (it remounts submounts with the bind's flags), which grows with the host's
@@ -22,6 +22,13 @@ into its root tmpfs, which the final `--remount-ro /` makes read-only. A copy is
 launch, as a file bind already pins the file it found: a file the host replaces later is not
 seen by a running sandbox either way. Directories (and files too large to copy) stay read-only
 binds.
+
+`/dev` is bwrap's own tmpfs (its device nodes, `pts`, the stdio links), remounted read-only
+once `/dev/shm` is bound in: nothing can be written there, so no file in it was written by the
+sandbox and none can be run, mapped or `LD_PRELOAD`ed (writing to a device node still works: a
+read-only mount does not stop it). bwrap cannot make that tmpfs noexec; read-only makes it
+moot, as nothing but bwrap's nodes and links is ever in it. `/dev/shm` (noexec, writable) and
+`/dev/pts` (devpts, no files to make) are mounts of their own that the remount leaves alone.
 
 What this does NOT do: apply Landlock or seccomp (the confiner does, inside, before the target
 runs), create users or mounts (the controller does), or decide what is granted (`refusals`).
@@ -123,6 +130,7 @@ class SandboxLayout:
     # The sandbox's own /etc/hosts and boot id (sandbox_hosts, a random UUID), or -1: none.
     hosts_fd: int = -1
     boot_id_fd: int = -1
+    unsafe_writable_dev: bool = False  # a test switch: /dev stays writable (check must see it)
 
 
 def sandbox_passwd(user_name: str, uid: int, gid: int, home: str) -> tuple[str, str]:
@@ -178,6 +186,8 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
             a += ["--bind", bind.source, dest]
         else:
             a += ["--perms", "1777", "--size", str(TMPFS_SIZE), "--tmpfs", dest]
+    if not layout.unsafe_writable_dev:  # read-only /dev: see the module docstring
+        a += ["--remount-ro", "/dev"]
     a += ["--bind", layout.home.source, layout.home.dest]
 
     # Outer folders first, so a grant inside another grant is mounted on top of it.

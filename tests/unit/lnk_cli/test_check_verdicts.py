@@ -168,3 +168,30 @@ def test_an_append_only_file_that_lost_its_start_is_a_leak(
     answer: dict[str, Any], kept: bool, verdict: str
 ) -> None:
     assert judge_probe(probe("appended"), answer, Outside(appended_kept=kept)).verdict == verdict
+
+
+@pytest.mark.parametrize("answer", [STOPPED, THROUGH])
+@pytest.mark.parametrize(
+    ("bits", "mode", "verdict"),
+    [
+        (0o6000, 0o104755, LEAKED),  # set-uid left on a file
+        (0o6000, 0o102755, LEAKED),
+        (0o6000, 0o100755, REFUSED),
+        (0o022, 0o100666, LEAKED),  # other users may write it
+        (0o022, 0o040775, LEAKED),
+        (0o022, 0o040755, REFUSED),
+        (0o022, 0o041755, REFUSED),  # sticky alone opens nothing
+    ],
+)
+def test_a_mode_left_on_disk_decides_whatever_the_sandbox_says(
+    answer: dict[str, Any], bits: int, mode: int, verdict: str
+) -> None:
+    p = probe("mode", value=bits, names=("/w/a", "/w/b"))
+    assert judge_probe(p, answer, Outside(modes={"/w/b": mode})).verdict == verdict
+
+
+def test_an_acl_left_on_disk_is_a_leak_and_nothing_made_is_refused() -> None:
+    p = probe("mode", value=0o022, names=("/w/a", "/w/b"))
+    found = judge_probe(p, STOPPED, Outside(modes={"/w/a": 0o100644}, acls=frozenset({"/w/a"})))
+    assert (found.verdict, "ACL" in found.observed) == (LEAKED, True)
+    assert judge_probe(p, THROUGH, Outside()).verdict == REFUSED

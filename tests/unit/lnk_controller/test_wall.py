@@ -373,3 +373,20 @@ def test_sandbox_hosts_names_only_loopback_and_the_sandbox() -> None:
     assert socket.gethostname() not in names
     addresses = {line.split()[0] for line in text.splitlines()}
     assert addresses == {"127.0.0.1", "127.0.1.1", "::1"}
+
+
+@pytest.mark.parametrize(
+    "shm",
+    [None, Bind("/run/lnk/sandboxes/sbx-1/shm", "/dev/shm", write=True)],
+    ids=["tmpfs", "bind"],
+)
+def test_dev_is_remounted_read_only_after_its_shm_is_mounted(shm: Bind | None) -> None:
+    ops = ops_of(layout(shm=shm, binds=GRANTS))
+    remount_dev = index_of(ops, "--remount-ro", "/dev")
+    inside_dev = [i for i, (o, a) in enumerate(ops) if o in MOUNTS and a[-1].startswith("/dev")]
+    assert remount_dev > max(inside_dev), "a mount made in /dev after the remount would fail"
+    assert index_of(ops, "--dev", "/dev") < remount_dev
+
+
+def test_the_writable_dev_switch_leaves_dev_writable() -> None:
+    assert ("--remount-ro", ("/dev",)) not in ops_of(layout(unsafe_writable_dev=True))

@@ -1,0 +1,98 @@
+"""`lnk sandbox check` is honest about what a sandbox leaves or runs: on the closed wall every
+such probe is refused; on a private box with one `unsafe_…` switch on, check fails (exit 1)
+naming exactly that class as leaked, and the controller logs the switch at the launch. The
+installed `lnk`, run as a real owner; the bait (files left in the write folder) is gone after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import install_prefix
+import pytest
+from as_user import as_user
+
+RunningBox = Any  # tests/e2e/conftest.py
+pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+LNK = str(install_prefix.LNK)
+CHECK_TIMEOUT_S = 90
+OUT = "project/out"  # the owner's write folder (tests/e2e/conftest.py makes it)
+
+
+def _check(box: RunningBox, *flags: str, private: Any | None = None) -> tuple[int, dict[str, str]]:
+    env = box.owner_env()
+    if private is not None:
+        env.update({k: v for k, v in private.env.items() if k.startswith("LNK_")})
+    result = subprocess.run(
+        as_user(box.owner.uid, box.owner.gid, LNK, "sandbox", "check", "--json", *flags),
+        env=env,
+        cwd=str(box.owner.home),
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT_S,
+        check=False,
+    )
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
+    return result.returncode, {p["id"]: p["verdict"] for p in doc["probes"]}
+
+
+def _classes(out: str) -> dict[str, tuple[str, ...]]:
+    return {
+        "unsafe_allow_set_id_modes": (f"mode:set_id:{out}",),
+        "unsafe_allow_shared_modes": (f"mode:shared:{out}", f"mode:acl:{out}"),
+        "unsafe_writable_dev": ("dev:write", "exec:preload:/dev"),
+        "unsafe_allow_host_listen": ("host:listen",),
+    }
+
+
+def _nothing_left(out: str) -> list[str]:
+    return [n for n in os.listdir(out) if n.startswith("lnk-check-")]
+
+
+def test_check_on_the_closed_wall_refuses_every_class(running_box: RunningBox) -> None:
+    out = str(running_box.owner.home / OUT)
+    status, verdicts = _check(running_box, f"--write={out}", "--command=/bin/sh")
+    assert status == 0, verdicts
+    for ids in _classes(out).values():
+        for ident in ids:
+            if ident != "host:listen":
+                assert verdicts[ident] == "refused", ident
+    assert verdicts[f"exec:preload:{out}"] == verdicts["exec:preload:/tmp"] == "refused"
+    assert _nothing_left(out) == []
+    status, verdicts = _check(running_box, "--network-mode=host")
+    assert verdicts["host:listen"] == "refused"
+
+
+@pytest.mark.parametrize(
+    "switch",
+    [
+        "unsafe_allow_set_id_modes",
+        "unsafe_allow_shared_modes",
+        "unsafe_writable_dev",
+        "unsafe_allow_host_listen",
+    ],
+)
+def test_each_unsafe_switch_makes_check_fail_naming_its_class(
+    running_box: RunningBox, private_box: Any, switch: str
+) -> None:
+    out = str(running_box.owner.home / OUT)
+    flags = ["--network-mode=host"] if switch == "unsafe_allow_host_listen" else []
+    _status, closed = _check(running_box, f"--write={out}", *flags)
+    with private_box(f"{switch} = true") as box:
+        status, verdicts = _check(running_box, f"--write={out}", *flags, private=box)
+        log = (box.state_dir / "logs" / "controller.log").read_text()
+    leaked = {ident for ident, verdict in verdicts.items() if verdict == "leaked"}
+    leaked_closed = {ident for ident, verdict in closed.items() if verdict == "leaked"}
+    assert status == 1
+    # exactly its class more than the closed wall leaks (host mode reaches the bait server)
+    assert leaked == leaked_closed | set(_classes(out)[switch])
+    assert not leaked_closed & set(_classes(out)[switch])
+    assert log.count(f"{switch} is on") >= 2  # at start and at the launch
+    assert _nothing_left(out) == []

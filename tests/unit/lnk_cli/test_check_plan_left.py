@@ -1,0 +1,80 @@
+"""The plan for what a sandbox leaves or runs: what each spec's grants make of those probes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+from lnk_cli.check.plan import ALLOWED, REFUSED
+from lnk_cli.check.plan_left import SET_ID, SHARED_WRITE, wall_probes
+from lnk_shared.discovery import context_for, resolve_spec
+from lnk_shared.grants import Grants
+from lnk_shared.paths import BoxPaths
+from lnk_shared.refusals import judge
+from lnk_shared.spec_flags import add_spec_arguments, spec_from_arguments
+
+
+def grants_for(home: Path, *flags: str) -> Grants:
+    """The judged grants of these flags for an owner whose home is `home`."""
+    parser = argparse.ArgumentParser()
+    add_spec_arguments(parser)
+    spec = spec_from_arguments(parser.parse_args(list(flags)), cwd=str(home))
+    box = BoxPaths(home.parent / "etc", home.parent / "state", home.parent / "run")
+    ctx = context_for(os.getuid(), env={"PATH": "/usr/bin:/bin"}, box=box, home=str(home))
+    return judge(resolve_spec(spec, ctx, path_env="/usr/bin:/bin"), ctx)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "project" / "out").mkdir(parents=True)
+    return home
+
+
+def test_with_no_write_folder_only_dev_tmp_and_the_kernel_are_probed(home: Path) -> None:
+    probes = wall_probes(grants_for(home), "n0nce")
+    ids = {p.id: p.expected for p in probes}
+    assert ids == {
+        "dev:write": REFUSED,
+        "exec:preload:/dev": REFUSED,
+        "exec:preload:/tmp": REFUSED,
+        "kernel:memfd_secret": REFUSED,
+        **({"kernel:modify_ldt": REFUSED} if os.uname().machine == "x86_64" else {}),
+    }
+
+
+def test_a_write_folder_gets_every_mode_probe_judged_outside(home: Path) -> None:
+    out = str(home / "project" / "out")
+    probes = {p.id: p for p in wall_probes(grants_for(home, f"--write={out}"), "n0nce")}
+    for kind, bits in (("set_id", SET_ID), ("shared", SHARED_WRITE), ("acl", SHARED_WRITE)):
+        probe = probes[f"mode:{kind}:{out}"]
+        assert probe.expected == REFUSED
+        assert probe.step is not None and probe.step["kind"] == kind
+        (evidence,) = probe.evidence
+        assert (evidence.kind, evidence.value) == ("mode", bits)
+        assert set(evidence.names) == set(probe.leftovers) == set(probe.step["paths"])
+        assert all(os.path.dirname(p) == out for p in evidence.names)
+    preload = probes[f"exec:preload:{out}"]
+    assert preload.expected == REFUSED
+    assert preload.step is not None and preload.leftovers == (preload.step["copy_to"],)
+
+
+def test_command_star_lets_written_code_run_but_never_from_dev(home: Path) -> None:
+    out = str(home / "project" / "out")
+    grants = grants_for(home, f"--write={out}", "--command=*")
+    probes = {p.id: p.expected for p in wall_probes(grants, "n0nce")}
+    assert probes["exec:preload:/dev"] == REFUSED
+    assert probes["exec:preload:/tmp"] == ALLOWED
+    assert probes[f"exec:preload:{out}"] == ALLOWED
+    assert probes[f"mode:set_id:{out}"] == REFUSED
+
+
+def test_host_network_tries_to_take_a_port(home: Path) -> None:
+    probes = {p.id: p for p in wall_probes(grants_for(home, "--network-mode=host"), "n0nce")}
+    listen = probes["host:listen"]
+    assert listen.expected == REFUSED and listen.step is not None
+    assert 20_000 <= listen.step["udp_port"] < 60_000
+    assert "host:listen" not in {p.id for p in wall_probes(grants_for(home), "n0nce")}
