@@ -180,8 +180,26 @@ attempt("unlink", lambda: os.unlink(ARGS["rw"] + "/dir/new"))
 """,
         write=(str(tree / "rw"),),
         args={"rw": str(tree / "rw")},
+        symlink=[str(tree / "rw")],  # a place the policy lets it make links in
     )
     assert set(results.values()) == {"OK"}, results
+
+
+def test_a_write_grant_makes_no_symlink_unless_the_policy_lists_it(
+    lnk_sandbox: Path, tree: Path
+) -> None:
+    results = confined(
+        lnk_sandbox,
+        tree,
+        """
+attempt("create", lambda: open(ARGS["rw"] + "/new", "x").write("x") and None)
+attempt("symlink", lambda: os.symlink("/etc/passwd", ARGS["rw"] + "/link"))
+""",
+        write=(str(tree / "rw"),),
+        args={"rw": str(tree / "rw")},
+    )
+    assert results == {"create": "OK", "symlink": "EACCES"}, results
+    assert not os.path.lexists(tree / "rw" / "link")
 
 
 def test_write_grant_on_a_single_file_opens_only_that_file(lnk_sandbox: Path, tree: Path) -> None:
