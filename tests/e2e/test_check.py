@@ -107,14 +107,31 @@ def _tree(root: Path) -> set[str]:
     return found
 
 
-def _bait_processes() -> list[int]:
+def _bait_processes(owner_uid: int) -> list[int]:
+    """Bait programs of this owner's checks still running (another run's checks on this machine
+    are not this test's)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
+                if os.stat(f"/proc/{entry}").st_uid != owner_uid:
+                    continue
                 with open(f"/proc/{entry}/environ", "rb") as f:
                     if BAIT_ENV in f.read():
                         found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _bait_files(owner_uid: int) -> list[str]:
+    """Bait this owner's checks left in /var/tmp (another run's are its own)."""
+    found = []
+    for name in os.listdir("/var/tmp"):
+        if name.startswith(BAIT_PREFIX):
+            try:
+                if os.lstat(f"/var/tmp/{name}").st_uid == owner_uid:
+                    found.append(name)
             except OSError:
                 continue
     return found
@@ -128,8 +145,8 @@ def _bait_port(doc: dict[str, Any]) -> int:
 def _assert_nothing_remains(box: RunningBox, before: set[str], port: int | None) -> None:
     home = box.owner.home
     assert _tree(home) == before, f"left in the home: {_tree(home) ^ before}"
-    assert not [n for n in os.listdir("/var/tmp") if n.startswith(BAIT_PREFIX)]
-    assert _bait_processes() == []
+    assert _bait_files(box.owner.uid) == []
+    assert _bait_processes(box.owner.uid) == []
     if port is not None:
         with socket.socket() as s, pytest.raises(ConnectionRefusedError):
             s.connect(("127.0.0.1", port))
@@ -395,7 +412,9 @@ def test_check_interrupted_with_sigint_leaves_nothing(
             assert check.poll() is None, check.communicate()
             assert time.monotonic() < deadline, "the check's sandbox never ran"
             time.sleep(0.05)
-        assert _bait_processes(), "the bait was not set up while the sandbox ran"
+        assert _bait_processes(running_box.owner.uid), (
+            "the bait was not set up while the sandbox ran"
+        )
         check.send_signal(signal.SIGINT)
         out, err = check.communicate(timeout=30)
     finally:
