@@ -21,7 +21,7 @@ def register(commands: Any) -> None:
     enter = commands.add_parser(
         "enter",
         help="run an SSH session in a sandbox (a key's forced command; see lnk box authorize)",
-        usage="lnk sandbox enter --spec S --folder F [--run-dir R] [--check]",
+        usage="lnk sandbox enter --spec S --folder F [--run-dir R] [--account A] [--check]",
     )
     enter.add_argument("--spec", required=True, metavar="S", help="the spec file, absolute")
     enter.add_argument(
@@ -29,6 +29,11 @@ def register(commands: Any) -> None:
     )
     enter.add_argument(
         "--run-dir", metavar="R", help="the box's run dir (default /run/lnk); never the env"
+    )
+    enter.add_argument(
+        "--account",
+        metavar="A",
+        help="the account the key was let in for (lnk box authorize writes it): no other gets in",
     )
     enter.add_argument(
         "--check", action="store_true", help="run nothing: print what the sandbox would open"
@@ -40,7 +45,11 @@ def cmd_enter(args: argparse.Namespace) -> int:
     from lnk_ssh_gate.enter import check_text, plan_session
 
     plan = plan_session(
-        spec=args.spec, folder=args.folder, run_dir=args.run_dir, untrusted_environ=os.environ
+        spec=args.spec,
+        folder=args.folder,
+        run_dir=args.run_dir,
+        untrusted_environ=os.environ,
+        account=args.account,
     )
     if args.check:
         print("\n".join(check_text(plan)))

@@ -34,12 +34,12 @@ def test_a_new_agent_of_a_removed_agents_name_reads_none_of_its_conversations(
         write_history(box.run_dir, box.state_dir, agent_id, SECRET)
         removed = box.as_owner("agent", "remove", name)
         assert removed.returncode == 0, removed.stderr
-        assert "conversations and lease removed" in removed.stdout
         assert create(box, name) == agent_id  # the same id: only the store's forgetting helps
         page, inbox, lease = read_history(box.run_dir, box.state_dir, agent_id)
         assert page == {"events": [], "last_seq": 0}
         assert inbox["messages"] == []
         assert lease["token"] == 1  # no lease of the old agent's is left either
+        assert "conversations and lease removed" in removed.stdout
     finally:
         box.as_owner("agent", "remove", name)
 

@@ -57,9 +57,13 @@ def test_authorize_writes_a_root_owned_line_and_makes_the_shell_sh(
     info = path.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (0, 0, 0o644)
     (line,) = path.read_text().splitlines()
+    from lnk_shared.accounts import home_token, prove_account
+
+    proof = prove_account(user.uid)
+    assert proof is not None
     assert line.startswith(
         f'restrict,pty,command="{LNK} sandbox enter --spec {user.spec} --folder {user.folder} '
-        f'--run-dir {running_box.run_dir}" ssh-ed25519 '
+        f'--run-dir {running_box.run_dir} --account {home_token(user.uid, proof)}" ssh-ed25519 '
     )
     assert line.endswith(f" {user.name}@test")
     with open("/etc/passwd", encoding="utf-8") as f:

@@ -7,7 +7,8 @@ name and its home folder's identity: device, inode number, and the inode's gener
 (FS_IOC_GETVERSION: ext4, XFS and btrfs give each new inode a fresh one, so a new home that
 reuses the inode number of a deleted one still differs; on this box's ext4 a folder removed and
 made again got the same inode number and another generation). It is recorded at the uid's
-first call and compared at each call (`Accounts.check`, on the launch socket and the API):
+first call and compared at each call (`Accounts.check`, on the launch socket and the API; the
+proof itself is `lnk_shared.accounts`, which the SSH gate uses too):
 
     same proof                     the records are the caller's
     no record yet                  recorded now (records older than this check are the caller's)
@@ -31,104 +32,22 @@ I/O error, a parent it cannot search) refuses the call instead of guessing.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
-import os
-import pwd
-import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from lnk_controller.db import begin_write, database_errors, database_path
 from lnk_controller.models import AccountRow
+from lnk_shared.accounts import AccountProof, judge_account, prove_account
 from lnk_shared.errors import StateError
 
-__all__ = ["AccountProof", "Accounts", "Verdict", "judge_account", "prove_account"]
+__all__ = ["Accounts"]
 
 log = logging.getLogger(__name__)
-
-FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long): the inode's generation (ext4 writes 32 bits)
-UNKNOWN_GENERATION = 0  # what a file system that keeps none gives here: not compared
-_HOME_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_NO_HOME = frozenset({errno.ENOENT, errno.ENOTDIR})
-
-Verdict = Literal["first use", "same", "recycled"]
-
-
-@dataclass(frozen=True)
-class AccountProof:
-    """What says an account is the one a uid's records were made for. A missing home reads
-    as device, inode and generation 0."""
-
-    name: str
-    home: str
-    home_dev: int
-    home_ino: int
-    home_generation: int
-
-
-def judge_account(recorded: AccountProof | None, now: AccountProof) -> Verdict:
-    """Pure: is `now` the account `recorded` was made for?"""
-    if recorded is None:
-        return "first use"
-    generations_known = UNKNOWN_GENERATION not in (recorded.home_generation, now.home_generation)
-    same = (
-        recorded.name == now.name
-        and recorded.home == now.home
-        and (recorded.home_dev, recorded.home_ino) == (now.home_dev, now.home_ino)
-        and (not generations_known or recorded.home_generation == now.home_generation)
-    )
-    return "same" if same else "recycled"
-
-
-def _generation(fd: int) -> int:
-    buffer = bytearray(8)  # the ioctl's declared size; ext4 and btrfs fill the first 4 bytes
-    try:
-        fcntl.ioctl(fd, FS_IOC_GETVERSION, buffer, True)
-    except OSError:  # ENOTTY, EOPNOTSUPP: a file system that keeps no generation
-        return UNKNOWN_GENERATION
-    return int.from_bytes(buffer[:4], sys.byteorder)
-
-
-def prove_account(uid: int) -> AccountProof | None:
-    """The account of `uid` as the machine has it now; None when the uid has no account.
-    StateError when its home cannot be looked at (never a guess that would forget records)."""
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
-        return None
-    try:
-        fd = os.open(entry.pw_dir, _HOME_FLAGS)
-    except OSError as exc:
-        if exc.errno in _NO_HOME:
-            return AccountProof(entry.pw_name, entry.pw_dir, 0, 0, UNKNOWN_GENERATION)
-        if exc.errno != errno.EACCES:
-            raise StateError(
-                f"cannot look at the home folder {entry.pw_dir!r} of uid {uid} "
-                f"({exc.strerror}), which tells lnk box whose records are whose: try again"
-            ) from None
-        try:  # root squashed (a network home): the folder's identity without its generation
-            info = os.stat(entry.pw_dir)
-        except OSError as again:
-            raise StateError(
-                f"cannot look at the home folder {entry.pw_dir!r} of uid {uid} "
-                f"({again.strerror}), which tells lnk box whose records are whose: try again"
-            ) from None
-        return AccountProof(
-            entry.pw_name, entry.pw_dir, info.st_dev, info.st_ino, UNKNOWN_GENERATION
-        )
-    try:
-        info = os.fstat(fd)
-        return AccountProof(entry.pw_name, entry.pw_dir, info.st_dev, info.st_ino, _generation(fd))
-    finally:
-        os.close(fd)
 
 
 class Accounts:

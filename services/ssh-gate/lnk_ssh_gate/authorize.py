@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lnk_shared.accounts import home_token, prove_account
 from lnk_shared.discovery import real_or_planned
 from lnk_shared.errors import RefusedError, SpecError, UsageError
 from lnk_shared.paths import BoxPaths
@@ -128,13 +129,19 @@ def authorize(
     store: KeyStore,
     lnk: str | None = None,
 ) -> Authorized:
-    command = forced_command(lnk or default_lnk(), spec, folder, run_dir)  # checks each path
+    forced_command(lnk or default_lnk(), spec, folder, run_dir)  # checks each path first
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         raise UsageError(f"there is no user {user!r} on this machine") from None
     if entry.pw_uid == 0:
         raise UsageError("root is not a box user: the gate is for unprivileged users")
+    proof = prove_account(entry.pw_uid)
+    if proof is None or proof.name != user:
+        raise UsageError(f"{user!r} is not the account of uid {entry.pw_uid} on this machine")
+    command = forced_command(
+        lnk or default_lnk(), spec, folder, run_dir, home_token(entry.pw_uid, proof)
+    )
     _real(spec, "the spec", want_dir=False)
     _real(folder, "the folder", want_dir=True)
     if run_dir is not None:

@@ -1,8 +1,10 @@
 """The `authorized_keys` lines that let a key into a box: judged and built here (pure), written
 by `key_store` (I/O).
 
-Each line is `restrict,pty,command="<lnk> sandbox enter --spec S --folder F [--run-dir R]" <type>
-<key> [comment]`: `restrict` turns off every forwarding, agent, X11 and ~/.ssh/rc; `pty` gives
+Each line is `restrict,pty,command="<lnk> sandbox enter --spec S --folder F [--run-dir R]
+[--account UID:DEV:INO:GEN]" <type> <key> [comment]`: `--account` binds it to the account it
+was written for (its uid and home folder's identity), so a user made later with the same name
+is not let in by it; `restrict` turns off every forwarding, agent, X11 and ~/.ssh/rc; `pty` gives
 back a terminal when the client asks for one; the command is what sshd runs whatever the
 client asks, with the client's request in SSH_ORIGINAL_COMMAND. The key's holder can change
 none of it: the file is root's (`/etc/ssh/authorized_keys/<user>`, 0644).
@@ -23,6 +25,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lnk_shared.accounts import parse_home_token
 from lnk_shared.errors import RefusedError
 from lnk_shared.refusals import inside
 from lnk_ssh_gate.gate_paths import check_line_path
@@ -124,8 +127,12 @@ def parse_public_key(untrusted_text: str, source: str = "the key") -> PublicKey:
     return PublicKey(key_type, blob, comment)
 
 
-def forced_command(lnk: str, spec: str, folder: str, run_dir: str | None = None) -> str:
-    """The command sshd runs for the key: every path checked, so no quoting is needed."""
+def forced_command(
+    lnk: str, spec: str, folder: str, run_dir: str | None = None, account: str | None = None
+) -> str:
+    """The command sshd runs for the key: every path checked, so no quoting is needed.
+    `account` (`lnk_shared.accounts.home_token`) binds the line to the account it was written
+    for: a later account of the same name (a recycled user) is refused at each session."""
     words = [
         check_line_path(lnk, "the lnk command"),
         "sandbox",
@@ -137,6 +144,12 @@ def forced_command(lnk: str, spec: str, folder: str, run_dir: str | None = None)
     ]
     if run_dir is not None:
         words += ["--run-dir", check_line_path(run_dir, "the box's run dir")]
+    if account is not None:
+        try:
+            parse_home_token(account)
+        except ValueError as exc:
+            raise KeyRefused("the account", str(exc)) from None
+        words += ["--account", account]
     return " ".join(words)
 
 

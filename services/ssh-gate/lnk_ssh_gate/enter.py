@@ -1,4 +1,5 @@
-"""`lnk sandbox enter --spec S --folder F [--run-dir R] [--check]`: a key's forced command.
+"""`lnk sandbox enter --spec S --folder F [--run-dir R] [--account A] [--check]`: a key's forced
+command.
 
 It runs as the box user sshd logged in, with what the key's holder chose limited to
 `SSH_ORIGINAL_COMMAND`, the terminal and a few locale names. At each session: the spec is read
@@ -6,6 +7,11 @@ and judged afresh (a changed spec takes effect at the next session, with no ques
 the box's root chose it when writing the key's line), the sandbox writes only `F`, and the
 session runs in it through the controller's launch socket. Everything that fails stops the
 session before anything runs, with a message on stderr and a non-zero exit.
+
+With `--account` (which `lnk box authorize` writes), the session runs only for the account the
+key was let in for: the same uid and the same home folder (device, inode, generation;
+`lnk_shared.accounts`). A user deleted and made again with the same name, even with the same
+uid, is another account, and the old key's holder does not get in as it.
 
 The spec must be root's, with every folder above it (so the key's holder cannot rewrite
 what it opens). Which box: `--run-dir` on the key's line, else `/run/lnk`. The environment
@@ -25,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lnk_shared.accounts import AccountProof, judge_account, parse_home_token, prove_account
 from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
 from lnk_shared.errors import CommandRefused, RefusedError
 from lnk_shared.grants import Grants, ResolvedSpec
@@ -35,13 +42,45 @@ from lnk_shared.spec_flags import FLAG_NAMES, spec_from_arguments
 from lnk_ssh_gate.gate_paths import check_line_path, check_root_owned_path
 from lnk_ssh_gate.session import BASH, SessionCommand, session_command, session_env
 
-__all__ = ["EnterPlan", "SessionWriteRefused", "check_text", "plan_session"]
+__all__ = [
+    "EnterPlan",
+    "KeyAccountRefused",
+    "SessionWriteRefused",
+    "check_account",
+    "check_text",
+    "plan_session",
+]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # how the spec's program names are found
 
 
 class SessionWriteRefused(RefusedError):
     rule = "session-writes"
+
+
+class KeyAccountRefused(RefusedError):
+    rule = "key-account"
+
+
+def check_account(token: str, uid: int) -> None:
+    """Refuse unless `token` (the key line's `--account`) is the account of `uid` as it is now."""
+    try:
+        token_uid, dev, ino, generation = parse_home_token(token)
+    except ValueError as exc:
+        raise KeyAccountRefused("--account", str(exc)) from None
+    now = prove_account(uid)
+    same = (
+        now is not None
+        and token_uid == uid
+        and judge_account(AccountProof(now.name, now.home, dev, ino, generation), now) == "same"
+    )
+    if not same:
+        raise KeyAccountRefused(
+            "this key",
+            "it was let in for another account of this name (another uid or another home "
+            "folder): the account was deleted and made again since; ask root to authorize "
+            "the key again (lnk box authorize) if it is this account's",
+        )
 
 
 @dataclass(frozen=True)
@@ -100,9 +139,12 @@ def plan_session(
     folder: str,
     run_dir: str | None,
     untrusted_environ: Mapping[str, str],
+    account: str | None = None,
 ) -> EnterPlan:
     """Check the key line's arguments, map the session's request, judge the spec as this user;
     raise before anything runs when any of it is refused."""
+    if account is not None:
+        check_account(account, os.getuid())
     check_line_path(spec, "the spec")
     check_line_path(folder, "the folder")
     box_run = Path(check_line_path(run_dir, "the box's run dir") if run_dir else DEFAULT_RUN_DIR)

@@ -40,6 +40,19 @@ def test_the_line_restricts_and_forces_the_command() -> None:
     assert parse_gate_line(line).fingerprint == FINGERPRINT  # type: ignore[union-attr]
 
 
+def test_the_account_is_baked_into_the_command() -> None:
+    command = forced_command(LNK, "/srv/s.toml", "/srv/w", None, "1000:64768:1192:720500964")
+    assert command.endswith(" --account 1000:64768:1192:720500964")
+    line = key_line(parse_public_key(KEY), command)
+    assert parse_gate_line(line) is not None
+
+
+@pytest.mark.parametrize("account", ["", "1000", '1:2:3:4"', "1:2:3:4 --spec /etc/shadow"])
+def test_an_account_that_is_not_a_token_is_refused(account: str) -> None:
+    with pytest.raises(KeyRefused, match="uid:device:inode:generation"):
+        forced_command(LNK, "/srv/s.toml", "/srv/w", None, account)
+
+
 def test_the_run_dir_is_baked_into_the_command() -> None:
     command = forced_command(LNK, "/srv/s.toml", "/srv/w", "/run/lnk-test-1")
     assert command.endswith(" --run-dir /run/lnk-test-1")

@@ -8,11 +8,12 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lnk_shared.errors import CommandRefused
-from lnk_ssh_gate.enter import SessionWriteRefused, check_text, plan_session
+from lnk_ssh_gate.enter import KeyAccountRefused, SessionWriteRefused, check_text, plan_session
 from lnk_ssh_gate.gate_paths import GatePathRefused, UnsafeFolderRefused
 
 pytestmark = pytest.mark.needs_root  # root-owned folders for the spec, as a box has
@@ -122,3 +123,59 @@ def test_a_spec_that_writes_elsewhere_is_refused(place: tuple[Path, Path], tmp_p
     spec.write_text(f'[folders]\nwrite = ["{tmp_path}/other"]\n[commands]\nallow = ["/bin/bash"]\n')
     with pytest.raises(SessionWriteRefused, match="writes only its folder"):
         _plan(spec, folder, {})
+
+
+def test_a_key_line_for_this_account_plans_the_session(place: tuple[Path, Path]) -> None:
+    spec, folder = place
+    from lnk_shared.accounts import home_token, prove_account
+
+    proof = prove_account(os.getuid())
+    assert proof is not None
+    token = home_token(os.getuid(), proof)
+    plan = plan_session(
+        spec=str(spec), folder=str(folder), run_dir=RUN_DIR, untrusted_environ={}, account=token
+    )
+    assert plan.folder == str(folder)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda uid, dev, ino, gen: (uid + 1, dev, ino, gen),  # another uid of the same name
+        lambda uid, dev, ino, gen: (uid, dev, ino + 1, gen),  # a home made anew elsewhere
+        lambda uid, dev, ino, gen: (uid, dev + 1, ino, gen),  # a home on another disk
+        lambda uid, dev, ino, gen: (uid, dev, ino, gen + 1),  # a home made anew in the inode
+    ],
+    ids=["uid", "inode", "device", "generation"],
+)
+def test_a_key_line_for_another_account_of_this_name_is_refused(
+    place: tuple[Path, Path], change: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, folder = place
+    from lnk_shared.accounts import AccountProof
+    from lnk_ssh_gate import enter
+
+    now = AccountProof("alice", "/home/alice", 64768, 1192, 720500964)
+    monkeypatch.setattr(enter, "prove_account", lambda _uid: now)
+    uid, dev, ino, gen = change(os.getuid(), now.home_dev, now.home_ino, now.home_generation)
+    with pytest.raises(KeyAccountRefused, match="another account of this name"):
+        plan_session(
+            spec=str(spec),
+            folder=str(folder),
+            run_dir=RUN_DIR,
+            untrusted_environ={},
+            account=f"{uid}:{dev}:{ino}:{gen}",
+        )
+    same = f"{os.getuid()}:{now.home_dev}:{now.home_ino}:{now.home_generation}"
+    assert plan_session(
+        spec=str(spec), folder=str(folder), run_dir=RUN_DIR, untrusted_environ={}, account=same
+    )
+
+
+@pytest.mark.parametrize("token", ["", "1:2:3", "0:0:0:0 --spec /etc/x", "x"])
+def test_a_malformed_account_is_refused(place: tuple[Path, Path], token: str) -> None:
+    spec, folder = place
+    with pytest.raises(KeyAccountRefused, match="uid:device:inode:generation"):
+        plan_session(
+            spec=str(spec), folder=str(folder), run_dir=RUN_DIR, untrusted_environ={}, account=token
+        )
