@@ -95,6 +95,22 @@ def _shared(step: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _umask(step: dict[str, Any]) -> dict[str, Any]:
+    """Clear the umask, then make a file 0666 and a folder 0777 (the filter cannot see the
+    umask: the end-of-sandbox sweep must strip what this leaves)."""
+    file, folder = step["paths"]
+    old = os.umask(0)
+    try:
+        return _try_all(
+            [
+                ("create a file 0666", lambda: _new_file(file, 0o666)),
+                ("make a folder 0777", lambda: os.mkdir(folder, 0o777)),
+            ]
+        )
+    finally:
+        os.umask(old)
+
+
 def _acl(step: dict[str, Any]) -> dict[str, Any]:
     """Give other users write through a POSIX ACL (access on a file, default on a folder)."""
     file, folder = step["paths"]
@@ -177,6 +193,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "set_id": _set_id,
     "shared": _shared,
     "acl": _acl,
+    "umask": _umask,
     "dev_write": _dev_write,
     "preload": _preload,
     "listen": _listen,

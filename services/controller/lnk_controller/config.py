@@ -27,13 +27,16 @@ MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger ui
 DAY = 86_400
 
 
-# Each class switch and the rule group it turns off ("dev": the wall's read-only /dev).
+# Each class switch and the rule group it turns off ("dev": the wall's read-only /dev;
+# "sweep": the end-of-sandbox strip of leftover modes, leftover_modes.py).
 UNSAFE_SWITCHES = {
     "unsafe_allow_set_id_modes": "set_id_modes",
     "unsafe_allow_shared_modes": "shared_modes",
     "unsafe_allow_host_listen": "host_listen",
     "unsafe_writable_dev": "dev",
+    "unsafe_skip_mode_sweep": "sweep",
 }
+_NOT_SECCOMP = frozenset({"dev", "sweep"})  # switches of the wall and the clean-up
 
 
 class ControllerConfig(BaseModel):
@@ -65,6 +68,7 @@ class ControllerConfig(BaseModel):
     unsafe_allow_shared_modes: bool = False  # group/other write modes and ACLs in write grants
     unsafe_allow_host_listen: bool = False  # listening and datagram sockets in host mode
     unsafe_writable_dev: bool = False  # a writable /dev
+    unsafe_skip_mode_sweep: bool = False  # no strip of leftover modes at a sandbox's end
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -102,7 +106,7 @@ class ControllerConfig(BaseModel):
     @property
     def unsafe_seccomp(self) -> frozenset[str]:
         """The seccomp rule groups the switches turn off (`seccomp.UNSAFE_RELAXATIONS`)."""
-        return frozenset(UNSAFE_SWITCHES[name] for name in self.unsafe_switches) - {"dev"}
+        return frozenset(UNSAFE_SWITCHES[name] for name in self.unsafe_switches) - _NOT_SECCOMP
 
     def warn_unsafe(self) -> None:
         """Logged at start and at each launch while a class switch is on."""
