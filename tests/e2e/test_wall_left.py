@@ -93,6 +93,20 @@ def shared(running_box: RunningBox) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _sandbox(box: RunningBox, *args: str) -> subprocess.Popen[str]:
+    """`lnk sandbox run --yes ARGS` as the owner, left running: its stdin, stdout and stderr
+    are pipes (a sandbox that reads stdin waits for the test)."""
+    return subprocess.Popen(
+        as_user(box.owner.uid, box.owner.gid, LNK, "sandbox", "run", "--yes", *args),
+        env=box.owner_env(),
+        cwd=str(box.owner.home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
@@ -267,13 +281,8 @@ def test_host_mode_takes_no_port_on_the_host_but_still_dials_out(
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(4)
-        argv = as_user(
-            running_box.owner.uid,
-            running_box.owner.gid,
-            LNK,
-            "sandbox",
-            "run",
-            "--yes",
+        proc = _sandbox(
+            running_box,
             "--network-mode=host",
             "--command=python3",
             "--",
@@ -281,15 +290,6 @@ def test_host_mode_takes_no_port_on_the_host_but_still_dials_out(
             "-c",
             LISTEN_SCRIPT,
             str(server.getsockname()[1]),
-        )
-        proc = subprocess.Popen(
-            argv,
-            env=running_box.owner_env(),
-            cwd=str(running_box.owner.home),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         try:
             assert proc.stdout is not None
@@ -324,28 +324,14 @@ read go
 def test_gap_a_cleared_umask_shares_what_is_made_until_the_sandbox_ends_then_the_sweep(
     running_box: RunningBox, shared: Path, stranger: Stranger
 ) -> None:
-    argv = as_user(
-        running_box.owner.uid,
-        running_box.owner.gid,
-        LNK,
-        "sandbox",
-        "run",
-        "--yes",
+    proc = _sandbox(
+        running_box,
         f"--write={shared}",
         "--command=mkdir",
         "--",
         "/bin/sh",
         "-c",
         UMASK_SCRIPT.format(w=shared),
-    )
-    proc = subprocess.Popen(
-        argv,
-        env=running_box.owner_env(),
-        cwd=str(running_box.owner.home),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         assert proc.stdout is not None

@@ -66,6 +66,16 @@ def _fchmod(path: str, mode: int) -> None:
         os.close(fd)
 
 
+def _file_and_folder(step: dict[str, Any]) -> tuple[str, str]:
+    """The step's two paths, made as a plain file and a plain folder (if they can be)."""
+    file, folder = step["paths"]
+    with contextlib.suppress(OSError):
+        _new_file(file)
+    with contextlib.suppress(OSError):
+        os.mkdir(folder, 0o755)
+    return file, folder
+
+
 def _set_id(step: dict[str, Any]) -> dict[str, Any]:
     """Leave a set-uid or set-gid program of the owner's: chmod, fchmod, or created so."""
     first, second = step["paths"]
@@ -82,11 +92,7 @@ def _set_id(step: dict[str, Any]) -> dict[str, Any]:
 
 def _shared(step: dict[str, Any]) -> dict[str, Any]:
     """Open the owner's data to other users: a file 0666, a folder 0777."""
-    file, folder = step["paths"]
-    with contextlib.suppress(OSError):
-        _new_file(file)
-    with contextlib.suppress(OSError):
-        os.mkdir(folder, 0o755)
+    file, folder = _file_and_folder(step)
     return _try_all(
         [
             ("chmod 0666 a file", lambda: os.chmod(file, 0o666)),  # noqa: S103 - the attack
@@ -113,11 +119,7 @@ def _umask(step: dict[str, Any]) -> dict[str, Any]:
 
 def _acl(step: dict[str, Any]) -> dict[str, Any]:
     """Give other users write through a POSIX ACL (access on a file, default on a folder)."""
-    file, folder = step["paths"]
-    with contextlib.suppress(OSError):
-        _new_file(file)
-    with contextlib.suppress(OSError):
-        os.mkdir(folder, 0o755)
+    file, folder = _file_and_folder(step)
     return _try_all(
         [
             (
