@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from typing import Any
 
-__all__ = ["PRELUDE", "results_of"]
+__all__ = ["PRELUDE", "results_of", "run_child"]
 
 PRELUDE = """
 import ctypes, errno, json, mmap, os, signal, socket, subprocess, sys, threading
@@ -69,3 +70,16 @@ def results_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+def run_child(body: str, **args: Any) -> subprocess.CompletedProcess[str]:
+    """Run PRELUDE + `body` in a fresh `python -I -S` with `args` as its JSON argument."""
+    script = PRELUDE + body + "\nprint(json.dumps(results), flush=True)\n"
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+        check=False,
+    )

@@ -49,6 +49,7 @@ def _classes(out: str) -> dict[str, tuple[str, ...]]:
         "unsafe_allow_shared_modes": (f"mode:shared:{out}", f"mode:acl:{out}"),
         "unsafe_writable_dev": ("dev:write", "exec:preload:/dev"),
         "unsafe_allow_host_listen": ("host:listen",),
+        "unsafe_skip_mode_sweep": (f"mode:umask:{out}",),
     }
 
 
@@ -77,6 +78,7 @@ def test_check_on_the_closed_wall_refuses_every_class(running_box: RunningBox) -
         "unsafe_allow_shared_modes",
         "unsafe_writable_dev",
         "unsafe_allow_host_listen",
+        "unsafe_skip_mode_sweep",
     ],
 )
 def test_each_unsafe_switch_makes_check_fail_naming_its_class(

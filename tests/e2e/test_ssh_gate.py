@@ -231,6 +231,25 @@ def test_sftp_works_inside_the_folder_only(sshd: GateSshd, user: BoxUser, tmp_pa
     assert (sshd.keys_dir / user.name).read_bytes() == key_line
 
 
+def test_sftp_setstat_leaves_no_set_id_or_shared_file(
+    sshd: GateSshd, user: BoxUser, tmp_path: Path
+) -> None:
+    (tmp_path / "prog").write_bytes(Path("/bin/sh").read_bytes())
+    name = f"setstat-{secrets.token_hex(3)}"
+    done = sftp(
+        sshd,
+        user,
+        f"put {tmp_path}/prog {user.folder}/{name}\n"
+        f"-chmod 4755 {user.folder}/{name}\n"
+        f"-chmod 2755 {user.folder}/{name}\n"
+        f"-chmod 0666 {user.folder}/{name}\n"
+        f"chmod 0700 {user.folder}/{name}\n",
+    )
+    assert done.returncode == 0, done.stderr  # the session ran; the plain mode took
+    assert done.stderr.count("Permission denied") == 3, done.stderr
+    assert (user.folder / name).stat().st_mode & 0o7777 == 0o700
+
+
 # -- the box user's login files and the key file stay out of reach --------------------------------
 
 

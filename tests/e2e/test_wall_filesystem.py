@@ -422,7 +422,8 @@ def digest(path):
         return hashlib.sha256(f.read()).hexdigest()
 changes = {
     "append": lambda p: append(p),
-    "chmod": lambda p: os.chmod(p, 0o666),
+    # 0600, not 0666: the mode filter refuses 0666 first (EPERM), which would hide the mount
+    "chmod": lambda p: os.chmod(p, 0o600),
     "rename-over": lambda p: os.replace("/etc/host.conf", p),
     "rename-away": lambda p: os.rename(p, p + ".old"),
     "unlink": lambda p: os.unlink(p),

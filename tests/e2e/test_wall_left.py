@@ -93,6 +93,20 @@ def shared(running_box: RunningBox) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _sandbox(box: RunningBox, *args: str) -> subprocess.Popen[str]:
+    """`lnk sandbox run --yes ARGS` as the owner, left running: its stdin, stdout and stderr
+    are pipes (a sandbox that reads stdin waits for the test)."""
+    return subprocess.Popen(
+        as_user(box.owner.uid, box.owner.gid, LNK, "sandbox", "run", "--yes", *args),
+        env=box.owner_env(),
+        cwd=str(box.owner.home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
@@ -267,13 +281,8 @@ def test_host_mode_takes_no_port_on_the_host_but_still_dials_out(
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(4)
-        argv = as_user(
-            running_box.owner.uid,
-            running_box.owner.gid,
-            LNK,
-            "sandbox",
-            "run",
-            "--yes",
+        proc = _sandbox(
+            running_box,
             "--network-mode=host",
             "--command=python3",
             "--",
@@ -281,15 +290,6 @@ def test_host_mode_takes_no_port_on_the_host_but_still_dials_out(
             "-c",
             LISTEN_SCRIPT,
             str(server.getsockname()[1]),
-        )
-        proc = subprocess.Popen(
-            argv,
-            env=running_box.owner_env(),
-            cwd=str(running_box.owner.home),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
         )
         try:
             assert proc.stdout is not None
@@ -309,3 +309,41 @@ def test_host_mode_takes_no_port_on_the_host_but_still_dials_out(
         finally:
             _out, err = proc.communicate(input="", timeout=60)
         assert proc.returncode == 0, err
+
+
+# -- a cleared umask: the gap while it runs, the sweep after ----------------------------------
+
+UMASK_SCRIPT = """
+umask 0
+echo data > {w}/f; mkdir {w}/d; mkdir {w}/d/e
+echo made
+read go
+"""
+
+
+def test_gap_a_cleared_umask_shares_what_is_made_until_the_sandbox_ends_then_the_sweep(
+    running_box: RunningBox, shared: Path, stranger: Stranger
+) -> None:
+    proc = _sandbox(
+        running_box,
+        f"--write={shared}",
+        "--command=mkdir",
+        "--",
+        "/bin/sh",
+        "-c",
+        UMASK_SCRIPT.format(w=shared),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "made\n"
+        # The gap (seccomp_modes cannot see the umask): while it runs, what it made is shared.
+        assert _mode(shared / "f") == 0o666 and _mode(shared / "d") == 0o777
+    finally:
+        _out, err = proc.communicate(input="go\n", timeout=60)
+    assert proc.returncode == 0, err
+    # The sweep at its end (leftover_modes): nothing it made stays writable by others.
+    for entry in (shared / "f", shared / "d", shared / "d" / "e"):
+        assert not _mode(entry) & 0o022, entry
+    assert stranger.run("/bin/sh", "-c", f"echo x >> {shared}/f").returncode != 0
+    assert stranger.run("/usr/bin/touch", f"{shared}/d/theirs").returncode != 0
+    assert (shared / "f").read_text() == "data\n"

@@ -2,8 +2,9 @@
 
 Beside `plan.py`'s probes, for the same judged grants:
 
-- set-id modes, group/other write modes and POSIX ACLs on files and folders made in the first
-  write folder: the outside reads the modes and ACLs left on disk after the run (`mode`);
+- set-id modes, group/other write modes (chmod, or made under a cleared umask) and POSIX ACLs
+  on files and folders made in the first write folder: the outside reads the modes and ACLs
+  left on disk after the run and its clean-up (`mode`);
 - a file created in `/dev`, and a copy of a shared library written to `/dev`, `/tmp` and the
   first write folder then mapped as code (what `LD_PRELOAD` into a granted program does);
 - `modify_ldt` and `memfd_secret`;
@@ -59,10 +60,18 @@ def _probe(  # noqa: PLR0917 - a Probe's own fields, in its order
 
 def _modes(folder: str, nonce: str) -> list[Probe]:
     probes = []
-    for kind, tried, bits in (
-        ("set_id", f"leave a set-uid or set-gid program in {folder}", SET_ID),
-        ("shared", f"make a file 0666 and a folder 0777 in {folder}", SHARED_WRITE),
-        ("acl", f"give other users write with a POSIX ACL in {folder}", SHARED_WRITE),
+    # "mode": refused inside, and nothing left outside; "mode-swept": the filter cannot see a
+    # umask, so only what is left after the sandbox's clean-up counts.
+    for kind, tried, bits, evidence in (
+        ("set_id", f"leave a set-uid or set-gid program in {folder}", SET_ID, "mode"),
+        ("shared", f"make a file 0666 and a folder 0777 in {folder}", SHARED_WRITE, "mode"),
+        ("acl", f"give other users write with a POSIX ACL in {folder}", SHARED_WRITE, "mode"),
+        (
+            "umask",
+            f"clear the umask, make a file and a folder in {folder} (left after the run)",
+            SHARED_WRITE,
+            "mode-swept",
+        ),
     ):
         paths = (os.path.join(folder, _name(nonce)), os.path.join(folder, _name(nonce)))
         probes.append(
@@ -71,7 +80,7 @@ def _modes(folder: str, nonce: str) -> list[Probe]:
                 tried,
                 REFUSED,
                 {"kind": kind, "paths": list(paths)},
-                evidence=(Evidence("mode", bits, names=paths),),
+                evidence=(Evidence(evidence, bits, names=paths),),
                 leftovers=paths,
             )
         )

@@ -66,6 +66,16 @@ def _fchmod(path: str, mode: int) -> None:
         os.close(fd)
 
 
+def _file_and_folder(step: dict[str, Any]) -> tuple[str, str]:
+    """The step's two paths, made as a plain file and a plain folder (if they can be)."""
+    file, folder = step["paths"]
+    with contextlib.suppress(OSError):
+        _new_file(file)
+    with contextlib.suppress(OSError):
+        os.mkdir(folder, 0o755)
+    return file, folder
+
+
 def _set_id(step: dict[str, Any]) -> dict[str, Any]:
     """Leave a set-uid or set-gid program of the owner's: chmod, fchmod, or created so."""
     first, second = step["paths"]
@@ -82,11 +92,7 @@ def _set_id(step: dict[str, Any]) -> dict[str, Any]:
 
 def _shared(step: dict[str, Any]) -> dict[str, Any]:
     """Open the owner's data to other users: a file 0666, a folder 0777."""
-    file, folder = step["paths"]
-    with contextlib.suppress(OSError):
-        _new_file(file)
-    with contextlib.suppress(OSError):
-        os.mkdir(folder, 0o755)
+    file, folder = _file_and_folder(step)
     return _try_all(
         [
             ("chmod 0666 a file", lambda: os.chmod(file, 0o666)),  # noqa: S103 - the attack
@@ -95,13 +101,25 @@ def _shared(step: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _umask(step: dict[str, Any]) -> dict[str, Any]:
+    """Clear the umask, then make a file 0666 and a folder 0777 (the filter cannot see the
+    umask: the end-of-sandbox sweep must strip what this leaves)."""
+    file, folder = step["paths"]
+    old = os.umask(0)
+    try:
+        return _try_all(
+            [
+                ("create a file 0666", lambda: _new_file(file, 0o666)),
+                ("make a folder 0777", lambda: os.mkdir(folder, 0o777)),
+            ]
+        )
+    finally:
+        os.umask(old)
+
+
 def _acl(step: dict[str, Any]) -> dict[str, Any]:
     """Give other users write through a POSIX ACL (access on a file, default on a folder)."""
-    file, folder = step["paths"]
-    with contextlib.suppress(OSError):
-        _new_file(file)
-    with contextlib.suppress(OSError):
-        os.mkdir(folder, 0o755)
+    file, folder = _file_and_folder(step)
     return _try_all(
         [
             (
@@ -177,6 +195,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "set_id": _set_id,
     "shared": _shared,
     "acl": _acl,
+    "umask": _umask,
     "dev_write": _dev_write,
     "preload": _preload,
     "listen": _listen,

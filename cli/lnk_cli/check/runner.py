@@ -152,7 +152,7 @@ def _outside(
                         os.utime(e.path, ns=e.value, follow_symlinks=False)
             elif e.kind == "confiner":
                 confiner[e.path] = folder_state(e.path, os.path.join(e.path, "lnk-sandbox"))
-            elif e.kind == "mode":
+            elif e.kind in ("mode", "mode-swept"):
                 for path in e.names:
                     modes.update(_mode_of(path))
                     if _has_acl(path):

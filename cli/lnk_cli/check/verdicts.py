@@ -6,10 +6,11 @@ and every control, bidi and zero-width character in it shown as an escape
 the outside can see for itself. For a file read, a listing, a file written or marked and the
 process status and the modes left on disk, the outside's evidence decides (a secret found in
 anything the sandbox printed, a name of the real folder, a file that exists, an mtime that
-moved, a set-id or shared-write mode or an ACL on what a probe made). For connections
-and the confiner's folder (whose probe removes at once what it made), the sandbox's answer and
-the outside's (the bait server's accept log, the proxy's wire log, the folder's identity) are
-joined: either one seeing it get through is enough.
+moved, a mode left by what the filter cannot refuse). A set-id or shared-write mode or an ACL
+the sandbox could set is a leak when either side saw it: it was there while the sandbox ran.
+For connections and the confiner's folder (whose probe removes at once what it made), the
+sandbox's answer and the outside's (the bait server's accept log, the proxy's wire log, the
+folder's identity) are joined: either one seeing it get through is enough.
 
 verdict = leaked   when it got through and no grant allows it
           allowed  when it got through and a grant allows it (or a grant allows it and trying
@@ -35,7 +36,9 @@ __all__ = ["VERDICTS", "Finding", "Outside", "ProbesFailed", "judge_all", "judge
 VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 # Evidence the outside sees for itself: it alone decides the probe.
-_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege", "mode"})
+# ("mode" is not: a set-id bit the sandbox set leaks while it runs, even if swept after it;
+# "mode-swept" is, for what the filter cannot refuse and only the sweep strips.)
+_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege", "mode-swept"})
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -143,7 +146,7 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return _privileged(data, int(e.value))
     if kind == "appended":
         return None if outside.appended_kept else "what was there before was truncated"
-    if kind == "mode":
+    if kind in ("mode", "mode-swept"):
         return _mode_left(e, outside)
     return None
 

@@ -13,10 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
-from lnk_controller import bridge_link, cgroups, host_users, idmap_mounts, proxy_link
+from lnk_controller import (
+    bridge_link,
+    cgroups,
+    host_users,
+    idmap_mounts,
+    leftover_modes,
+    proxy_link,
+)
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.staging import PLACEHOLDER, remove_placeholder
@@ -84,6 +93,9 @@ def _clean(
             elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
                 bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
             else:
+                sweep = killed and not cfg.unsafe_skip_mode_sweep  # no process left to race it
+                if sweep and _is_write_grant(target):
+                    _sweep(target, row.created_at)
                 idmap_mounts.unmount(Path(target))
         except StateError as exc:
             problems.append(str(exc))
@@ -105,6 +117,31 @@ def _clean(
         raise StateError(f"sandbox {sandbox_id} is not fully cleaned: " + "; ".join(problems))
     store.mark_ended(sandbox_id, exit_status)
     log.info("sandbox %s cleaned (uid %d)", sandbox_id, row.host_uid)
+
+
+_GRANT_NAME = re.compile(r"g[0-9]+")  # staging.stage_sandbox's names for granted folders
+
+
+def _is_write_grant(target: str) -> bool:
+    if not _GRANT_NAME.fullmatch(os.path.basename(target)):
+        return False
+    try:  # not mounted any more (a clean-up run again): an empty mount point, nothing to strip
+        return not os.statvfs(target).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
+
+
+def _sweep(target: str, started: datetime) -> None:
+    """Strip set-id and shared write from what the sandbox left (leftover_modes); a failure
+    is logged and the clean-up goes on: the mount must still go."""
+    since = int(started.replace(tzinfo=started.tzinfo or UTC).timestamp()) * 1_000_000_000
+    try:
+        changed = leftover_modes.sweep(Path(target), since)
+    except StateError as exc:
+        log.error("%s", exc)
+        return
+    if changed:
+        log.warning("stripped set-id or shared write from %d entries a sandbox left", changed)
 
 
 def reconcile(store: SandboxStore, cfg: ControllerConfig) -> int:

@@ -49,6 +49,7 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
         None,
     ),
     "unsafe_write_symlinks": ("sandboxes may make symbolic links in write grants", None),
+    "unsafe_skip_mode_sweep": ("no strip of leftover modes at a sandbox's end", None),
 }
 
 
@@ -84,6 +85,7 @@ class ControllerConfig(BaseModel):
     unsafe_caller_terminal: bool = False
     unsafe_append_stdout: bool = False
     unsafe_write_symlinks: bool = False
+    unsafe_skip_mode_sweep: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -130,8 +132,10 @@ class ControllerConfig(BaseModel):
 
     def warn_unsafe(self) -> None:
         """Logged when the config loads while a class switch is on (each launch logs its own)."""
-        for switch in self.unsafe_wall_switches():
-            log.warning("%s (a test setting; never on a real box)", switch)
+        for name in self.unsafe_switches:
+            log.warning(
+                "%s is on: %s (a test setting; never on a real box)", name, UNSAFE_SWITCHES[name][0]
+            )
 
     @property
     def paths(self) -> BoxPaths:

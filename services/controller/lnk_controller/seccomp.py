@@ -28,7 +28,9 @@ Security limitations: it does NOT stop
 - what a syscall does with memory it points at (a filter cannot read pointers): only the
   register arguments named above are checked;
 - `personality(PER_LINUX)` and the `0xffffffff` query, which stay allowed for libc;
-- `memfd_create` + `execve("/proc/self/fd/N")`, `mmap(PROT_EXEC)`, UDP, raw sockets (they need
+- syscalls newer than both libseccomp and `_BY_NUMBER`: a kernel upgrade needs a look here;
+- `memfd_create` + `execve("/proc/self/fd/N")` (lnk-spawn's vm.memfd_noexec=2 stops that),
+  `mmap(PROT_EXEC)`, UDP outside host mode, raw sockets (they need
   CAP_NET_RAW, which bwrap drops) and netlink (iproute needs it).
 
 The caller must know: the loader must set no_new_privs first and be single-threaded (the

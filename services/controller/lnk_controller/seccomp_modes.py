@@ -23,8 +23,8 @@ acts, every call that would set them, reading the mode where the kernel takes it
 
 Security limitations: it does NOT stop
 - group and other write bits that a creating call gets through a umask the sandbox cleared
-  (`umask 0; mkdir d`): they are on disk while the sandbox runs (and after, unless the
-  end-of-sandbox clean-up strips them);
+  (`umask 0; mkdir d`): they are on disk while the sandbox runs, until the end-of-sandbox
+  sweep (`leftover_modes`) strips them;
 - modes set by something the filter does not see: a process outside the sandbox, or a
   kernel path with no syscall of its own here (none is known; io_uring is refused outright);
 - what is already on disk: the owner's own set-id or group-writable files stay as they are,

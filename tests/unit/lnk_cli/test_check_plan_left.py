@@ -49,12 +49,17 @@ def test_with_no_write_folder_only_dev_tmp_and_the_kernel_are_probed(home: Path)
 def test_a_write_folder_gets_every_mode_probe_judged_outside(home: Path) -> None:
     out = str(home / "project" / "out")
     probes = {p.id: p for p in wall_probes(grants_for(home, f"--write={out}"), "n0nce")}
-    for kind, bits in (("set_id", SET_ID), ("shared", SHARED_WRITE), ("acl", SHARED_WRITE)):
+    for kind, bits, judged in (
+        ("set_id", SET_ID, "mode"),
+        ("shared", SHARED_WRITE, "mode"),
+        ("acl", SHARED_WRITE, "mode"),
+        ("umask", SHARED_WRITE, "mode-swept"),
+    ):
         probe = probes[f"mode:{kind}:{out}"]
         assert probe.expected == REFUSED
         assert probe.step is not None and probe.step["kind"] == kind
         (evidence,) = probe.evidence
-        assert (evidence.kind, evidence.value) == ("mode", bits)
+        assert (evidence.kind, evidence.value) == (judged, bits)
         assert set(evidence.names) == set(probe.leftovers) == set(probe.step["paths"])
         assert all(os.path.dirname(p) == out for p in evidence.names)
     preload = probes[f"exec:preload:{out}"]

@@ -38,6 +38,18 @@ def test_shared_modes_are_left_when_nothing_stops_them(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(paths[1]).st_mode) == 0o777
 
 
+def test_a_cleared_umask_leaves_shared_modes_when_nothing_strips_them(tmp_path: Path) -> None:
+    paths = [str(tmp_path / "f"), str(tmp_path / "d")]
+    before = os.umask(0o022)
+    try:
+        assert run_step({"id": "u", "kind": "umask", "paths": paths})["outcome"] == "through"
+        assert os.umask(0o022) == 0o022  # the step put the umask back
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(os.lstat(paths[0]).st_mode) == 0o666
+    assert stat.S_IMODE(os.lstat(paths[1]).st_mode) == 0o777
+
+
 def test_an_acl_is_left_when_nothing_stops_it(tmp_path: Path) -> None:
     paths = [str(tmp_path / "f"), str(tmp_path / "d")]
     assert run_step({"id": "a", "kind": "acl", "paths": paths})["outcome"] == "through"

@@ -183,10 +183,10 @@ def test_an_append_only_file_that_lost_its_start_is_a_leak(
         (0o022, 0o041755, REFUSED),  # sticky alone opens nothing
     ],
 )
-def test_a_mode_left_on_disk_decides_whatever_the_sandbox_says(
+def test_a_mode_left_after_the_sweep_decides_whatever_the_sandbox_says(
     answer: dict[str, Any], bits: int, mode: int, verdict: str
 ) -> None:
-    p = probe("mode", value=bits, names=("/w/a", "/w/b"))
+    p = probe("mode-swept", value=bits, names=("/w/a", "/w/b"))
     assert judge_probe(p, answer, Outside(modes={"/w/b": mode})).verdict == verdict
 
 
@@ -194,4 +194,11 @@ def test_an_acl_left_on_disk_is_a_leak_and_nothing_made_is_refused() -> None:
     p = probe("mode", value=0o022, names=("/w/a", "/w/b"))
     found = judge_probe(p, STOPPED, Outside(modes={"/w/a": 0o100644}, acls=frozenset({"/w/a"})))
     assert (found.verdict, "ACL" in found.observed) == (LEAKED, True)
-    assert judge_probe(p, THROUGH, Outside()).verdict == REFUSED
+    assert judge_probe(p, STOPPED, Outside()).verdict == REFUSED
+
+
+def test_a_mode_the_sandbox_could_set_is_a_leak_even_when_swept_after() -> None:
+    p = probe("mode", value=0o6000, names=("/w/a",))
+    assert judge_probe(p, THROUGH, Outside(modes={"/w/a": 0o100755})).verdict == LEAKED
+    assert judge_probe(p, STOPPED, Outside(modes={"/w/a": 0o104755})).verdict == LEAKED
+    assert judge_probe(p, STOPPED, Outside(modes={"/w/a": 0o100755})).verdict == REFUSED

@@ -239,3 +239,39 @@ def test_a_wall_switch_is_a_boolean(env: dict[str, str], config_dir: Path) -> No
     write(config_dir, 'unsafe_write_symlinks = "yes"\n')
     with pytest.raises(ConfigError, match="unsafe_write_symlinks"):
         load_config(env)
+
+
+@pytest.mark.parametrize(
+    ("switch", "seccomp_off"),
+    [
+        ("unsafe_allow_set_id_modes", {"set_id_modes"}),
+        ("unsafe_allow_shared_modes", {"shared_modes"}),
+        ("unsafe_allow_host_listen", {"host_listen"}),
+        ("unsafe_writable_dev", set()),
+        ("unsafe_skip_mode_sweep", set()),
+    ],
+)
+def test_each_class_switch_warns_and_turns_off_only_its_own_rules(
+    env: dict[str, str],
+    config_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    switch: str,
+    seccomp_off: set[str],
+) -> None:
+    write(config_dir, f"{switch} = true\n")
+    with caplog.at_level(logging.WARNING, logger="lnk_controller.config"):
+        cfg = load_config(env)
+    assert cfg.unsafe_switches == (switch,)
+    assert cfg.unsafe_seccomp == seccomp_off
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"{switch} is on" in warning.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lnk_controller.config"):
+        cfg.warn_unsafe()  # as each launch does
+    assert [r.getMessage() for r in caplog.records] == [warning.getMessage()]
+
+
+def test_class_switches_are_off_by_default(env: dict[str, str]) -> None:
+    cfg = load_config(env)
+    assert cfg.unsafe_switches == ()
+    assert cfg.unsafe_seccomp == frozenset()

@@ -12,15 +12,14 @@ mount targets a missing path, bpf and io_uring get null arguments, clone3 a null
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 from typing import Any
 
 import pytest
-from seccomp_child import PRELUDE, results_of
+import seccomp_child
+from seccomp_child import results_of
 
 from lnk_controller import seccomp
 from lnk_shared.errors import LaunchRefused
@@ -124,15 +123,8 @@ EXPECTED = {
 
 def run_child(body: str, **args: Any) -> subprocess.CompletedProcess[str]:
     deny_list, unix_block = seccomp.programs()
-    args = {"filter": deny_list.hex(), "unix": unix_block.hex(), **args}
-    script = PRELUDE + body + "\nprint(json.dumps(results), flush=True)\n"
-    return subprocess.run(
-        [sys.executable, "-I", "-S", "-c", script, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin"},
-        timeout=60,
-        check=False,
+    return seccomp_child.run_child(
+        body, **{"filter": deny_list.hex(), "unix": unix_block.hex(), **args}
     )
 
 

@@ -8,15 +8,12 @@ each attempt, so a refusal that still changed the file would show.
 
 from __future__ import annotations
 
-import json
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from seccomp_child import PRELUDE, results_of
+from seccomp_child import results_of, run_child
 
 from lnk_controller import seccomp, seccomp_modes
 
@@ -171,18 +168,6 @@ MODES_AFTER = {
         "dir-1755": "0o1755",
     },
 }
-
-
-def run_child(body: str, **args: Any) -> subprocess.CompletedProcess[str]:
-    script = PRELUDE + body + "\nprint(json.dumps(results), flush=True)\n"
-    return subprocess.run(
-        [sys.executable, "-I", "-S", "-c", script, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin"},
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
