@@ -50,6 +50,9 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+    # Binds each grant by its path, following links, without comparing it with what was
+    # judged (bound.py): reopens the swap race so tests and `check` can show it. Never on a box.
+    unsafe_skip_identity_check: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -74,6 +77,11 @@ class ControllerConfig(BaseModel):
                 "unsafe_pretend_landlock_abi=%d: sandboxes are built as if the kernel had only "
                 "that Landlock ABI (a test setting; never on a real box)",
                 self.unsafe_pretend_landlock_abi,
+            )
+        if self.unsafe_skip_identity_check:
+            log.warning(
+                "unsafe_skip_identity_check: grants are bound by path, following links, without "
+                "comparing them with what was judged (a test setting; never on a real box)"
             )
         return self
 

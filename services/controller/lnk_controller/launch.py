@@ -19,6 +19,7 @@ import logging
 import os
 import pwd
 import stat
+from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,6 +35,8 @@ from lnk_controller.agent_launch import (
     stage_agent,
 )
 from lnk_controller.agents import AgentRegistry
+from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
+from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
@@ -55,12 +58,20 @@ from lnk_controller.staging import (
     wanted_paths,
 )
 from lnk_controller.wall import Bind
-from lnk_shared.discovery import DEFAULT_PATH, DETECT, context_for, resolve_path, resolve_spec
+from lnk_shared.cloud import detect_cloud
+from lnk_shared.discovery import (
+    DEFAULT_PATH,
+    JudgeContext,
+    PathNotFound,
+    context_for,
+    resolve_path,
+    resolve_spec,
+)
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
-from lnk_shared.grants import Grants
+from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
 from lnk_shared.opens import describe, describe_changes
-from lnk_shared.refusals import find_refusals, inside, judge
-from lnk_shared.spec import FdGrant, SpecBuilder
+from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
+from lnk_shared.spec import FdGrant, Spec, SpecBuilder
 from lnk_shared.spec_file import parse_spec_text
 from lnk_shared.spec_flags import spec_from_arguments
 
@@ -94,6 +105,9 @@ class Judged:
     execute: tuple[str, ...]
     approval_lines: tuple[str, ...] | None  # None: already approved
     agent: AgentLaunch | None = None  # `lnk agent start`: the agent this sandbox runs as
+    # real path -> the object judged there (bound.py binds that object or refuses)
+    identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
+    caller: CallerCredentials | None = None  # whose credentials it was judged with
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -156,7 +170,16 @@ class Launcher:
 
     # -- judging ---------------------------------------------------------------------------
 
-    def judge(self, request: LaunchRequest, owner_uid: int, fds: list[int]) -> Judged:
+    def judge(
+        self,
+        request: LaunchRequest,
+        owner_uid: int,
+        fds: list[int],
+        caller: CallerCredentials | None = None,
+    ) -> Judged:
+        """Judge the request as `caller` (the owner as the socket saw it) sees the machine:
+        every path and program is looked up with its credentials, never root's."""
+        caller = caller or credentials_of(owner_uid)
         self.preflight()
         agent = None
         if request.agent is not None:
@@ -174,11 +197,15 @@ class Launcher:
             with_fds.append(FdGrant(fds[request.with_fds[grant.fd]], grant.write))
         spec = dataclasses.replace(spec, with_fds=tuple(with_fds))
         env = {"PATH": request.path_env or DEFAULT_PATH}
-        ctx = context_for(
-            owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=DETECT
-        )
-        resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
+        cloud = detect_cloud()  # the machine's firmware, read as root
+        with caller_credentials(caller):
+            looked_up = self._look_up(request, owner_uid, spec, env=env, cloud=cloud, agent=agent)
+        ctx, resolved, program, interp, agent_home = looked_up
+        if request.spec_fd is not None:
+            same_spec(fds[request.spec_fd], ctx)
         grants = judge(resolved, ctx)
+        if agent_home is not None:
+            check_self_widening(agent_home, "the agent's home", ctx)
         if grants.spec.store_driver is not None:
             self._check_store(grants.spec.store_driver, agent)
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
@@ -189,28 +216,27 @@ class Launcher:
             )
 
         execute: set[str] = set()
-        program_path = ""
-        if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
-            program_path = _find_program(request.argv[0], request.cwd)
-            try:
-                program = resolve_path(program_path, base="/", home=ctx.home)
-            except OSError as exc:
-                raise SpecError(f"{request.argv[0]!r} cannot be run: {exc}") from None
+        program_path = program.written if program is not None else ""
+        if program is not None:
             with_program = dataclasses.replace(resolved, commands=(*resolved.commands, program))
             for refusal in find_refusals(with_program, ctx):
                 if "commands.allow" in refusal.entry:
                     raise CommandRefused(f"the program {request.argv[0]}", refusal.why)
             execute.add(program.real)
-            interp = _interpreter(program.real, self.cfg.python.parent)
             if interp is not None:
-                execute.add(os.path.realpath(interp))
+                execute.add(interp.real)
         execute.update(os.path.realpath(p) for p in LOADERS if os.path.exists(p))
         if grants.spec.commands_any:
             execute.add("/")
         execute.update(c.real for c in grants.commands)
+        identities = judged_identities(
+            (*grants.read, *grants.write, *(f.path for f in grants.spec.with_fds)),
+            (*grants.commands, *(p for p in (program, interp, agent_home) if p is not None)),
+            ctx.home,
+        )
 
         digest = grants.digest()
-        key = os.path.realpath(spec.source) if spec.source else FLAGS_ONLY_KEY
+        key = ctx.spec_file if spec.source and ctx.spec_file else FLAGS_ONLY_KEY
         known = self.remembered.lookup(owner_uid, key)
         lines: tuple[str, ...] | None = None
         if known is None:
@@ -224,7 +250,61 @@ class Launcher:
                 "it was approved:",
                 *describe_changes(known.grants_json, grants),
             )
-        return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines, agent)
+        return Judged(
+            grants,
+            digest,
+            key,
+            program_path,
+            tuple(sorted(execute)),
+            lines,
+            agent,
+            identities,
+            caller,
+        )
+
+    def _look_up(
+        self,
+        request: LaunchRequest,
+        owner_uid: int,
+        spec: Spec,
+        *,
+        env: dict[str, str],
+        cloud: str | None,
+        agent: AgentLaunch | None,
+    ) -> tuple[
+        JudgeContext, ResolvedSpec, ResolvedPath | None, ResolvedPath | None, ResolvedPath | None
+    ]:
+        """Every lookup of the judging, made as the caller: the context, the spec's paths and
+        programs, the program to run and its interpreter, the agent's home."""
+        ctx = context_for(
+            owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=cloud
+        )
+        resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
+        program = interp = agent_home = None
+        if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
+            program_path = _find_program(request.argv[0], request.cwd)
+            try:
+                program = resolve_path(program_path, base="/", home=ctx.home)
+            except (OSError, PathNotFound):
+                raise SpecError(
+                    f"{request.argv[0]!r} cannot be run: no such program, or not one you can reach"
+                ) from None
+            program = dataclasses.replace(program, written=program_path)
+            interp_path = _interpreter(program.real, self.cfg.python.parent)
+            if interp_path is not None:
+                try:
+                    interp = resolve_path(interp_path, base="/", home=ctx.home)
+                except PathNotFound:
+                    raise SpecError(
+                        f"{request.argv[0]!r} cannot be run: its interpreter {interp_path} "
+                        "is missing, or not one you can reach"
+                    ) from None
+        if agent is not None:
+            try:
+                agent_home = resolve_path(agent.home, base="/", home=ctx.home)
+            except PathNotFound:
+                raise LaunchRefused(agent.home, "the agent's folder is missing") from None
+        return ctx, resolved, program, interp, agent_home
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
@@ -310,6 +390,37 @@ class Launcher:
                 "the spec opens [internet] or [lan] but the proxy is not running; "
                 "`lnk box up` starts it",
             )
+        # The objects judged, opened (as the owner, without links) and compared before anything
+        # of the sandbox exists: a swap since judging refuses here, leaving nothing behind.
+        with caller_credentials(judged.caller or credentials_of(owner_uid)):
+            sources = open_judged(
+                self._objects(request, fds, judged),
+                {real: fds[i] for real, i in request.grant_fds.items()},
+                home=pwd.getpwuid(owner_uid).pw_dir,
+                unsafe_skip_identity_check=self.cfg.unsafe_skip_identity_check,
+            )
+        try:
+            return self._create_and_start(request, owner_uid, fds, judged, sources)
+        finally:
+            close_all(sources)
+
+    def _objects(
+        self, request: LaunchRequest, fds: list[int], judged: Judged
+    ) -> list[JudgedObject]:
+        ids = judged.identities
+        objects = [JudgedObject(p, ids.get(p)) for p in self.paths_to_open(judged)]
+        for grant in judged.grants.spec.with_fds:
+            objects.append(JudgedObject(grant.path.real, ids.get(grant.path.real), grant.fd))
+        return objects
+
+    def _create_and_start(
+        self,
+        request: LaunchRequest,
+        owner_uid: int,
+        fds: list[int],
+        judged: Judged,
+        sources: Mapping[str, int],
+    ) -> Running:
         row = self.store.create(
             owner_uid=owner_uid,
             allocate=self._allocate,
@@ -321,7 +432,7 @@ class Launcher:
             staged=TMPFS_NAMES,
         )
         try:
-            return self._start(request, owner_uid, fds, judged, row)
+            return self._start(request, owner_uid, fds, judged, row, sources=sources)
         except BaseException:
             clean_sandbox(row.id, self.store, self.cfg)
             if self.agents is not None and judged.agent is not None:
@@ -338,6 +449,8 @@ class Launcher:
         fds: list[int],
         judged: Judged,
         row: SandboxRow,
+        *,
+        sources: Mapping[str, int],
     ) -> Running:
         cfg = self.cfg
         grants = judged.grants
@@ -356,8 +469,7 @@ class Launcher:
                 store=self.store,
                 user=user,
                 owner_uid=owner_uid,
-                request=request,
-                fds=fds,
+                sources=sources,
                 grants_read=[p.real for p in grants.read],
                 grants_write=[p.real for p in grants.write]
                 + ([judged.agent.home] if judged.agent else []),

@@ -13,8 +13,9 @@ only the arguments of the box's own probe program, which the controller puts in 
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
-A client that goes away stops its sandbox. Callers are known by SO_PEERCRED only; sandbox uids
-are refused (a sandbox never sees this socket, this is a second lock).
+A client that goes away stops its sandbox. Callers are known by SO_PEERCRED and SO_PEERGROUPS
+only, and everything is looked up with those credentials (as_caller); sandbox uids are refused
+(a sandbox never sees this socket, this is a second lock).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from lnk_controller.as_caller import CallerCredentials, peer_credentials
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
@@ -89,7 +91,8 @@ class LaunchServer:
                 if untrusted.get("type") != "launch":
                     raise ValueError("expected a launch request")
                 request = parse_launch_request(untrusted, len(fds))
-                self._run(conn, caller.uid, request, fds)
+                creds = peer_credentials(conn, caller.uid, caller.gid)
+                self._run(conn, creds, request, fds)
             except LnkError as exc:
                 self._reply_error(conn, exc.exit_code, str(exc))
             except (ValueError, EOFError, OSError) as exc:
@@ -107,12 +110,15 @@ class LaunchServer:
         with contextlib.suppress(OSError):
             send_frame(conn, {"type": "error", "exit": code, "message": message})
 
-    def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
+    def _run(
+        self, conn: socket.socket, caller: CallerCredentials, request: Any, fds: list[int]
+    ) -> None:
         launcher = self._launcher
+        owner_uid = caller.uid
         t0 = time.perf_counter()
         if request.check:
             request = launcher.probe_request(request)
-        judged = launcher.judge(request, owner_uid, fds)
+        judged = launcher.judge(request, owner_uid, fds, caller)
         t1 = time.perf_counter()
         # A check runs only the box's probes: it neither asks nor remembers the spec, so
         # checking a spec never approves it for a run.

@@ -6,8 +6,8 @@ reconcile after a crash) can undo it: staged mounts by their target path, placeh
 `placeholder:<dev>:<ino>:<path>` so only the very file or folder made here is ever removed,
 and only while it is still empty.
 
-The owner proves what they can reach: each folder is staged from a descriptor the client opened
-as the owner, after checking it is the same file the controller's own resolution found.
+Each folder is staged from the descriptor `bound.open_judged` opened as the owner, without
+links, and found to be the very object judged: nothing here looks a grant up by its path.
 
 What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
 sockets; links resolve inside the sandbox's own view), or keep a placeholder from being seen by
@@ -21,12 +21,12 @@ import errno
 import os
 import pwd
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lnk_controller import idmap_mounts
 from lnk_controller.host_users import HostUser
-from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
@@ -90,21 +90,6 @@ def _wanted(
         if not any(inside(program, g) for g in granted):
             wanted.append((program, False, True))
     return wanted
-
-
-def _owner_fd(real: str, request: LaunchRequest, fds: list[int], by_fd: dict[str, int]) -> int:
-    source_fd = by_fd.get(real)
-    if source_fd is None:
-        index = request.grant_fds.get(real)
-        if index is None:
-            raise LaunchRefused(
-                real, "the client did not pass it open: cannot check you may reach it"
-            )
-        source_fd = fds[index]
-    mine, theirs = os.stat(real), os.fstat(source_fd)
-    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
-        raise LaunchRefused(real, "it changed while the sandbox was being made")
-    return source_fd
 
 
 def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
@@ -262,8 +247,7 @@ def stage_sandbox(
     store: SandboxStore,
     user: HostUser,
     owner_uid: int,
-    request: LaunchRequest,
-    fds: list[int],
+    sources: Mapping[str, int],
     grants_read: list[str],
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
@@ -273,7 +257,6 @@ def stage_sandbox(
     tmp_size: int,
 ) -> Staged:
     owner = pwd.getpwuid(owner_uid)
-    by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
     binds: list[Bind] = []
     placeholders: list[str] = []
     userns_fd = idmap_mounts.make_userns_fd(
@@ -285,7 +268,9 @@ def stage_sandbox(
         if targets:  # one write for all of them, before any is made
             store.add_mounts(sandbox_id, [str(target) for target in targets])
         for (real, write, is_program), target in zip(wanted, targets, strict=True):
-            source_fd = _owner_fd(real, request, fds, by_fd)
+            source_fd = sources.get(real)
+            if source_fd is None:  # bound.open_judged opened every one; a miss is a bug here
+                raise StateError(f"{real} was not opened as judged: nothing is bound")
             if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
                 placeholders += _placeholders(
                     sandbox_id=sandbox_id,
