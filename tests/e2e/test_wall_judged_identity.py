@@ -9,6 +9,7 @@ box with `unsafe_skip_identity_check` shows the leak the check closes.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import secrets
@@ -475,5 +476,24 @@ def test_a_looping_exchange_under_yes_never_binds_elsewhere(
         # The swapper won the window between judging and binding (else the loop proved
         # nothing about the bind), and lost it too: the granted folder still works.
         assert changed > 0 and ran > 0, (ran, refused, changed)
+    finally:
+        shutil.rmtree(race.parent, ignore_errors=True)
+
+
+def test_check_reports_the_bound_folder_is_the_one_judged(
+    running_box: RunningBox, targets: dict[str, Path]
+) -> None:
+    box = running_box
+    race = _race(box, targets, (box.owner.uid, box.owner.gid))
+    try:
+        result = box.as_owner(
+            "sandbox", "check", "--json", f"--write={race.out}", f"--read={box.owner.home}/project"
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        findings = json.loads(result.stdout)["probes"]
+        identity = {f["tried"]: f["verdict"] for f in findings if f["id"].startswith("identity-")}
+        assert len(identity) == 2, findings
+        assert set(identity.values()) == {"refused"}, identity
+        assert any(str(race.out) in tried for tried in identity)
     finally:
         shutil.rmtree(race.parent, ignore_errors=True)

@@ -34,7 +34,7 @@ VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Evidence the outside sees for itself: it alone decides the probe.
-_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege"})
+_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege", "identity"})
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -126,6 +126,10 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return "the folder changed outside" if changed else None
     if kind == "privilege":
         return _privileged(data, int(e.value))
+    if kind == "identity":
+        if data == e.value:
+            return None
+        return f"another object than the one judged is bound at {e.path}"
     return None
 
 

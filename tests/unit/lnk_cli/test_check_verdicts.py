@@ -154,3 +154,15 @@ def test_a_probe_that_failed_itself_fails_the_check_instead_of_reading_as_refuse
     broken = {"outcome": "error", "detail": "KeyError: 'path'", "data": ""}
     with pytest.raises(ProbesFailed, match="KeyError"):
         judge_probe(probe("inside"), broken, Outside())
+
+
+def test_the_object_judged_bound_at_its_path_is_refused_and_another_is_a_leak() -> None:
+    p = probe("identity", value=[64, 1234, 0o040000], path="/home/u/out")
+    same = {"outcome": "through", "detail": "looked", "data": [64, 1234, 0o040000]}
+    other = {"outcome": "through", "detail": "looked", "data": [64, 999, 0o040000]}
+    gone = {"outcome": "stopped", "detail": "ENOENT", "data": ""}
+    assert judge_probe(p, same, Outside()).verdict == REFUSED
+    leaked = judge_probe(p, other, Outside())
+    assert leaked.verdict == LEAKED
+    assert "another object than the one judged" in leaked.observed
+    assert judge_probe(p, gone, Outside()).verdict == LEAKED  # nothing judged is there
