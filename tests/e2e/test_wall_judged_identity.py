@@ -320,10 +320,12 @@ def test_the_granted_folder_still_works_after_the_question(
         shutil.rmtree(race.parent, ignore_errors=True)
 
 
+@pytest.mark.parametrize("folder", ["not granted", "granted for reading"])
 def test_a_program_swapped_during_the_question_is_refused(
-    running_box: RunningBox, targets: dict[str, Path]
+    running_box: RunningBox, targets: dict[str, Path], folder: str
 ) -> None:
-    """The exec grant is the judged inode: `[commands]`' tool replaced by another program."""
+    """The exec grant is the judged inode: `[commands]`' tool replaced by another program,
+    whether its folder is bound too or not."""
     box = running_box
     owner = box.owner
     race = _race(box, targets, (owner.uid, owner.gid))
@@ -338,15 +340,14 @@ def test_a_program_swapped_during_the_question_is_refused(
         os.rename(tool, race.out / "tool.judged")
         os.rename(evil, tool)
 
+    flags = [f"--command={tool}", "--command=/bin/sh"]
+    if folder == "granted for reading":
+        flags.append(f"--read={race.out}")
     try:
-        status, said = _ask_and_swap(
-            box, [f"--command={tool}", "--command=/bin/sh"], f"{tool}", swap
-        )
+        status, said = _ask_and_swap(box, flags, f"{tool}", swap)
         assert "EVIL" not in said, said
         assert status != 0 and CHANGED in said, said
-        status, said = _ask_and_swap(
-            box, [f"--command={tool}", "--command=/bin/sh"], f"{tool}", lambda: None
-        )
+        status, said = _ask_and_swap(box, flags, f"{tool}", lambda: None)
         assert status == 0 and "EVIL" in said, said  # the program judged now, run
     finally:
         shutil.rmtree(race.parent, ignore_errors=True)

@@ -152,6 +152,12 @@ def _interpreter(path: str, box_bin: Path) -> str | None:
     return os.fsdecode(line.split()[0]) if line else None
 
 
+def _program_files(judged: Judged) -> frozenset[str]:
+    """The programs judged as files: each is bound as the very file judged (staging)."""
+    ids = judged.identities
+    return frozenset(p for p in judged.execute if p in ids and ids[p].kind == stat.S_IFREG)
+
+
 class Launcher:
     def __init__(
         self,
@@ -336,6 +342,7 @@ class Launcher:
             [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
             [(f.path.real, f.write) for f in g.spec.with_fds],
             judged.execute,
+            _program_files(judged),
         )
 
     def approve(self, owner_uid: int, judged: Judged) -> None:
@@ -478,6 +485,7 @@ class Launcher:
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
                 tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+                program_files=_program_files(judged),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation

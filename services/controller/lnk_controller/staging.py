@@ -68,10 +68,12 @@ def wanted_paths(
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
+    program_files: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The real paths the owner must pass open for this sandbox (those not passed as fds)."""
     passed = {p for p, _ in fd_grants}
-    return [p for p, _, _ in _wanted(grants_read, grants_write, [], execute) if p not in passed]
+    wanted = _wanted(grants_read, grants_write, [], execute, program_files)
+    return [p for p, _, _ in wanted if p not in passed]
 
 
 def _wanted(
@@ -79,16 +81,21 @@ def _wanted(
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
+    program_files: frozenset[str] = frozenset(),
 ) -> list[tuple[str, bool, bool]]:
-    """(real path, write, is a program) for every bind the sandbox needs."""
+    """(real path, write, is a program) for every bind the sandbox needs. A program file
+    (`program_files`) inside a granted folder is bound over itself too: what it may execute is
+    then the very file judged, not whatever is renamed to its name later."""
     wanted = [(p, False, False) for p in grants_read] + [(p, True, False) for p in grants_write]
     wanted += [(p, w, False) for p, w in fd_grants]
     granted = [w[0] for w in wanted]
     for program in execute:
         if program == "/" or any(inside(program, d) for d in SYSTEM_PROGRAM_DIRS):
             continue
-        if not any(inside(program, g) for g in granted):
-            wanted.append((program, False, True))
+        in_grant = any(inside(program, g) for g in granted)
+        if program in granted or (in_grant and program not in program_files):
+            continue
+        wanted.append((program, False, True))
     return wanted
 
 
@@ -255,6 +262,7 @@ def stage_sandbox(
     execute: tuple[str, ...],
     exec_anywhere: bool,
     tmp_size: int,
+    program_files: frozenset[str] = frozenset(),
 ) -> Staged:
     owner = pwd.getpwuid(owner_uid)
     binds: list[Bind] = []
@@ -263,7 +271,7 @@ def stage_sandbox(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
     try:
-        wanted = _wanted(grants_read, grants_write, fd_grants, execute)
+        wanted = _wanted(grants_read, grants_write, fd_grants, execute, program_files)
         targets = [staging / f"g{n}" for n in range(len(wanted))]
         if targets:  # one write for all of them, before any is made
             store.add_mounts(sandbox_id, [str(target) for target in targets])
