@@ -121,6 +121,22 @@ def _race(box: RunningBox, targets: dict[str, Path], parent_owner: tuple[int, in
     return Race(parent, out, targets)
 
 
+@pytest.fixture
+def races(
+    running_box: RunningBox, targets: dict[str, Path]
+) -> Iterator[Callable[[tuple[int, int]], Race]]:
+    """`races((uid, gid))` makes a Race whose parent that user owns; all removed after."""
+    made: list[Race] = []
+
+    def make(parent_owner: tuple[int, int]) -> Race:
+        made.append(_race(running_box, targets, parent_owner))
+        return made[-1]
+
+    yield make
+    for race in made:
+        shutil.rmtree(race.parent, ignore_errors=True)
+
+
 def _sandbox_count(box: RunningBox) -> int:
     with closing(sqlite3.connect(f"file:{box.state_dir}/controller.db?mode=ro", uri=True)) as db:
         return int(db.execute("SELECT count(*) FROM sandboxes").fetchone()[0])
@@ -194,12 +210,19 @@ def _read_until(fd: int, marker: bytes, timeout_s: float) -> bytes:
 
 
 def _ask_and_swap(
-    box: RunningBox, flags: list[str], script: str, swap: Callable[[], None], env: Any = None
+    box: RunningBox,
+    flags: list[str],
+    script: str,
+    swap: Callable[[], None],
+    env: Any = None,
+    before_lnk: tuple[str, ...] = (),
 ) -> tuple[int, str]:
-    """Run the victim on a pty without --yes, make `swap` while its question waits, answer
-    yes; (exit status, everything it printed)."""
+    """Run the victim on a pty without --yes (through `before_lnk`, a program that execs its
+    arguments), make `swap` while its question waits, answer yes; (exit status, everything
+    it printed)."""
     master, slave = pty.openpty()
-    argv = as_user(box.owner.uid, box.owner.gid, str(LNK), "sandbox", "run", *flags, "--")
+    owner = box.owner
+    argv = as_user(owner.uid, owner.gid, *before_lnk, str(LNK), "sandbox", "run", *flags, "--")
     victim = subprocess.Popen(
         [*argv, "/bin/sh", "-c", script],
         env=_owner_env(box, env),
@@ -278,6 +301,7 @@ def _check_outcome(status: int, said: str, race: Race, before: Any, box: Running
 def test_a_swap_during_the_question_is_refused_and_touches_nothing_outside(
     running_box: RunningBox,
     targets: dict[str, Path],
+    races: Callable[[tuple[int, int]], Race],
     other_user: tuple[str, int, int],
     target: str,
     grant: str,
@@ -285,50 +309,47 @@ def test_a_swap_during_the_question_is_refused_and_touches_nothing_outside(
 ) -> None:
     box = running_box
     by_user = swapper == "another user"
-    race = _race(box, targets, other_user[1:] if by_user else (box.owner.uid, box.owner.gid))
+    race = races(other_user[1:] if by_user else (box.owner.uid, box.owner.gid))
     nonce = secrets.token_hex(4)
     script = GRANT_SCRIPTS[grant].format(out=race.out, nonce=nonce)
     before, records = race.bait(), _sandbox_count(box)
-    try:
-        if by_user:
-            swap = _swap_by_user(race, targets[target], other_user)
+    if by_user:
+        swap = _swap_by_user(race, targets[target], other_user)
+        status, said = _ask_and_swap(box, [f"{grant}={race.out}"], script, swap)
+    else:
+        with _swap_by_sandbox(box, race, targets[target]) as swap:
+            records += 1  # the swapper's own sandbox
             status, said = _ask_and_swap(box, [f"{grant}={race.out}"], script, swap)
-        else:
-            with _swap_by_sandbox(box, race, targets[target]) as swap:
-                records += 1  # the swapper's own sandbox
-                status, said = _ask_and_swap(box, [f"{grant}={race.out}"], script, swap)
-        assert status != 0, said
-        assert CHANGED in said, said
-        assert not _check_outcome(status, said, race, before, box)
-        assert not (targets[target] / f"planted-{nonce}").exists()
-        assert _sandbox_count(box) == records  # nothing of the refused sandbox was recorded
-    finally:
-        shutil.rmtree(race.parent, ignore_errors=True)
+    assert status != 0, said
+    assert CHANGED in said, said
+    assert not _check_outcome(status, said, race, before, box)
+    assert not (targets[target] / f"planted-{nonce}").exists()
+    assert _sandbox_count(box) == records  # nothing of the refused sandbox was recorded
 
 
 def test_the_granted_folder_still_works_after_the_question(
-    running_box: RunningBox, targets: dict[str, Path]
+    running_box: RunningBox, targets: dict[str, Path], races: Callable[[tuple[int, int]], Race]
 ) -> None:
     box = running_box
-    race = _race(box, targets, (box.owner.uid, box.owner.gid))
+    race = races((box.owner.uid, box.owner.gid))
     script = f"echo planted > {race.out}/planted; echo ran"
-    try:
-        status, said = _ask_and_swap(box, [f"--write={race.out}"], script, lambda: None)
-        assert status == 0, said
-        assert (race.out / "planted").read_text() == "planted\n"
-    finally:
-        shutil.rmtree(race.parent, ignore_errors=True)
+    status, said = _ask_and_swap(box, [f"--write={race.out}"], script, lambda: None)
+    assert status == 0, said
+    assert (race.out / "planted").read_text() == "planted\n"
 
 
 @pytest.mark.parametrize("folder", ["not granted", "granted for reading"])
 def test_a_program_swapped_during_the_question_is_refused(
-    running_box: RunningBox, targets: dict[str, Path], folder: str
+    running_box: RunningBox,
+    targets: dict[str, Path],
+    races: Callable[[tuple[int, int]], Race],
+    folder: str,
 ) -> None:
     """The exec grant is the judged inode: `[commands]`' tool replaced by another program,
     whether its folder is bound too or not."""
     box = running_box
     owner = box.owner
-    race = _race(box, targets, (owner.uid, owner.gid))
+    race = races((owner.uid, owner.gid))
     tool, evil = race.out / "tool", race.parent / "evil-tool"
     tool.write_text("#!/bin/sh\necho innocent\n")
     evil.write_text("#!/bin/sh\necho EVIL\n")
@@ -343,64 +364,41 @@ def test_a_program_swapped_during_the_question_is_refused(
     flags = [f"--command={tool}", "--command=/bin/sh"]
     if folder == "granted for reading":
         flags.append(f"--read={race.out}")
-    try:
-        status, said = _ask_and_swap(box, flags, f"{tool}", swap)
-        assert "EVIL" not in said, said
-        assert status != 0 and CHANGED in said, said
-        status, said = _ask_and_swap(box, flags, f"{tool}", lambda: None)
-        assert status == 0 and "EVIL" in said, said  # the program judged now, run
-    finally:
-        shutil.rmtree(race.parent, ignore_errors=True)
+    status, said = _ask_and_swap(box, flags, f"{tool}", swap)
+    assert "EVIL" not in said, said
+    assert status != 0 and CHANGED in said, said
+    status, said = _ask_and_swap(box, flags, f"{tool}", lambda: None)
+    assert status == 0 and "EVIL" in said, said  # the program judged now, run
 
 
 def test_a_with_fd_folder_swapped_during_the_question_binds_the_descriptor_or_refuses(
-    running_box: RunningBox, targets: dict[str, Path]
+    running_box: RunningBox, targets: dict[str, Path], races: Callable[[tuple[int, int]], Race]
 ) -> None:
     box = running_box
     owner = box.owner
-    race = _race(box, targets, (owner.uid, owner.gid))
+    race = races((owner.uid, owner.gid))
     nonce = secrets.token_hex(4)
     before = race.bait()
     script = f"echo planted > {race.out}/planted-{nonce}; echo ran"
     # the descriptor is opened by the owner's shell, before lnk runs
-    wrapper = f'exec 7<"{race.out}"; exec "$@"'
-    master, slave = pty.openpty()
-    argv = as_user(owner.uid, owner.gid, "/bin/sh", "-c", wrapper, "sh", str(LNK))
-    victim = subprocess.Popen(
-        [*argv, "sandbox", "run", "--with-fd=7:write", "--", "/bin/sh", "-c", script],
-        env=box.owner_env(),
-        cwd=str(owner.home),
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-    )
-    os.close(slave)
-    try:
-        said = _read_until(master, QUESTION, QUESTION_WAIT_S)
-        _swap_by_user(race, targets["~/.ssh"], ("", owner.uid, owner.gid))()
-        os.write(master, b"y\n")
-        said += _read_until(master, b"\x00never", QUESTION_WAIT_S)
-        status = victim.wait(timeout=QUESTION_WAIT_S)
-        text = said.decode(errors="replace")
-        ran = _check_outcome(status, text, race, before, box)
-        assert not (targets["~/.ssh"] / f"planted-{nonce}").exists()
-        if ran:  # the descriptor's folder, now named out.judged
-            assert (race.parent / "out.judged" / f"planted-{nonce}").exists()
-    finally:
-        if victim.poll() is None:
-            victim.kill()
-            victim.wait()
-        os.close(master)
-        shutil.rmtree(race.parent, ignore_errors=True)
+    opens_fd = ("/bin/sh", "-c", f'exec 7<"{race.out}"; exec "$@"', "sh")
+    swap = _swap_by_user(race, targets["~/.ssh"], ("", owner.uid, owner.gid))
+    status, said = _ask_and_swap(box, ["--with-fd=7:write"], script, swap, None, opens_fd)
+    ran = _check_outcome(status, said, race, before, box)
+    assert not (targets["~/.ssh"] / f"planted-{nonce}").exists()
+    if ran:  # the descriptor's folder, now named out.judged
+        assert (race.parent / "out.judged" / f"planted-{nonce}").exists()
 
 
 def test_with_the_identity_check_skipped_the_same_swap_leaks(
-    running_box: RunningBox, targets: dict[str, Path], private_box: Any
+    running_box: RunningBox,
+    targets: dict[str, Path],
+    races: Callable[[tuple[int, int]], Race],
+    private_box: Any,
 ) -> None:
     """`unsafe_skip_identity_check` reopens the race: the sandbox writes into ~/.ssh."""
     box = running_box
-    race = _race(box, targets, (box.owner.uid, box.owner.gid))
+    race = races((box.owner.uid, box.owner.gid))
     nonce = secrets.token_hex(4)
     planted = targets["~/.ssh"] / f"planted-{nonce}"
     try:
@@ -413,20 +411,20 @@ def test_with_the_identity_check_skipped_the_same_swap_leaks(
         assert status == 0, said
     finally:
         planted.unlink(missing_ok=True)
-        shutil.rmtree(race.parent, ignore_errors=True)
 
 
 @pytest.mark.parametrize("swapper", ["a second sandbox of the owner", "another user"])
 def test_a_looping_exchange_under_yes_never_binds_elsewhere(
     running_box: RunningBox,
     targets: dict[str, Path],
+    races: Callable[[tuple[int, int]], Race],
     other_user: tuple[str, int, int],
     swapper: str,
 ) -> None:
     box = running_box
     by_user = swapper == "another user"
     parent_owner = other_user[1:] if by_user else (box.owner.uid, box.owner.gid)
-    race = _race(box, targets, parent_owner)
+    race = races(parent_owner)
     links = []
     for name, target in targets.items():
         link = race.parent / f"evil-{name.strip('~/.') or 'home'}"
@@ -467,34 +465,28 @@ def test_a_looping_exchange_under_yes_never_binds_elsewhere(
                 assert not (target / f"planted-{n}").exists(), (n, said)
     finally:
         stop()
-    try:
-        # Every file planted is in the folder judged, whatever its name is now.
-        real = next(p for p in (race.out, *map(Path, links)) if p.is_dir() and not p.is_symlink())
-        assert real.stat().st_ino == judged_inode
-        assert len([p for p in os.listdir(real) if p.startswith("planted-")]) == ran
-        assert ran + refused == LOOP_LAUNCHES
-        print(f"{swapper}: {ran} ran, {refused} refused, {changed} of them at the bind")
-        # The swapper won the window between judging and binding (else the loop proved
-        # nothing about the bind), and lost it too: the granted folder still works.
-        assert changed > 0 and ran > 0, (ran, refused, changed)
-    finally:
-        shutil.rmtree(race.parent, ignore_errors=True)
+    # Every file planted is in the folder judged, whatever its name is now.
+    real = next(p for p in (race.out, *map(Path, links)) if p.is_dir() and not p.is_symlink())
+    assert real.stat().st_ino == judged_inode
+    assert len([p for p in os.listdir(real) if p.startswith("planted-")]) == ran
+    assert ran + refused == LOOP_LAUNCHES
+    print(f"{swapper}: {ran} ran, {refused} refused, {changed} of them at the bind")
+    # The swapper won the window between judging and binding (else the loop proved
+    # nothing about the bind), and lost it too: the granted folder still works.
+    assert changed > 0 and ran > 0, (ran, refused, changed)
 
 
 def test_check_reports_the_bound_folder_is_the_one_judged(
-    running_box: RunningBox, targets: dict[str, Path]
+    running_box: RunningBox, targets: dict[str, Path], races: Callable[[tuple[int, int]], Race]
 ) -> None:
     box = running_box
-    race = _race(box, targets, (box.owner.uid, box.owner.gid))
-    try:
-        result = box.as_owner(
-            "sandbox", "check", "--json", f"--write={race.out}", f"--read={box.owner.home}/project"
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        findings = json.loads(result.stdout)["probes"]
-        identity = {f["tried"]: f["verdict"] for f in findings if f["id"].startswith("identity-")}
-        assert len(identity) == 2, findings
-        assert set(identity.values()) == {"refused"}, identity
-        assert any(str(race.out) in tried for tried in identity)
-    finally:
-        shutil.rmtree(race.parent, ignore_errors=True)
+    race = races((box.owner.uid, box.owner.gid))
+    result = box.as_owner(
+        "sandbox", "check", "--json", f"--write={race.out}", f"--read={box.owner.home}/project"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    findings = json.loads(result.stdout)["probes"]
+    identity = {f["tried"]: f["verdict"] for f in findings if f["id"].startswith("identity-")}
+    assert len(identity) == 2, findings
+    assert set(identity.values()) == {"refused"}, identity
+    assert any(str(race.out) in tried for tried in identity)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,8 +39,13 @@ def _judged(path: Path, home: Path) -> JudgedObject:
     return JudgedObject(resolved.real, resolved.identity)
 
 
-def _client(path: Path) -> int:
-    return os.open(path, os.O_PATH | os.O_CLOEXEC)  # as the client does: following links
+@contextmanager
+def _client(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # as the client does: following links
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _bind(obj: JudgedObject, client: int, home: Path, *, unsafe: bool = False) -> dict[str, int]:
@@ -47,13 +54,10 @@ def _bind(obj: JudgedObject, client: int, home: Path, *, unsafe: bool = False) -
 
 def test_an_unchanged_grant_opens_as_the_object_judged(home: Path) -> None:
     obj = _judged(home / "work/out", home)
-    client = _client(home / "work/out")
-    try:
+    with _client(home / "work/out") as client:
         opened = _bind(obj, client, home)
         assert identity_of(opened[obj.real]) == obj.identity
         os.close(opened[obj.real])
-    finally:
-        os.close(client)
 
 
 @pytest.mark.parametrize("swap", ["the grant", "its parent"])
@@ -67,34 +71,31 @@ def test_a_link_swapped_in_after_judging_is_refused_naming_the_path(home: Path, 
         (home / "work.old/out").rename(home / "work.old/was-out")
         os.symlink(home, home / "work")  # ~/work/out is now ~/out
         (home / "out").mkdir()
-    client = _client(home / "work/out")  # follows the link, as a client would
-    try:
-        with pytest.raises(LaunchRefused, match=r"~/work/out: it changed after it was judged"):
-            _bind(obj, client, home)
-    finally:
-        os.close(client)
+    with (
+        _client(home / "work/out") as client,
+        pytest.raises(LaunchRefused, match=r"~/work/out: it changed after it was judged"),
+    ):  # follows the link, as a client would
+        _bind(obj, client, home)
 
 
 def test_the_same_name_holding_another_folder_is_refused(home: Path) -> None:
     obj = _judged(home / "work/out", home)
     (home / "work/out").rename(home / "work/out.old")
     (home / "work/out").mkdir()  # no link at all: only the identity tells
-    client = _client(home / "work/out")
-    try:
-        with pytest.raises(LaunchRefused, match="changed after it was judged"):
-            _bind(obj, client, home)
-    finally:
-        os.close(client)
+    with (
+        _client(home / "work/out") as client,
+        pytest.raises(LaunchRefused, match="changed after it was judged"),
+    ):
+        _bind(obj, client, home)
 
 
 def test_a_client_descriptor_of_another_object_is_refused(home: Path) -> None:
     obj = _judged(home / "work/out", home)
-    client = _client(home / ".ssh")
-    try:
-        with pytest.raises(LaunchRefused, match="changed after it was judged"):
-            _bind(obj, client, home)
-    finally:
-        os.close(client)
+    with (
+        _client(home / ".ssh") as client,
+        pytest.raises(LaunchRefused, match="changed after it was judged"),
+    ):
+        _bind(obj, client, home)
 
 
 def test_unsafe_skip_binds_what_the_swapped_link_points_at(home: Path) -> None:
@@ -102,22 +103,18 @@ def test_unsafe_skip_binds_what_the_swapped_link_points_at(home: Path) -> None:
     obj = _judged(home / "work/out", home)
     (home / "work/out").rename(home / "work/out.old")
     (home / "work/out").symlink_to(home / ".ssh")
-    client = _client(home / "work/out")
-    try:
+    with _client(home / "work/out") as client:
         opened = _bind(obj, client, home, unsafe=True)
         assert identity_of(opened[obj.real]) == identity_of(client)  # ~/.ssh
         os.close(opened[obj.real])
-    finally:
-        os.close(client)
 
 
 def test_an_object_without_a_judged_identity_is_refused(home: Path) -> None:
-    client = _client(home / "work/out")
-    try:
-        with pytest.raises(LaunchRefused, match="changed after it was judged"):
-            _bind(JudgedObject(str(home / "work/out"), None), client, home)
-    finally:
-        os.close(client)
+    with (
+        _client(home / "work/out") as client,
+        pytest.raises(LaunchRefused, match="changed after it was judged"),
+    ):
+        _bind(JudgedObject(str(home / "work/out"), None), client, home)
 
 
 def test_a_grant_the_client_did_not_pass_is_refused(home: Path) -> None:
