@@ -185,23 +185,26 @@ def _inside_binds(
     """Binds over the dot entries of each write grant: `.git` pinned to itself (a mount point
     cannot be renamed away, so no new `.git` with hooks can take its place), then every dot entry
     tools run bound read-only over itself. A link in such a place is refused: the sandbox could
-    rewrite whatever it points to."""
+    rewrite whatever it points to. Each entry is looked at through the staged mount (the object
+    judged), never by its path outside, which a swap could have moved elsewhere since."""
     pins: list[Bind] = []
     ro: list[Bind] = []
     for bind in binds:
         if not bind.write:
             continue
         git = os.path.join(bind.dest, ".git")
-        with contextlib.suppress(FileNotFoundError):
-            if git not in placeholders and stat.S_ISDIR(os.lstat(git).st_mode):
-                pins.append(Bind(os.path.join(bind.source, ".git"), git, True))
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            staged_git = os.path.join(bind.source, ".git")
+            if git not in placeholders and stat.S_ISDIR(os.lstat(staged_git).st_mode):
+                pins.append(Bind(staged_git, git, True))
         for path in sorted(set(read_only_inside) | placeholders | {git}):
             if not inside(path, bind.dest) or path == bind.dest:
                 continue
             if path == git and any(p.dest == git for p in pins):
                 continue  # a real .git folder: pinned above, its hooks and config read-only
+            staged = os.path.join(bind.source, os.path.relpath(path, bind.dest))
             try:
-                info = os.lstat(path)
+                info = os.lstat(staged)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             if stat.S_ISLNK(info.st_mode):
@@ -210,7 +213,7 @@ def _inside_binds(
                     "a link where tools run code: the sandbox could rewrite where it "
                     "points; replace the link with the file itself",
                 )
-            ro.append(Bind(os.path.join(bind.source, os.path.relpath(path, bind.dest)), path))
+            ro.append(Bind(staged, path))
     return pins + ro
 
 
