@@ -6,7 +6,15 @@ link, what it points at and who owns it. `[commands]` names are looked up on PAT
 and the real executable found is what is granted: a later change of the link does not redirect
 the grant. Nothing here decides what is allowed; `refusals.judge` does, on what this returns.
 
-Run it with the owner's credentials: it answers what *the caller* can see.
+Run it with the owner's credentials: it answers what *the caller* can see. Each component is
+opened below its folder's descriptor without following it, so what a walk records (each link it
+followed, the identity of the object it reached) is of one consistent walk; the controller binds
+that object or refuses (`lnk_controller.bound`). A folder the viewer cannot search answers as a
+missing one, and so does `/proc/PID` of a process the viewer does not own.
+
+What this does NOT do: keep a path meaning the same after the walk (the identity is what
+carries over, not the path), or make `/proc/self` the caller's in the controller (there it is
+the controller's own, root's, and answers as missing).
 """
 
 from __future__ import annotations
