@@ -280,7 +280,7 @@ READ_BAIT = "; ".join(
 )
 GRANT_SCRIPTS = {
     # what the victim does with its grant: plant a file, read what is there
-    "--write": "echo planted > {out}/planted-{nonce}; " + READ_BAIT + "; echo ran",
+    "--write": "echo planted > {out}/planted-{nonce} || exit 9; " + READ_BAIT + "; echo ran",
     "--read": READ_BAIT + "; echo ran",
 }
 
@@ -379,7 +379,7 @@ def test_a_with_fd_folder_swapped_during_the_question_binds_the_descriptor_or_re
     race = races((owner.uid, owner.gid))
     nonce = secrets.token_hex(4)
     before = race.bait()
-    script = f"echo planted > {race.out}/planted-{nonce}; echo ran"
+    script = f"echo planted > {race.out}/planted-{nonce} && echo ran"
     # the descriptor is opened by the owner's shell, before lnk runs
     opens_fd = ("/bin/sh", "-c", f'exec 7<"{race.out}"; exec "$@"', "sh")
     swap = _swap_by_user(race, targets["~/.ssh"], ("", owner.uid, owner.gid))
@@ -413,12 +413,45 @@ def test_with_the_identity_check_skipped_the_same_swap_leaks(
         planted.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("swapper", ["a second sandbox of the owner", "another user"])
+def _loop_launch(box: RunningBox, grant: str, out: Path, n: int) -> tuple[int, str]:
+    """One `--yes` launch of the victim with `grant` of `out`: (exit status, what it said)."""
+    plant = f"echo {n} > {out}/planted-{n} && echo ran"  # "ran": planted where it was bound
+    if grant == "--read":
+        result = box.run(
+            f"--read={out}", cmd=["/bin/sh", "-c", READ_BAIT.format(out=out) + "; echo ran"]
+        )
+    elif grant == "--write":
+        result = box.run(f"--write={out}", cmd=["/bin/sh", "-c", plant])
+    else:  # --with-fd: the owner's shell opens the path (as it is then) and passes it
+        opens_fd = ["/bin/sh", "-c", 'exec 7<"$1"; shift; exec "$@"', "sh", str(out)]
+        argv = [*opens_fd, str(LNK), "sandbox", "run", "--yes", "--with-fd=7:write", "--"]
+        result = subprocess.run(
+            as_user(box.owner.uid, box.owner.gid, *argv, "/bin/sh", "-c", plant),
+            env=box.owner_env(),
+            cwd=str(box.owner.home),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("grant", "swapper"),
+    [
+        ("--write", "a second sandbox of the owner"),
+        ("--write", "another user"),
+        ("--read", "a second sandbox of the owner"),
+        ("--with-fd", "another user"),
+    ],
+)
 def test_a_looping_exchange_under_yes_never_binds_elsewhere(
     running_box: RunningBox,
     targets: dict[str, Path],
     races: Callable[[tuple[int, int]], Race],
     other_user: tuple[str, int, int],
+    grant: str,
     swapper: str,
 ) -> None:
     box = running_box
@@ -451,12 +484,8 @@ def test_a_looping_exchange_under_yes_never_binds_elsewhere(
         assert loop.stdout is not None
         assert loop.stdout.readline().strip() == "swapping", loop.stderr
         for n in range(LOOP_LAUNCHES):
-            result = box.run(
-                f"--write={race.out}",
-                cmd=["/bin/sh", "-c", f"echo {n} > {race.out}/planted-{n}; echo ran"],
-            )
-            said = result.stdout + result.stderr
-            if _check_outcome(result.returncode, said, race, before, box):
+            status, said = _loop_launch(box, grant, race.out, n)
+            if _check_outcome(status, said, race, before, box):
                 ran += 1
             else:
                 refused += 1
@@ -468,12 +497,16 @@ def test_a_looping_exchange_under_yes_never_binds_elsewhere(
     # Every file planted is in the folder judged, whatever its name is now.
     real = next(p for p in (race.out, *map(Path, links)) if p.is_dir() and not p.is_symlink())
     assert real.stat().st_ino == judged_inode
-    assert len([p for p in os.listdir(real) if p.startswith("planted-")]) == ran
+    planted = [p for p in os.listdir(real) if p.startswith("planted-")]
+    assert len(planted) == (0 if grant == "--read" else ran)
     assert ran + refused == LOOP_LAUNCHES
-    print(f"{swapper}: {ran} ran, {refused} refused, {changed} of them at the bind")
-    # The swapper won the window between judging and binding (else the loop proved
-    # nothing about the bind), and lost it too: the granted folder still works.
-    assert changed > 0 and ran > 0, (ran, refused, changed)
+    print(f"{grant}, {swapper}: {ran} ran, {refused} refused, {changed} of them at the bind")
+    # The swapper lost the race too: the granted folder still works under it.
+    assert ran > 0, (ran, refused, changed)
+    if grant != "--with-fd":  # a descriptor is bound itself: no path to swap at the bind
+        # The swapper won the window between judging and binding, which the bind refused
+        # (else the loop proved nothing about the bind).
+        assert changed > 0, (ran, refused, changed)
 
 
 def test_check_reports_the_bound_folder_is_the_one_judged(
