@@ -6,11 +6,23 @@ link, what it points at and who owns it. `[commands]` names are looked up on PAT
 and the real executable found is what is granted: a later change of the link does not redirect
 the grant. Nothing here decides what is allowed; `refusals.judge` does, on what this returns.
 
-Run it with the owner's credentials: it answers what *the caller* can see.
+Run it with the owner's credentials: it answers what *the caller* can see. Each component is
+opened below its folder's descriptor without following it, so what a walk records (each link it
+followed, the identity of the object it reached) is of one consistent walk; the controller binds
+that object or refuses (`lnk_controller.bound`). A folder the viewer cannot search answers as a
+missing one, and so does `/proc/PID` of a process the viewer does not own.
+
+What this does NOT do: keep a path meaning the same after the walk (the identity is what
+carries over, not the path), or make `/proc/self` the caller's in the controller (there it is
+the controller's own, root's, and answers as missing).
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import errno
+import functools
 import os
 import pwd
 import stat
@@ -19,7 +31,7 @@ from dataclasses import dataclass
 
 from lnk_shared.cloud import detect_cloud
 from lnk_shared.errors import SpecError
-from lnk_shared.grants import LinkHop, ResolvedFd, ResolvedPath, ResolvedSpec
+from lnk_shared.grants import Identity, LinkHop, ResolvedFd, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import AGENT_FOLDERS, SOCKET_DIRS, USER_SETTINGS_DIR, BoxPaths
 from lnk_shared.spec import PathEntry, Spec
 
@@ -30,13 +42,18 @@ __all__ = [
     "JudgeContext",
     "PathNotFound",
     "context_for",
+    "foreign_process",
     "resolve_path",
     "resolve_spec",
+    "viewer_uid",
 ]
 
 DETECT = object()  # context_for(cloud=DETECT): read the machine's firmware
 MAX_LINK_HOPS = 40  # the kernel's own limit on links in one lookup (MAXSYMLINKS)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+PROC_SUPER_MAGIC = 0x9FA0  # statfs f_type of procfs (linux/magic.h)
+_STATFS_BYTES = 256  # room for struct statfs (120 bytes on x86_64 and aarch64)
+_WALK_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC  # a handle on the entry itself
 
 
 class PathNotFound(Exception):
@@ -49,54 +66,112 @@ class Walk:
     links: tuple[LinkHop, ...]
     exists: bool
     mode: int
+    identity: Identity | None = None
+    nlink: int = 0
+    folders: tuple[Identity, ...] = ()  # every folder the walk ended below, "/" first
+
+
+def _fs_type(fd: int) -> int:
+    """The filesystem's magic number (statfs f_type) of the object open at `fd`."""
+    buf = ctypes.create_string_buffer(_STATFS_BYTES)
+    if _libc().fstatfs(fd, buf) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(ctypes.c_long.from_buffer(buf).value)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def viewer_uid() -> int:
+    """The uid this thread's file lookups are checked as (its fsuid: the caller's own in the
+    CLI, the owner's while the controller judges as them)."""
+    with open("/proc/thread-self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Uid:"):
+                return int(line.split()[4])
+    raise OSError(errno.EIO, "no Uid line in /proc/thread-self/status")
+
+
+def foreign_process(name: str, parent_fd: int, info: os.stat_result) -> bool:
+    """Whether `name` (just opened below `parent_fd`, with `info`) is the /proc folder of a
+    process or task the viewer does not own. Its links (cwd, root, exe, fd/N) would tell the
+    viewer where another user works and what it has open, and root (which the controller
+    is) may read them all: such a folder is answered as missing."""
+    if not (name.isascii() and name.isdigit() and stat.S_ISDIR(info.st_mode)):
+        return False
+    if _fs_type(parent_fd) != PROC_SUPER_MAGIC:
+        return False
+    return info.st_uid != viewer_uid()
 
 
 def _walk(path: str, *, must_exist: bool) -> Walk:
-    """Resolve `path` (absolute) physically, component by component, recording every link."""
+    """Resolve `path` (absolute) physically, component by component, recording every link.
+
+    Each component is opened `O_PATH | O_NOFOLLOW` below the descriptor of the folder before
+    it, and a link is read from its own descriptor: no component is looked up twice, so the
+    identity recorded is of the object this very walk reached, and each link recorded is the
+    one it followed. Permission to look is the thread's own (run it as the owner): a
+    component the viewer may not reach gives the same answer as one that does not exist.
+    """
     if not path.startswith("/"):
         raise ValueError(f"not absolute: {path!r}")
     pending = [c for c in reversed(path.split("/")) if c]
-    current = "/"
+    stack = [("/", os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))]
     links: list[LinkHop] = []
-    mode = os.lstat("/").st_mode
-    while pending:
-        part = pending.pop()
-        if part == ".":
-            continue
-        if part == "..":
-            current = os.path.dirname(current) or "/"
-            continue
-        candidate = os.path.join(current, part)
-        try:
-            info = os.lstat(candidate)
-        except FileNotFoundError:
-            if must_exist:
-                raise PathNotFound(candidate) from None
-            rest = os.path.normpath(os.path.join(candidate, *reversed(pending)))
-            return Walk(rest, tuple(links), exists=False, mode=0)
-        except NotADirectoryError:
-            raise PathNotFound(f"{current} is not a folder") from None
-        except PermissionError:
-            raise PathNotFound(f"{candidate} (permission denied)") from None
-        except OSError as exc:  # a name too long, an I/O error: the path cannot be granted
-            raise PathNotFound(f"{candidate} ({exc.strerror})") from None
-        if stat.S_ISLNK(info.st_mode):
-            if len(links) >= MAX_LINK_HOPS:
-                raise PathNotFound(f"{candidate}: too many links (a loop?)")
+    try:
+        while pending:
+            part = pending.pop()
+            if part == ".":
+                continue
+            if part == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop()[1])
+                continue
+            current, parent_fd = stack[-1]
+            candidate = os.path.join(current, part)
             try:
-                target = os.readlink(candidate)
-            except OSError as exc:  # replaced between lstat and readlink
+                fd = os.open(part, _WALK_FLAGS, dir_fd=parent_fd)
+            except (FileNotFoundError, PermissionError):
+                if must_exist:
+                    raise PathNotFound(candidate) from None
+                rest = os.path.normpath(os.path.join(candidate, *reversed(pending)))
+                return Walk(rest, tuple(links), exists=False, mode=0)
+            except OSError as exc:  # a name too long, an I/O error: the path cannot be granted
                 raise PathNotFound(f"{candidate} ({exc.strerror})") from None
+            try:
+                info = os.fstat(fd)
+                if foreign_process(part, parent_fd, info):
+                    raise PathNotFound(candidate)
+                if stat.S_ISLNK(info.st_mode):
+                    if len(links) >= MAX_LINK_HOPS:
+                        raise PathNotFound(f"{candidate}: too many links (a loop?)")
+                    target = os.readlink("", dir_fd=fd)  # this link, not its name again
+                elif pending and not stat.S_ISDIR(info.st_mode):
+                    raise PathNotFound(f"{candidate} is not a folder")
+            except BaseException:
+                os.close(fd)
+                raise
+            if not stat.S_ISLNK(info.st_mode):
+                stack.append((candidate, fd))
+                continue
+            os.close(fd)
             links.append(LinkHop(candidate, target, info.st_uid))
             if target.startswith("/"):
-                current = "/"
+                while len(stack) > 1:
+                    os.close(stack.pop()[1])
             pending.extend(c for c in reversed(target.split("/")) if c)
-            continue
-        if pending and not stat.S_ISDIR(info.st_mode):
-            raise PathNotFound(f"{candidate} is not a folder")
-        current = candidate
-        mode = info.st_mode
-    return Walk(current, tuple(links), exists=True, mode=mode)
+        seen = [os.fstat(fd) for _, fd in stack]
+        ids = tuple(Identity(i.st_dev, i.st_ino, stat.S_IFMT(i.st_mode)) for i in seen)
+        info = seen[-1]
+        return Walk(
+            stack[-1][0], tuple(links), True, info.st_mode, ids[-1], info.st_nlink, ids[:-1]
+        )
+    finally:
+        for _, fd in stack:
+            os.close(fd)
 
 
 def resolve_path(written: str, *, base: str, home: str) -> ResolvedPath:
@@ -114,6 +189,7 @@ def resolve_path(written: str, *, base: str, home: str) -> ResolvedPath:
         links=walk.links,
         is_dir=stat.S_ISDIR(walk.mode),
         is_socket=stat.S_ISSOCK(walk.mode),
+        identity=walk.identity,
     )
 
 
@@ -143,15 +219,19 @@ class JudgeContext:
     spec_file: str | None = None
     cloud: str | None = None  # "aws", "gcp", "azure" when the firmware says so
     spec_links: tuple[str, ...] = ()
+    # The spec file as an object: a write grant that is its folder (or one above it) under
+    # another path, or that may hold another hard link of it, is refused by identity.
+    spec_identity: Identity | None = None
+    spec_nlink: int = 0
+    spec_folders: tuple[Identity, ...] = ()
 
 
-def _spec_location(spec_file: str) -> tuple[str, tuple[str, ...]]:
+def _spec_location(spec_file: str) -> Walk:
     absolute = os.path.abspath(spec_file)
     try:
-        walk = _walk(absolute, must_exist=False)
+        return _walk(absolute, must_exist=False)
     except PathNotFound:
-        return absolute, ()
-    return walk.real, tuple(hop.link for hop in walk.links)
+        return Walk(absolute, (), exists=False, mode=0)
 
 
 def context_for(
@@ -175,7 +255,7 @@ def context_for(
     path_dirs += [real_or_planned(d) for d in DEFAULT_PATH.split(":")]
     runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
     sockets = [real_or_planned(d) for d in (*SOCKET_DIRS, runtime)]
-    spec_real, spec_links = _spec_location(spec_file) if spec_file else (None, ())
+    spec = _spec_location(spec_file) if spec_file else None
     return JudgeContext(
         owner_uid=uid,
         home=real_home,
@@ -184,8 +264,11 @@ def context_for(
         box_dirs=tuple(real_or_planned(str(d)) for d in box.all()),
         agent_folders=tuple(real_or_planned(os.path.join(real_home, f)) for f in AGENT_FOLDERS),
         socket_dirs=tuple(dict.fromkeys(sockets)),
-        spec_file=spec_real,
-        spec_links=spec_links,
+        spec_file=spec.real if spec else None,
+        spec_links=tuple(hop.link for hop in spec.links) if spec else (),
+        spec_identity=spec.identity if spec else None,
+        spec_nlink=spec.nlink if spec else 0,
+        spec_folders=spec.folders if spec else (),
         cloud=detect_cloud() if cloud is DETECT else (cloud if isinstance(cloud, str) else None),
     )
 
@@ -233,7 +316,7 @@ def _resolve_commands(spec: Spec, home: str, path_env: str) -> tuple[ResolvedPat
                     key="commands.allow",
                 )
             resolved = resolve_path(found, base="/", home=home)
-            out.append(ResolvedPath(resolved.real, written, resolved.links, resolved.is_dir))
+            out.append(dataclasses.replace(resolved, written=written))
             continue
         try:
             resolved = resolve_path(written, base=entry.base, home=home)
@@ -274,6 +357,14 @@ def _resolve_fds(spec: Spec, home: str) -> tuple[ResolvedFd, ...]:
         if not resolved.is_dir:
             raise SpecError(
                 f"descriptor {grant.fd} is not a folder", source="--with-fd", key=str(grant.fd)
+            )
+        info = os.fstat(grant.fd)
+        if resolved.identity != Identity(info.st_dev, info.st_ino, stat.S_IFMT(info.st_mode)):
+            raise SpecError(
+                f"descriptor {grant.fd} is no longer the folder at {target}: it was moved or "
+                "replaced; open it again and run again",
+                source="--with-fd",
+                key=str(grant.fd),
             )
         out.append(ResolvedFd(grant.fd, grant.write, resolved))
     return tuple(out)

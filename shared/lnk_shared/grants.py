@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lnk_shared.hosts import HostPattern
@@ -20,6 +20,7 @@ from lnk_shared.spec import LanEntry
 __all__ = [
     "GRANTS_VERSION",
     "Grants",
+    "Identity",
     "LinkHop",
     "ResolvedFd",
     "ResolvedPath",
@@ -39,14 +40,30 @@ class LinkHop:
 
 
 @dataclass(frozen=True, order=True)
+class Identity:
+    """Which object a walk ended on: its device, inode and file type (`stat.S_IFMT`). What is
+    bound must be this very object, whatever its path says by then."""
+
+    dev: int
+    ino: int
+    kind: int
+
+
+@dataclass(frozen=True, order=True)
 class ResolvedPath:
-    """A path as written and where it really is, with the links on the way."""
+    """A path as written and where it really is, with the links on the way.
+
+    `identity`: the object the walk ended on (None for one resolved elsewhere, e.g. in a test).
+    It is not part of equality or the hash: an approval is of places, and the identity binds
+    one launch to what it judged.
+    """
 
     real: str
     written: str
     links: tuple[LinkHop, ...] = ()
     is_dir: bool = True
     is_socket: bool = False
+    identity: Identity | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, order=True)

@@ -29,7 +29,7 @@ from lnk_shared.errors import (
 from lnk_shared.grants import Grants, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SYSTEM_DIRS, TEMP_DIRS
 
-__all__ = ["find_refusals", "inside", "judge"]
+__all__ = ["check_self_widening", "find_refusals", "inside", "judge"]
 
 ROOT_UID = 0
 
@@ -119,7 +119,39 @@ def _check_self_widening(p: ResolvedPath, key: str, ctx: JudgeContext) -> Refuse
                 _label(p, key),
                 f"it could replace the link {link} on the way to this spec and widen its next run",
             )
-    return None
+    return _check_self_widening_by_identity(p, key, ctx)
+
+
+def _check_self_widening_by_identity(
+    p: ResolvedPath, key: str, ctx: JudgeContext
+) -> RefusedError | None:
+    """The same rule on objects, for what paths cannot show: the spec's folder (or one above
+    it) reached under another path (a bind mount), the spec itself under another name, and a
+    spec with other hard links, any of which may sit in this folder (a hard link is on the
+    same filesystem, so only a folder on another one is sure to hold none)."""
+    if ctx.spec_identity is None or p.identity is None:
+        return None
+    why = None
+    if p.identity == ctx.spec_identity:
+        why = f"it is this spec ({ctx.spec_file}) under another name"
+    elif p.identity in ctx.spec_folders:
+        why = f"it is a folder holding this spec ({ctx.spec_file}), reached by another path"
+    elif ctx.spec_nlink > 1 and p.identity.dev == ctx.spec_identity.dev and p.is_dir:
+        why = (
+            f"this spec ({ctx.spec_file}) has {ctx.spec_nlink} hard links and this folder is "
+            "on its filesystem, so one may be inside it; keep the spec as a single file (copy it)"
+        )
+    if why is None:
+        return None
+    return SelfWideningRefused(_label(p, key), f"{why}: a run could rewrite it and widen its next")
+
+
+def check_self_widening(p: ResolvedPath, key: str, ctx: JudgeContext) -> None:
+    """Raise the self-widening refusal for a folder written that is not a spec's grant (an
+    agent's home, which its sandbox writes)."""
+    refusal = _check_self_widening(p, key, ctx)
+    if refusal is not None:
+        raise refusal
 
 
 def _check_links(p: ResolvedPath, key: str) -> RefusedError | None:

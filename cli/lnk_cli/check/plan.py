@@ -77,6 +77,8 @@ class Evidence:
     abstract   the abstract socket accepted a connection
     confiner   the confiner's folder changed (`value` = its state before)
     privilege  the status the probe read shows privilege, or the owner's uid (`value`)
+    identity   the object the sandbox finds at `path` is not the one judged (`value`: device,
+               inode and type as discovery recorded them)
     inside     nothing outside can see it: the sandbox's answer only
     """
 
@@ -430,6 +432,29 @@ def _proxy(c: _Context, bait_port: int) -> None:
 # -- processes and the kernel -----------------------------------------------------------------
 
 
+def _identities(c: _Context) -> None:
+    """Each granted folder or file: what the sandbox finds bound there must be the very object
+    judged (device, inode, type), not whatever a swap after judging put at its path."""
+    spec = c.grants.spec
+    granted = [(p, "read") for p in spec.read] + [(p, "write") for p in spec.write]
+    granted += [(f.path, f"--with-fd {f.fd}") for f in spec.with_fds]
+    seen: set[str] = set()
+    for n, (path, how) in enumerate(granted):
+        if path.identity is None or path.real in seen:
+            continue
+        seen.add(path.real)
+        judged = [path.identity.dev, path.identity.ino, path.identity.kind]
+        c.add(
+            Probe(
+                f"identity-{n}",
+                f"find another object than the one judged bound at {path.real} ({how})",
+                REFUSED,
+                {"kind": "identity", "path": path.real},
+                (Evidence("identity", judged, path.real),),
+            )
+        )
+
+
 def _processes(c: _Context) -> None:
     outside = c.bait.outside
     assert outside is not None
@@ -557,6 +582,7 @@ def build_plan(grants: Grants, bait: Bait, confiner_dir: str) -> list[Probe]:
     c.hidden = list(grants.hidden)
     _files(c)
     _writes(c)
+    _identities(c)
     _confiner(c, confiner_dir)
     _server(c)
     _network(c)

@@ -303,6 +303,16 @@ def _exec(step: dict[str, Any]) -> dict[str, Any]:
     return _stopped(f"status {result.returncode}: {err[-1][:120] if err else ''}".strip())
 
 
+def _identity(step: dict[str, Any]) -> dict[str, Any]:
+    """The device, inode and type of what is bound at a granted path, as the sandbox sees it
+    (a bind or idmapped mount keeps both: they are the filesystem's)."""
+    try:
+        info = os.lstat(step["path"])
+    except OSError as exc:
+        return _stopped(_errno_name(exc))
+    return _through("looked", [info.st_dev, info.st_ino, info.st_mode & 0o170000])
+
+
 def _privilege(step: dict[str, Any]) -> dict[str, Any]:
     with open("/proc/self/status", encoding="ascii") as f:
         fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
@@ -410,6 +420,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "environ": _environ,
     "exec": _exec,
     "privilege": _privilege,
+    "identity": _identity,
     "kernel": _kernel,
     "terminal": _terminal,
     "append_only": _append_only,

@@ -38,7 +38,9 @@ DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 # Evidence the outside sees for itself: it alone decides the probe.
 # ("mode" is not: a set-id bit the sandbox set leaks while it runs, even if swept after it;
 # "mode-swept" is, for what the filter cannot refuse and only the sweep strips.)
-_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege", "mode-swept"})
+_DECISIVE = frozenset(
+    {"secret", "names", "created", "marked", "privilege", "mode-swept", "identity"}
+)
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -148,6 +150,10 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return None if outside.appended_kept else "what was there before was truncated"
     if kind in ("mode", "mode-swept"):
         return _mode_left(e, outside)
+    if kind == "identity":
+        if data == e.value:
+            return None
+        return f"another object than the one judged is bound at {e.path}"
     return None
 
 

@@ -18,6 +18,8 @@ import dataclasses
 import logging
 import os
 import pwd
+import stat
+from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,6 +35,8 @@ from lnk_controller.agent_launch import (
     stage_agent,
 )
 from lnk_controller.agents import AgentRegistry
+from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
+from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
@@ -56,12 +60,20 @@ from lnk_controller.staging import (
 from lnk_controller.stdio_guard import guard_stdio
 from lnk_controller.wall import Bind
 from lnk_controller.write_links import symlink_places
-from lnk_shared.discovery import DEFAULT_PATH, DETECT, context_for, resolve_path, resolve_spec
+from lnk_shared.cloud import detect_cloud
+from lnk_shared.discovery import (
+    DEFAULT_PATH,
+    JudgeContext,
+    PathNotFound,
+    context_for,
+    resolve_path,
+    resolve_spec,
+)
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
-from lnk_shared.grants import Grants
+from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
 from lnk_shared.opens import describe, describe_changes
-from lnk_shared.refusals import find_refusals, inside, judge
-from lnk_shared.spec import FdGrant, SpecBuilder
+from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
+from lnk_shared.spec import FdGrant, Spec, SpecBuilder
 from lnk_shared.spec_file import parse_spec_text, read_spec_text
 from lnk_shared.spec_flags import spec_from_arguments
 
@@ -95,6 +107,9 @@ class Judged:
     execute: tuple[str, ...]
     approval_lines: tuple[str, ...] | None  # None: already approved
     agent: AgentLaunch | None = None  # `lnk agent start`: the agent this sandbox runs as
+    # real path -> the object judged there (bound.py binds that object or refuses)
+    identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
+    caller: CallerCredentials | None = None  # whose credentials it was judged with
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -132,6 +147,12 @@ def _interpreter(path: str, box_bin: Path) -> str | None:
     return os.fsdecode(line.split()[0]) if line else None
 
 
+def _program_files(judged: Judged) -> frozenset[str]:
+    """The programs judged as files: each is bound as the very file judged (staging)."""
+    ids = judged.identities
+    return frozenset(p for p in judged.execute if p in ids and ids[p].kind == stat.S_IFREG)
+
+
 class Launcher:
     def __init__(
         self,
@@ -150,7 +171,16 @@ class Launcher:
 
     # -- judging ---------------------------------------------------------------------------
 
-    def judge(self, request: LaunchRequest, owner_uid: int, fds: list[int]) -> Judged:
+    def judge(
+        self,
+        request: LaunchRequest,
+        owner_uid: int,
+        fds: list[int],
+        caller: CallerCredentials | None = None,
+    ) -> Judged:
+        """Judge the request as `caller` (the owner as the socket saw it) sees the machine:
+        every path and program is looked up with its credentials, never root's."""
+        caller = caller or credentials_of(owner_uid)
         self.preflight()
         agent = None
         if request.agent is not None:
@@ -168,11 +198,15 @@ class Launcher:
             with_fds.append(FdGrant(fds[request.with_fds[grant.fd]], grant.write))
         spec = dataclasses.replace(spec, with_fds=tuple(with_fds))
         env = {"PATH": request.path_env or DEFAULT_PATH}
-        ctx = context_for(
-            owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=DETECT
-        )
-        resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
+        cloud = detect_cloud()  # the machine's firmware, read as root
+        with caller_credentials(caller):
+            looked_up = self._look_up(request, owner_uid, spec, env=env, cloud=cloud, agent=agent)
+        ctx, resolved, program, interp, agent_home = looked_up
+        if request.spec_fd is not None:
+            same_spec(fds[request.spec_fd], ctx)
         grants = judge(resolved, ctx)
+        if agent_home is not None:
+            check_self_widening(agent_home, "the agent's home", ctx)
         if grants.spec.store_driver is not None:
             self._check_store(grants.spec.store_driver, agent)
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
@@ -183,28 +217,27 @@ class Launcher:
             )
 
         execute: set[str] = set()
-        program_path = ""
-        if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
-            program_path = _find_program(request.argv[0], request.cwd)
-            try:
-                program = resolve_path(program_path, base="/", home=ctx.home)
-            except OSError as exc:
-                raise SpecError(f"{request.argv[0]!r} cannot be run: {exc}") from None
+        program_path = program.written if program is not None else ""
+        if program is not None:
             with_program = dataclasses.replace(resolved, commands=(*resolved.commands, program))
             for refusal in find_refusals(with_program, ctx):
                 if "commands.allow" in refusal.entry:
                     raise CommandRefused(f"the program {request.argv[0]}", refusal.why)
             execute.add(program.real)
-            interp = _interpreter(program.real, self.cfg.python.parent)
             if interp is not None:
-                execute.add(os.path.realpath(interp))
+                execute.add(interp.real)
         execute.update(os.path.realpath(p) for p in LOADERS if os.path.exists(p))
         if grants.spec.commands_any:
             execute.add("/")
         execute.update(c.real for c in grants.commands)
+        identities = judged_identities(
+            (*grants.read, *grants.write, *(f.path for f in grants.spec.with_fds)),
+            (*grants.commands, *(p for p in (program, interp, agent_home) if p is not None)),
+            ctx.home,
+        )
 
         digest = grants.digest()
-        key = os.path.realpath(spec.source) if spec.source else FLAGS_ONLY_KEY
+        key = ctx.spec_file if spec.source and ctx.spec_file else FLAGS_ONLY_KEY
         known = self.remembered.lookup(owner_uid, key)
         lines: tuple[str, ...] | None = None
         if known is None:
@@ -218,7 +251,61 @@ class Launcher:
                 "it was approved:",
                 *describe_changes(known.grants_json, grants),
             )
-        return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines, agent)
+        return Judged(
+            grants,
+            digest,
+            key,
+            program_path,
+            tuple(sorted(execute)),
+            lines,
+            agent,
+            identities,
+            caller,
+        )
+
+    def _look_up(
+        self,
+        request: LaunchRequest,
+        owner_uid: int,
+        spec: Spec,
+        *,
+        env: dict[str, str],
+        cloud: str | None,
+        agent: AgentLaunch | None,
+    ) -> tuple[
+        JudgeContext, ResolvedSpec, ResolvedPath | None, ResolvedPath | None, ResolvedPath | None
+    ]:
+        """Every lookup of the judging, made as the caller: the context, the spec's paths and
+        programs, the program to run and its interpreter, the agent's home."""
+        ctx = context_for(
+            owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=cloud
+        )
+        resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
+        program = interp = agent_home = None
+        if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
+            program_path = _find_program(request.argv[0], request.cwd)
+            try:
+                program = resolve_path(program_path, base="/", home=ctx.home)
+            except (OSError, PathNotFound):
+                raise SpecError(
+                    f"{request.argv[0]!r} cannot be run: no such program, or not one you can reach"
+                ) from None
+            program = dataclasses.replace(program, written=program_path)
+            interp_path = _interpreter(program.real, self.cfg.python.parent)
+            if interp_path is not None:
+                try:
+                    interp = resolve_path(interp_path, base="/", home=ctx.home)
+                except PathNotFound:
+                    raise SpecError(
+                        f"{request.argv[0]!r} cannot be run: its interpreter {interp_path} "
+                        "is missing, or not one you can reach"
+                    ) from None
+        if agent is not None:
+            try:
+                agent_home = resolve_path(agent.home, base="/", home=ctx.home)
+            except PathNotFound:
+                raise LaunchRefused(agent.home, "the agent's folder is missing") from None
+        return ctx, resolved, program, interp, agent_home
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
@@ -250,6 +337,7 @@ class Launcher:
             [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
             [(f.path.real, f.write) for f in g.spec.with_fds],
             judged.execute,
+            _program_files(judged),
         )
 
     def approve(self, owner_uid: int, judged: Judged) -> None:
@@ -304,6 +392,37 @@ class Launcher:
                 "the spec opens [internet] or [lan] but the proxy is not running; "
                 "`lnk box up` starts it",
             )
+        # The objects judged, opened (as the owner, without links) and compared before anything
+        # of the sandbox exists: a swap since judging refuses here, leaving nothing behind.
+        with caller_credentials(judged.caller or credentials_of(owner_uid)):
+            sources = open_judged(
+                self._objects(request, fds, judged),
+                {real: fds[i] for real, i in request.grant_fds.items()},
+                home=pwd.getpwuid(owner_uid).pw_dir,
+                unsafe_skip_identity_check=self.cfg.unsafe_skip_identity_check,
+            )
+        try:
+            return self._create_and_start(request, owner_uid, fds, judged, sources)
+        finally:
+            close_all(sources)
+
+    def _objects(
+        self, request: LaunchRequest, fds: list[int], judged: Judged
+    ) -> list[JudgedObject]:
+        ids = judged.identities
+        objects = [JudgedObject(p, ids.get(p)) for p in self.paths_to_open(judged)]
+        for grant in judged.grants.spec.with_fds:
+            objects.append(JudgedObject(grant.path.real, ids.get(grant.path.real), grant.fd))
+        return objects
+
+    def _create_and_start(
+        self,
+        request: LaunchRequest,
+        owner_uid: int,
+        fds: list[int],
+        judged: Judged,
+        sources: Mapping[str, int],
+    ) -> Running:
         row = self.store.create(
             owner_uid=owner_uid,
             allocate=self._allocate,
@@ -315,7 +434,7 @@ class Launcher:
             staged=TMPFS_NAMES,
         )
         try:
-            return self._start(request, owner_uid, fds, judged, row)
+            return self._start(request, owner_uid, fds, judged, row, sources=sources)
         except BaseException:
             clean_sandbox(row.id, self.store, self.cfg)
             if self.agents is not None and judged.agent is not None:
@@ -332,6 +451,8 @@ class Launcher:
         fds: list[int],
         judged: Judged,
         row: SandboxRow,
+        *,
+        sources: Mapping[str, int],
     ) -> Running:
         cfg = self.cfg
         grants = judged.grants
@@ -350,8 +471,7 @@ class Launcher:
                 store=self.store,
                 user=user,
                 owner_uid=owner_uid,
-                request=request,
-                fds=fds,
+                sources=sources,
                 grants_read=[p.real for p in grants.read],
                 grants_write=[p.real for p in grants.write]
                 + ([judged.agent.home] if judged.agent else []),
@@ -360,6 +480,7 @@ class Launcher:
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
                 tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+                program_files=_program_files(judged),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation

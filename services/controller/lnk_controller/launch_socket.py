@@ -18,8 +18,9 @@ its way out: whichever client prints it (the C one prints them as they come), no
 zero-width character from a spec or a path reaches the terminal.
 Before anything else, a caller's uid is checked to be the account its records belong to
 (`lnk_controller.accounts`: a recycled uid starts empty). A client that goes away stops its
-sandbox. Callers are known by SO_PEERCRED only; sandbox uids
-are refused (a sandbox never sees this socket, this is a second lock).
+sandbox. Callers are known by SO_PEERCRED and SO_PEERGROUPS only, and everything is looked up
+with those credentials (as_caller); sandbox uids are refused (a sandbox never sees this socket,
+this is a second lock).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import time
 from typing import Any
 
 from lnk_controller.accounts import Accounts
+from lnk_controller.as_caller import CallerCredentials, peer_credentials
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
@@ -101,7 +103,8 @@ class LaunchServer:
                 if untrusted.get("type") != "launch":
                     raise ValueError("expected a launch request")
                 request = parse_launch_request(untrusted, len(fds))
-                self._run(conn, caller.uid, request, fds)
+                creds = peer_credentials(conn, caller.uid, caller.gid)
+                self._run(conn, creds, request, fds)
             except LnkError as exc:
                 self._reply_error(conn, exc.exit_code, str(exc))
             except (ValueError, EOFError, OSError) as exc:
@@ -119,12 +122,15 @@ class LaunchServer:
         with contextlib.suppress(OSError):
             send_frame(conn, {"type": "error", "exit": code, "message": shown_lines(message)})
 
-    def _run(self, conn: socket.socket, owner_uid: int, request: Any, fds: list[int]) -> None:
+    def _run(
+        self, conn: socket.socket, caller: CallerCredentials, request: Any, fds: list[int]
+    ) -> None:
         launcher = self._launcher
+        owner_uid = caller.uid
         t0 = time.perf_counter()
         if request.check:
             request = launcher.probe_request(request)
-        judged = launcher.judge(request, owner_uid, fds)
+        judged = launcher.judge(request, owner_uid, fds, caller)
         t1 = time.perf_counter()
         # A check runs only the box's probes: it neither asks nor remembers the spec, so
         # checking a spec never approves it for a run.

@@ -6,8 +6,8 @@ reconcile after a crash) can undo it: staged mounts by their target path, placeh
 `placeholder:<dev>:<ino>:<path>` so only the very file or folder made here is ever removed,
 and only while it is still empty.
 
-The owner proves what they can reach: each folder is staged from a descriptor the client opened
-as the owner, after checking it is the same file the controller's own resolution found.
+Each folder is staged from the descriptor `bound.open_judged` opened as the owner, without
+links, and found to be the very object judged: nothing here looks a grant up by its path.
 
 What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
 sockets; links resolve inside the sandbox's own view), or keep a placeholder from being seen by
@@ -21,12 +21,12 @@ import errno
 import os
 import pwd
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lnk_controller import idmap_mounts
 from lnk_controller.host_users import HostUser
-from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
@@ -68,10 +68,12 @@ def wanted_paths(
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
+    program_files: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The real paths the owner must pass open for this sandbox (those not passed as fds)."""
     passed = {p for p, _ in fd_grants}
-    return [p for p, _, _ in _wanted(grants_read, grants_write, [], execute) if p not in passed]
+    wanted = _wanted(grants_read, grants_write, [], execute, program_files)
+    return [p for p, _, _ in wanted if p not in passed]
 
 
 def _wanted(
@@ -79,32 +81,22 @@ def _wanted(
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
+    program_files: frozenset[str] = frozenset(),
 ) -> list[tuple[str, bool, bool]]:
-    """(real path, write, is a program) for every bind the sandbox needs."""
+    """(real path, write, is a program) for every bind the sandbox needs. A program file
+    (`program_files`) inside a granted folder is bound over itself too: what it may execute is
+    then the very file judged, not whatever is renamed to its name later."""
     wanted = [(p, False, False) for p in grants_read] + [(p, True, False) for p in grants_write]
     wanted += [(p, w, False) for p, w in fd_grants]
     granted = [w[0] for w in wanted]
     for program in execute:
         if program == "/" or any(inside(program, d) for d in SYSTEM_PROGRAM_DIRS):
             continue
-        if not any(inside(program, g) for g in granted):
-            wanted.append((program, False, True))
+        in_grant = any(inside(program, g) for g in granted)
+        if program in granted or (in_grant and program not in program_files):
+            continue
+        wanted.append((program, False, True))
     return wanted
-
-
-def _owner_fd(real: str, request: LaunchRequest, fds: list[int], by_fd: dict[str, int]) -> int:
-    source_fd = by_fd.get(real)
-    if source_fd is None:
-        index = request.grant_fds.get(real)
-        if index is None:
-            raise LaunchRefused(
-                real, "the client did not pass it open: cannot check you may reach it"
-            )
-        source_fd = fds[index]
-    mine, theirs = os.stat(real), os.fstat(source_fd)
-    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
-        raise LaunchRefused(real, "it changed while the sandbox was being made")
-    return source_fd
 
 
 def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
@@ -193,23 +185,26 @@ def _inside_binds(
     """Binds over the dot entries of each write grant: `.git` pinned to itself (a mount point
     cannot be renamed away, so no new `.git` with hooks can take its place), then every dot entry
     tools run bound read-only over itself. A link in such a place is refused: the sandbox could
-    rewrite whatever it points to."""
+    rewrite whatever it points to. Each entry is looked at through the staged mount (the object
+    judged), never by its path outside, which a swap could have moved elsewhere since."""
     pins: list[Bind] = []
     ro: list[Bind] = []
     for bind in binds:
         if not bind.write:
             continue
         git = os.path.join(bind.dest, ".git")
-        with contextlib.suppress(FileNotFoundError):
-            if git not in placeholders and stat.S_ISDIR(os.lstat(git).st_mode):
-                pins.append(Bind(os.path.join(bind.source, ".git"), git, True))
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            staged_git = os.path.join(bind.source, ".git")
+            if git not in placeholders and stat.S_ISDIR(os.lstat(staged_git).st_mode):
+                pins.append(Bind(staged_git, git, True))
         for path in sorted(set(read_only_inside) | placeholders | {git}):
             if not inside(path, bind.dest) or path == bind.dest:
                 continue
             if path == git and any(p.dest == git for p in pins):
                 continue  # a real .git folder: pinned above, its hooks and config read-only
+            staged = os.path.join(bind.source, os.path.relpath(path, bind.dest))
             try:
-                info = os.lstat(path)
+                info = os.lstat(staged)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             if stat.S_ISLNK(info.st_mode):
@@ -218,7 +213,7 @@ def _inside_binds(
                     "a link where tools run code: the sandbox could rewrite where it "
                     "points; replace the link with the file itself",
                 )
-            ro.append(Bind(os.path.join(bind.source, os.path.relpath(path, bind.dest)), path))
+            ro.append(Bind(staged, path))
     return pins + ro
 
 
@@ -262,8 +257,7 @@ def stage_sandbox(
     store: SandboxStore,
     user: HostUser,
     owner_uid: int,
-    request: LaunchRequest,
-    fds: list[int],
+    sources: Mapping[str, int],
     grants_read: list[str],
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
@@ -271,21 +265,23 @@ def stage_sandbox(
     execute: tuple[str, ...],
     exec_anywhere: bool,
     tmp_size: int,
+    program_files: frozenset[str] = frozenset(),
 ) -> Staged:
     owner = pwd.getpwuid(owner_uid)
-    by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
     binds: list[Bind] = []
     placeholders: list[str] = []
     userns_fd = idmap_mounts.make_userns_fd(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
     try:
-        wanted = _wanted(grants_read, grants_write, fd_grants, execute)
+        wanted = _wanted(grants_read, grants_write, fd_grants, execute, program_files)
         targets = [staging / f"g{n}" for n in range(len(wanted))]
         if targets:  # one write for all of them, before any is made
             store.add_mounts(sandbox_id, [str(target) for target in targets])
         for (real, write, is_program), target in zip(wanted, targets, strict=True):
-            source_fd = _owner_fd(real, request, fds, by_fd)
+            source_fd = sources.get(real)
+            if source_fd is None:  # bound.open_judged opened every one; a miss is a bug here
+                raise StateError(f"{real} was not opened as judged: nothing is bound")
             if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
                 placeholders += _placeholders(
                     sandbox_id=sandbox_id,

@@ -188,3 +188,14 @@ def test_a_folder_granted_for_reading_must_refuse_a_write(home: Path, bait: Bait
     leftovers = {p.id: p.leftovers for p in probes}
     (made,) = leftovers[f"write.read-folder:{project}"]
     assert os.path.dirname(made) == str(project)
+
+
+def test_every_granted_folder_is_probed_for_the_object_judged(home: Path, bait: Bait) -> None:
+    grants = grants_for(home, f"--read={home / '.config'}", f"--write={home / 'project/out'}")
+    probes = {p.id: p for p in build_plan(grants, bait, CONFINER_DIR)}
+    found = {p.step["path"]: p for p in probes.values() if p.id.startswith("identity-") and p.step}
+    assert set(found) == {str(home / ".config"), str(home / "project/out")}
+    info = os.stat(home / "project/out")
+    (evidence,) = found[str(home / "project/out")].evidence
+    assert evidence.value == [info.st_dev, info.st_ino, 0o040000]
+    assert all(p.expected == REFUSED for p in found.values())

@@ -204,3 +204,12 @@ def test_the_confiner_probe_destroys_nothing_even_when_it_gets_through(tmp_path:
     assert sorted(os.listdir(folder)) == ["confiner.py"]
     assert sorted(os.listdir(folder.parent)) == ["lnk_controller"]
     assert (folder / "confiner.py").read_text() == "confine()\n"
+
+
+def test_the_identity_step_reports_device_inode_and_type(tmp_path: Path) -> None:
+    answer = run_step({"id": "i", "kind": "identity", "path": str(tmp_path)})
+    info = os.stat(tmp_path)
+    assert answer["outcome"] == "through"
+    assert answer["data"] == [info.st_dev, info.st_ino, 0o040000]
+    missing = run_step({"id": "i", "kind": "identity", "path": str(tmp_path / "no")})
+    assert missing["outcome"] == "stopped"

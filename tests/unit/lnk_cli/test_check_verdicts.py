@@ -202,3 +202,15 @@ def test_a_mode_the_sandbox_could_set_is_a_leak_even_when_swept_after() -> None:
     assert judge_probe(p, THROUGH, Outside(modes={"/w/a": 0o100755})).verdict == LEAKED
     assert judge_probe(p, STOPPED, Outside(modes={"/w/a": 0o104755})).verdict == LEAKED
     assert judge_probe(p, STOPPED, Outside(modes={"/w/a": 0o100755})).verdict == REFUSED
+
+
+def test_the_object_judged_bound_at_its_path_is_refused_and_another_is_a_leak() -> None:
+    p = probe("identity", value=[64, 1234, 0o040000], path="/home/u/out")
+    same = {"outcome": "through", "detail": "looked", "data": [64, 1234, 0o040000]}
+    other = {"outcome": "through", "detail": "looked", "data": [64, 999, 0o040000]}
+    gone = {"outcome": "stopped", "detail": "ENOENT", "data": ""}
+    assert judge_probe(p, same, Outside()).verdict == REFUSED
+    leaked = judge_probe(p, other, Outside())
+    assert leaked.verdict == LEAKED
+    assert "another object than the one judged" in leaked.observed
+    assert judge_probe(p, gone, Outside()).verdict == LEAKED  # nothing judged is there

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.staging import PLACEHOLDER, _missing_entries, remove_placeholder
+from lnk_controller.staging import PLACEHOLDER, _missing_entries, remove_placeholder, wanted_paths
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 
 TOP_LEVEL = sorted({entry.split("/")[0] for entry in PROJECT_RUN_DOT_ENTRIES})
@@ -202,3 +202,22 @@ def test_placeholder_path_with_colons(tmp_path: Path) -> None:
     assert rec.endswith(str(path))
     remove_placeholder(rec)
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("program", "files", "bound"),
+    [
+        ("/home/u/tools/run", frozenset({"/home/u/tools/run"}), True),  # pinned in its folder
+        ("/home/u/tools/run", frozenset(), False),  # a folder of programs: the grant covers it
+        ("/opt/x/run", frozenset(), True),  # outside every grant: bound on its own
+        ("/usr/bin/cat", frozenset({"/usr/bin/cat"}), False),  # the system's, bound read-only
+        ("/", frozenset(), False),  # allow = ["*"]
+        ("/home/u/tools", frozenset(), False),  # the granted folder itself
+    ],
+)
+def test_a_program_file_in_a_granted_folder_is_bound_as_itself(
+    program: str, files: frozenset[str], bound: bool
+) -> None:
+    wanted = wanted_paths(["/home/u/tools"], [], [], (program,), files)
+    assert wanted.count(program) == bound + (program == "/home/u/tools")  # bound once at most
+    assert "/home/u/tools" in wanted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from lnk_shared.discovery import (
     resolve_spec,
 )
 from lnk_shared.errors import SpecError
-from lnk_shared.grants import LinkHop
+from lnk_shared.grants import Identity, LinkHop
 from lnk_shared.paths import BoxPaths
 from lnk_shared.spec import Origin, Spec, SpecBuilder
 
@@ -334,3 +335,28 @@ def test_context_for_an_unknown_uid_is_a_spec_error(tmp_path: Path) -> None:
     box = BoxPaths(tmp_path / "c", tmp_path / "s", tmp_path / "r")
     with pytest.raises(SpecError, match="no entry in the password database"):
         context_for(3_999_999_999, env={}, box=box)
+
+
+def test_the_walk_records_the_identity_of_the_object_it_reached(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to("real")
+    resolved = resolve_path("alias", base=str(tmp_path), home="/x")
+    info = os.stat(tmp_path / "real")
+    assert resolved.identity == Identity(info.st_dev, info.st_ino, stat.S_IFDIR)
+    assert resolved.real == str(tmp_path / "real")
+
+
+def test_identity_is_not_part_of_what_is_approved(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    before = resolve_path("d", base=str(tmp_path), home="/x")
+    (tmp_path / "other").mkdir()  # made while d exists: another inode
+    (tmp_path / "d").rmdir()
+    (tmp_path / "other").rename(tmp_path / "d")
+    after = resolve_path("d", base=str(tmp_path), home="/x")
+    assert before.identity != after.identity
+    assert before == after  # the same place: asked again only when the place changes
+
+
+def test_a_proc_folder_of_the_viewers_own_process_is_walked() -> None:
+    resolved = resolve_path(f"/proc/{os.getpid()}/cwd", base="/", home="/x")
+    assert resolved.real == os.path.realpath(os.getcwd())

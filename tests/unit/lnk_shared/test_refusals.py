@@ -7,8 +7,11 @@ rules are pure functions. The owner's home is tmp_path/home, never the real /roo
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import socket
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lnk_shared.discovery import JudgeContext, context_for, resolve_spec
+from lnk_shared.discovery import JudgeContext, context_for, resolve_path, resolve_spec
 from lnk_shared.errors import (
     EXIT_REFUSED,
     CommandRefused,
@@ -28,9 +31,9 @@ from lnk_shared.errors import (
     SettingsGrantRefused,
     SocketGrantRefused,
 )
-from lnk_shared.grants import Grants, ResolvedFd, ResolvedPath, ResolvedSpec
+from lnk_shared.grants import Grants, Identity, ResolvedFd, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, BoxPaths
-from lnk_shared.refusals import find_refusals, inside, judge
+from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
 from lnk_shared.spec import Origin, SpecBuilder
 
 OTHER_UID = 12345
@@ -557,3 +560,61 @@ def test_find_refusals_lists_every_rule_broken_settings_first(box: Box) -> None:
 )
 def test_inside_is_on_component_boundaries(path: str, folder: str, expected: bool) -> None:
     assert inside(path, folder) is expected
+
+
+# --- self-widening by identity: what a path cannot show -----------------------------------
+
+SPEC_ID = Identity(7, 100, stat.S_IFREG)
+SPEC_FOLDER_ID = Identity(7, 50, stat.S_IFDIR)
+ABOVE_ID = Identity(7, 2, stat.S_IFDIR)
+
+
+@pytest.mark.parametrize(
+    ("identity", "nlink", "is_dir", "why"),
+    [
+        (SPEC_FOLDER_ID, 1, True, "a folder holding this spec"),  # its folder, bind-mounted
+        (ABOVE_ID, 1, True, "a folder holding this spec"),  # one above it
+        (SPEC_ID, 1, False, "this spec .* under another name"),  # the file, hard-linked
+        (Identity(7, 999, stat.S_IFDIR), 2, True, "has 2 hard links"),  # may hold another
+        (Identity(7, 999, stat.S_IFDIR), 1, True, None),  # one link only: nothing to hold
+        (Identity(8, 50, stat.S_IFDIR), 2, True, None),  # another filesystem holds no link
+        (Identity(7, 999, stat.S_IFREG), 2, False, None),  # a file is not a folder holding one
+    ],
+)
+def test_write_grant_judged_against_the_spec_by_identity(
+    box: Box, identity: Identity, nlink: int, is_dir: bool, why: str | None
+) -> None:
+    ctx = dataclasses.replace(
+        box.ctx(),
+        spec_identity=SPEC_ID,
+        spec_nlink=nlink,
+        spec_folders=(ABOVE_ID, SPEC_FOLDER_ID),
+    )
+    grant = ResolvedPath("/mnt/elsewhere", "/mnt/elsewhere", is_dir=is_dir, identity=identity)
+    spec, _ = box.resolve()
+    spec = dataclasses.replace(spec, write=(grant,))
+    refusals = [r for r in find_refusals(spec, ctx) if isinstance(r, SelfWideningRefused)]
+    if why is None:
+        assert refusals == []
+    else:
+        assert len(refusals) == 1
+        assert re.search(why, refusals[0].why), refusals[0].why
+
+
+def test_spec_hard_linked_into_its_write_folder_is_refused(box: Box) -> None:
+    os.link(box.root / SPEC_FILE, box.home / "work/out/innocent.txt")
+    with pytest.raises(SelfWideningRefused, match="has 2 hard links"):
+        box.judge(write=["~/work/out"])
+
+
+def test_spec_with_one_link_lets_a_sibling_folder_be_written(box: Box) -> None:
+    box.judge(write=["~/work/out"])
+
+
+def test_agent_home_holding_the_spec_is_refused_by_identity(box: Box) -> None:
+    ctx = box.ctx()
+    home = resolve_path(str(box.home / "work"), base="/", home=str(box.home))
+    with pytest.raises(SelfWideningRefused, match="the agent's home"):
+        check_self_widening(home, "the agent's home", ctx)
+    elsewhere = resolve_path(str(box.home / "elsewhere"), base="/", home=str(box.home))
+    check_self_widening(elsewhere, "the agent's home", ctx)
