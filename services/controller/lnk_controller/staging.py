@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import pwd
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+from lnk_shared.protected_names import PROTECTED_NAMES
 from lnk_shared.refusals import inside
 
 __all__ = [
@@ -48,10 +51,18 @@ PLACEHOLDER = "placeholder:"
 # when it is written (SandboxStore.create(staged=...)), so staging needs no write for them.
 TMPFS_NAMES = ("tmp", "shm", "home")
 SYSTEM_PROGRAM_DIRS = ("/usr",)  # bound read-only in every sandbox: no extra bind needed
-# Dot entries that are folders (a placeholder for them is an empty folder, not a file).
-DOT_FOLDERS = frozenset(
-    {".git", ".git/hooks", ".direnv", ".github", ".husky", ".idea", ".devcontainer", ".vscode"}
-)
+# What a placeholder inside `.git` holds, where an empty file would change what git does: git
+# reads its common folder from `commondir` (and dies on an empty one); "." is `.git` itself, as
+# if the file were absent. Git never lists what is inside `.git`, so these stay unseen.
+GIT_PLACEHOLDER_CONTENT = {".git/commondir": b".\n"}
+# The largest content above: a regular file placeholder holding more was filled by someone.
+MAX_PLACEHOLDER_BYTES = 16
+# FS_IOC_SETFLAGS/GETFLAGS (the `long` ioctls of linux/fs.h) and FS_IMMUTABLE_FL: a
+# placeholder nobody but root may remove, rename or fill while its sandbox runs (the kernel
+# drops the sandbox's cover when the name is removed from the host's side).
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+FS_IMMUTABLE_FL = 0x00000010
 
 
 @dataclass(frozen=True)
@@ -107,11 +118,23 @@ def _owner_fd(real: str, request: LaunchRequest, fds: list[int], by_fd: dict[str
     return source_fd
 
 
-def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
-    """(entry, is a folder) for each dot entry tools run that is missing at the top of a folder:
-    the outermost missing part, so a missing `.git` gets one placeholder covering hooks and
-    config."""
-    missing: dict[str, bool] = {}
+def placeholder_content(entry: str) -> bytes | None:
+    """What stands in for a missing protected entry: None for an empty folder, else a regular
+    file's bytes. At the top of a write folder it is always an empty folder, whatever the tool
+    expects there, because git never lists or adds an empty folder: `git status` outside and
+    `git add -A` inside see nothing of the box's. Inside `.git` (which git never lists) it is
+    what git reads as if the entry were absent."""
+    name = next((n for n in PROTECTED_NAMES if n.path == entry), None)
+    if "/" not in entry or name is None or name.kind == "folder":
+        return None
+    return GIT_PLACEHOLDER_CONTENT.get(entry, b"")
+
+
+def _missing_entries(dir_fd: int) -> list[tuple[str, bytes | None]]:
+    """(entry, placeholder content: None for a folder) for each protected entry missing at the
+    top of a folder: the outermost missing part, so a missing `.git` gets one placeholder
+    covering everything git reads inside it."""
+    missing: dict[str, bytes | None] = {}
     for entry in PROJECT_RUN_DOT_ENTRIES:
         parts = entry.split("/")
         for depth in range(1, len(parts) + 1):
@@ -119,7 +142,7 @@ def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
             try:
                 info = os.lstat(part, dir_fd=dir_fd)
             except FileNotFoundError:
-                missing[part] = depth < len(parts) or part in DOT_FOLDERS
+                missing[part] = None if depth < len(parts) else placeholder_content(part)
                 break
             if not stat.S_ISDIR(info.st_mode):
                 break  # a file (a worktree's `.git` pointer) is bound read-only as it is
@@ -141,20 +164,27 @@ def _placeholders(
     made: list[str] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
-        for entry, is_folder in _missing_entries(dir_fd):
+        for entry, content in _missing_entries(dir_fd):
             parent, _, name = entry.rpartition("/")
             flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
             parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
             try:
-                if is_folder:
+                if content is None:
                     os.mkdir(name, 0o555, dir_fd=parent_fd)
+                    made_fd = os.open(name, flags, dir_fd=parent_fd)
                 else:
                     create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                    os.close(os.open(name, create, 0o444, dir_fd=parent_fd))
-                info = os.lstat(name, dir_fd=parent_fd)
-                path = os.path.join(folder, entry)
-                store.add_mount(sandbox_id, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}")
-                os.chown(name, owner_uid, owner_gid, dir_fd=parent_fd, follow_symlinks=False)
+                    made_fd = os.open(name, create, 0o444, dir_fd=parent_fd)
+                    os.write(made_fd, content)
+                try:
+                    info = os.fstat(made_fd)
+                    path = os.path.join(folder, entry)
+                    record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"
+                    store.add_mount(sandbox_id, record)
+                    os.fchown(made_fd, owner_uid, owner_gid)
+                    _set_immutable(made_fd, True)
+                finally:
+                    os.close(made_fd)
                 made.append(path)
             except OSError as exc:
                 raise LaunchRefused(
@@ -167,24 +197,60 @@ def _placeholders(
     return made
 
 
+def _set_immutable(fd: int, on: bool) -> None:
+    """Set or clear FS_IMMUTABLE_FL on an open placeholder. A filesystem without the flag
+    (ENOTTY, EOPNOTSUPP, EINVAL) leaves the placeholder removable by its owner, which only
+    uncovers the name for the owner's own writes; nothing else is given up."""
+    try:
+        buf = bytearray(struct.pack("l", 0))
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
+        (flags,) = struct.unpack("l", buf)
+        wanted = flags | FS_IMMUTABLE_FL if on else flags & ~FS_IMMUTABLE_FL
+        if wanted != flags:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("l", wanted))
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+
+
+def _holds_only_placeholder(fd: int, info: os.stat_result) -> bool:
+    if stat.S_ISDIR(info.st_mode):
+        return True  # rmdir itself refuses a folder someone filled
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PLACEHOLDER_BYTES:
+        return False
+    return os.pread(fd, MAX_PLACEHOLDER_BYTES + 1, 0) in (b"", *GIT_PLACEHOLDER_CONTENT.values())
+
+
 def remove_placeholder(record: str) -> None:
-    """Remove a placeholder if it is still the one made here (same inode) and still empty; one
-    that someone filled meanwhile is theirs now and stays."""
+    """Remove a placeholder if it is still the one made here (same inode) and still holds only
+    what was put there; one that someone filled meanwhile is theirs now and stays."""
     dev, ino, path = record[len(PLACEHOLDER) :].split(":", 2)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            return
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
         return
-    if (info.st_dev, info.st_ino) != (int(dev), int(ino)):
-        return
+    except OSError as exc:
+        raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
     try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != (int(dev), int(ino)):
+            return
+        if not _holds_only_placeholder(fd, info):
+            return
+        _set_immutable(fd, False)
         if stat.S_ISDIR(info.st_mode):
             os.rmdir(path)
-        elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
+        else:
             os.unlink(path)
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
             raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
 
 
 def _inside_binds(
