@@ -329,7 +329,7 @@ def test_write_of_a_login_path_folder_is_refused_though_the_callers_path_lacks_i
     target = home / folder
     existed = target.exists()
     target.mkdir(parents=True, exist_ok=True)
-    _give(running_box.owner, home / folder.split("/")[0])
+    _give(running_box.owner, home / folder.split("/", maxsplit=1)[0])
     try:
         assert str(target) not in running_box.owner_env()["PATH"]
         result = running_box.sh(f"echo pwn > {target}/ls", f"--write={target}")
@@ -338,7 +338,7 @@ def test_write_of_a_login_path_folder_is_refused_though_the_callers_path_lacks_i
         assert not (target / "ls").exists()
     finally:
         if not existed:
-            shutil.rmtree(home / folder.split("/")[0])
+            shutil.rmtree(home / folder.split("/", maxsplit=1)[0])
 
 
 def test_write_beside_login_path_folders_still_works(running_box: RunningBox, folder: Path) -> None:

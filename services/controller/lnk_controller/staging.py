@@ -9,9 +9,25 @@ and only while it is still empty.
 The owner proves what they can reach: each folder is staged from a descriptor the client opened
 as the owner, after checking it is the same file the controller's own resolution found.
 
+The staging folder is root's, its group the sandbox's, mode 0710: only the sandbox's user (bwrap
+binds from it) and root reach the granted folders through it, not another local user.
+
+Placeholders (why this way, and what was tried): a mount needs a real dentry, so a name the
+sandbox must not create has to exist in the owner's folder while it runs; a private copy of a
+dentry per mount does not exist, Landlock's MAKE_* rights are per hierarchy (not per name),
+seccomp cannot read the path a call names, an overlay over the owner's folder makes the owner's
+own edits during the run undefined, and bwrap's own --tmpfs/--ro-bind on a missing path makes
+it in the source folder anyway. So each placeholder at the top is an empty folder (git never
+lists, adds or commits an empty folder: `git status` outside and `git add -A` inside see nothing
+of the box's; `git clean -d -n` does list them), immutable while the sandbox runs (the kernel
+detaches the sandbox's cover if the name is removed from the host's side: `rm` or `git clean
+-fdx` by the owner would uncover it), and removed when the sandbox ends or, after a crash, by
+the controller's reconcile on its next start. Inside `.git` they are files git reads as absent.
+
 What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
-sockets; links resolve inside the sandbox's own view), or keep a placeholder from being seen by
-the owner's own programs while the sandbox runs (an empty `.envrc` or `.git` is harmless).
+sockets; links resolve inside the sandbox's own view); keep placeholders out of a plain `ls`
+while the sandbox runs (no mechanism above does, see there); protect names below the top of a
+write folder; make a placeholder immutable on a filesystem without FS_IMMUTABLE_FL.
 """
 
 from __future__ import annotations
@@ -339,6 +355,7 @@ def stage_sandbox(
     tmp_size: int,
 ) -> Staged:
     owner = pwd.getpwuid(owner_uid)
+    idmap_mounts.make_staging_dir(staging, gid=user.gid)
     by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
     binds: list[Bind] = []
     placeholders: list[str] = []
