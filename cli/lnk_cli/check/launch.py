@@ -4,7 +4,9 @@ output read from pipes while it runs, and a way to end it early.
 The request carries the spec (its file as a descriptor, its flags) exactly as `lnk sandbox run`
 sends it, with `check: true` and the plan as the only arguments: the controller puts its own
 probe program in front, judges the spec as for a run, neither asks nor remembers it, and builds
-the sandbox the same way. stdin is /dev/null, stdout and stderr are pipes to this process.
+the sandbox the same way. stdout and stderr are pipes to this process; stdin is a pipe whose
+write end this process closes once `during` (the look from outside, as another user) is done:
+the probes' last steps hold the sandbox open until then (probes.HOLD_S at most).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import selectors
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,14 +191,20 @@ def _stop(sock: socket.socket) -> None:
             pass
 
 
-def run_probes(args: argparse.Namespace, plan: str, interrupts: Interrupts) -> CheckRun:
-    """Run the probes in the sandbox the arguments describe; return their output."""
+def run_probes(
+    args: argparse.Namespace,
+    plan: str,
+    interrupts: Interrupts,
+    during: Callable[[str], None] | None = None,
+) -> CheckRun:
+    """Run the probes in the sandbox the arguments describe; return their output. `during`
+    is called with the sandbox's id while it runs (held open by the probes' last steps)."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    fds += [null, out_w, err_w]
+    hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
+    fds += [hold_r, out_w, err_w]
     sock: socket.socket | None = None
     try:
         request = _request(args, plan, fds)
@@ -207,6 +216,12 @@ def run_probes(args: argparse.Namespace, plan: str, interrupts: Interrupts) -> C
         _until_started(sock, run)
         interrupts.sock, interrupts.started = sock, True
         interrupts.forward()  # an interrupt while it was being made
+        try:
+            if during is not None:
+                during(run.sandbox_id)
+        finally:
+            os.close(hold_w)
+            hold_w = -1
         _collect(sock, out_r, err_r, run)
         return run
     except (EOFError, ConnectionError) as exc:
@@ -219,7 +234,7 @@ def run_probes(args: argparse.Namespace, plan: str, interrupts: Interrupts) -> C
         raise
     finally:
         interrupts.sock, interrupts.started = None, False
-        for fd in (*fds, out_r, err_r):
+        for fd in (*fds, out_r, err_r, *([hold_w] if hold_w >= 0 else [])):
             with contextlib.suppress(OSError):
                 os.close(fd)
         if sock is not None:

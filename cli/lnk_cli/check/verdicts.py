@@ -34,7 +34,7 @@ VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Evidence the outside sees for itself: it alone decides the probe.
-_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege"})
+_DECISIVE = frozenset({"secret", "names", "created", "marked", "privilege", "staging", "cmdline"})
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -53,6 +53,9 @@ class Outside:
     wire_allowed: frozenset[str] = frozenset()
     confiner_after: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""  # everything the sandbox printed
+    # What the check saw while the sandbox ran, as a user other than its own (outside_look.py):
+    # evidence kind -> what got through, or None.
+    during: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,13 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return "the folder changed outside" if changed else None
     if kind == "privilege":
         return _privileged(data, int(e.value))
+    if kind in ("staging", "cmdline"):
+        if kind not in outside.during:
+            raise ProbesFailed(
+                f"the check did not look at the sandbox while it ran ({probe.id}): "
+                "the check is not complete"
+            )
+        return outside.during[kind]
     return None
 
 

@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "controller.toml"
 MAX_SANDBOX_UID = 2**31 - 1  # bwrap 0.8 writes its uid_map with "%d": larger uids fail there
 DAY = 86_400
+UNSAFE_WALL_SWITCHES = (
+    "unsafe_staging_open_to_all",
+    "unsafe_command_line_visible",
+    "unsafe_placeholders_visible",
+    "unsafe_protected_names_unguarded",
+    "unsafe_login_path_unjudged",
+)
 
 
 class ControllerConfig(BaseModel):
@@ -50,6 +57,13 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+    # Test-only switches, each reopening one way out so `lnk sandbox check` can be shown to
+    # report it (tests/e2e/test_check_unsafe_wall.py); each logs a warning at every launch.
+    unsafe_staging_open_to_all: bool = False  # staging 0711: others reach granted folders
+    unsafe_command_line_visible: bool = False  # bwrap's options and argv on its command line
+    unsafe_placeholders_visible: bool = False  # placeholders as empty files, which git lists
+    unsafe_protected_names_unguarded: bool = False  # no placeholder, no read-only name
+    unsafe_login_path_unjudged: bool = False  # writes to login-PATH folders not refused
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -76,6 +90,17 @@ class ControllerConfig(BaseModel):
                 self.unsafe_pretend_landlock_abi,
             )
         return self
+
+    def unsafe_wall(self) -> tuple[str, ...]:
+        """The names of the unsafe_ wall switches that are on (see the fields)."""
+        return tuple(name for name in UNSAFE_WALL_SWITCHES if getattr(self, name))
+
+    def warn_unsafe_wall(self) -> None:
+        """One warning per unsafe_ wall switch that is on: called at every launch."""
+        for name in self.unsafe_wall():
+            log.warning(
+                "%s is set: this sandbox is built with that way out open (tests only)", name
+            )
 
     @property
     def paths(self) -> BoxPaths:

@@ -177,6 +177,8 @@ class Launcher:
         ctx = context_for(
             owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=DETECT
         )
+        if self.cfg.unsafe_login_path_unjudged:
+            ctx = dataclasses.replace(ctx, login_path_dirs=())
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         grants = judge(resolved, ctx)
         if grants.spec.store_driver is not None:
@@ -310,6 +312,7 @@ class Launcher:
                 "the spec opens [internet] or [lan] but the proxy is not running; "
                 "`lnk box up` starts it",
             )
+        self.cfg.warn_unsafe_wall()
         row = self.store.create(
             owner_uid=owner_uid,
             allocate=self._allocate,
@@ -366,6 +369,7 @@ class Launcher:
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
                 tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+                unsafe=cfg.unsafe_wall(),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
@@ -441,6 +445,8 @@ class Launcher:
             "env": env,
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),
         }
+        if cfg.unsafe_staging_open_to_all:
+            os.chmod(row.staging_dir, 0o711)  # noqa: S103 - the test switch's whole point
         process, master, status_r = spawn_sandbox(
             cfg=cfg,
             row=row,

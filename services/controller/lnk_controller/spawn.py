@@ -258,6 +258,8 @@ def spawn_sandbox(
     """Start the chain; return (process, pty master or None, read end of bwrap's status)."""
     home_inside = layout_args["home"].dest
     command, argv_data = split_confiner_command(tuple(layout_args["command"]))
+    if cfg.unsafe_command_line_visible:
+        command, argv_data = tuple(layout_args["command"]), None
     passwd, group = sandbox_passwd(user.name, user.uid, user.gid, home_inside)
     data_fds = [
         _memfd("passwd", passwd),
@@ -297,10 +299,12 @@ def spawn_sandbox(
             master, secondary = os.openpty()
             _set_winsize(master, terminal)
             streams = [secondary, secondary, secondary]
-        head, options = split_bwrap_argv(
-            bwrap_argv(layout, bwrap=str(cfg.bwrap)), tuple(layout.command)
-        )
+        whole = bwrap_argv(layout, bwrap=str(cfg.bwrap))
+        head, options = split_bwrap_argv(whole, tuple(layout.command))
         args_fd = _memfd("bwrap-args", options)
+        bwrap_command = [*head, str(args_fd), "--", *layout.command]
+        if cfg.unsafe_command_line_visible:
+            bwrap_command = whole
         chain = [
             str(cfg.spawner),
             "--parent",
@@ -313,10 +317,7 @@ def spawn_sandbox(
             str(user.gid),
             *(["--ctty"] if terminal is not None else []),
             "--",
-            *head,
-            str(args_fd),
-            "--",
-            *layout.command,
+            *bwrap_command,
         ]
         try:
             process = subprocess.Popen(

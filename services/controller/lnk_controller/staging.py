@@ -146,6 +146,16 @@ def placeholder_content(entry: str) -> bytes | None:
     return GIT_PLACEHOLDER_CONTENT.get(entry, b"")
 
 
+def _is_file_name(entry: str) -> bool:
+    """True when the tools expect a file at `entry` (nothing protected below it)."""
+    kinds = {
+        n.kind if n.path == entry else "folder"
+        for n in PROTECTED_NAMES
+        if n.path.split("/")[0] == entry
+    }
+    return kinds == {"file"}
+
+
 def _missing_entries(dir_fd: int) -> list[tuple[str, bytes | None]]:
     """(entry, placeholder content: None for a folder) for each protected entry missing at the
     top of a folder: the outermost missing part, so a missing `.git` gets one placeholder
@@ -173,6 +183,7 @@ def _placeholders(
     source_fd: int,
     owner_uid: int,
     owner_gid: int,
+    as_files: bool = False,
 ) -> list[str]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
@@ -180,7 +191,10 @@ def _placeholders(
     made: list[str] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
-        for entry, content in _missing_entries(dir_fd):
+        for entry, wanted in _missing_entries(dir_fd):
+            content = wanted
+            if as_files and wanted is None and "/" not in entry and _is_file_name(entry):
+                content = b""  # unsafe_placeholders_visible: an empty file git lists
             parent, _, name = entry.rpartition("/")
             flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
             parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
@@ -353,6 +367,7 @@ def stage_sandbox(
     execute: tuple[str, ...],
     exec_anywhere: bool,
     tmp_size: int,
+    unsafe: tuple[str, ...] = (),
 ) -> Staged:
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
@@ -369,7 +384,8 @@ def stage_sandbox(
             store.add_mounts(sandbox_id, [str(target) for target in targets])
         for (real, write, is_program), target in zip(wanted, targets, strict=True):
             source_fd = _owner_fd(real, request, fds, by_fd)
-            if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
+            guarded = "unsafe_protected_names_unguarded" not in unsafe
+            if write and guarded and stat.S_ISDIR(os.fstat(source_fd).st_mode):
                 placeholders += _placeholders(
                     sandbox_id=sandbox_id,
                     store=store,
@@ -377,6 +393,7 @@ def stage_sandbox(
                     source_fd=source_fd,
                     owner_uid=owner_uid,
                     owner_gid=owner.pw_gid,
+                    as_files="unsafe_placeholders_visible" in unsafe,
                 )
             runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
             idmap_mounts.stage_idmapped(
@@ -390,6 +407,8 @@ def stage_sandbox(
     finally:
         os.close(userns_fd)
     read_only = _inside_binds(binds, read_only_inside, frozenset(placeholders))
+    if "unsafe_protected_names_unguarded" in unsafe:
+        read_only = []
     made = {name: str(staging / name) for name in TMPFS_NAMES}  # recorded with the record
     for made_at in made.values():
         idmap_mounts.stage_tmpfs(

@@ -204,3 +204,31 @@ def test_the_confiner_probe_destroys_nothing_even_when_it_gets_through(tmp_path:
     assert sorted(os.listdir(folder)) == ["confiner.py"]
     assert sorted(os.listdir(folder.parent)) == ["lnk_controller"]
     assert (folder / "confiner.py").read_text() == "confine()\n"
+
+
+def test_git_visible_reports_files_and_links_not_empty_folders(tmp_path: Path) -> None:
+    (tmp_path / ".vscode").mkdir()  # an empty folder: git never lists it
+    step = {"kind": "git_visible", "path": str(tmp_path), "names": [".vscode", ".envrc"]}
+    assert run_step(step)["outcome"] == "stopped"
+    (tmp_path / ".envrc").write_text("")
+    answer = run_step(step)
+    assert answer["outcome"] == "through" and answer["data"] == [".envrc"]
+    (tmp_path / ".envrc").unlink()
+    (tmp_path / ".envrc").symlink_to("/nonexistent")
+    assert run_step(step)["data"] == [".envrc"]
+    (tmp_path / ".vscode" / "tasks.json").write_text("{}")
+    assert run_step(step)["data"] == [".vscode/", ".envrc"]
+
+
+def test_hold_returns_once_its_stdin_is_closed() -> None:
+    read_end, write_end = os.pipe()
+    done = subprocess.Popen(
+        [sys.executable, "-I", "-c", BOOT, CLI_DIR, json.dumps([{"id": "h", "kind": "hold"}])],
+        stdin=read_end,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    os.close(read_end)
+    os.close(write_end)  # the outside has looked
+    out, _ = done.communicate(timeout=30)
+    assert json.loads(out)["results"]["h"]["detail"] == "held until the outside looked"

@@ -154,3 +154,16 @@ def test_a_probe_that_failed_itself_fails_the_check_instead_of_reading_as_refuse
     broken = {"outcome": "error", "detail": "KeyError: 'path'", "data": ""}
     with pytest.raises(ProbesFailed, match="KeyError"):
         judge_probe(probe("inside"), broken, Outside())
+
+
+@pytest.mark.parametrize("kind", ["staging", "cmdline"])
+def test_what_the_outside_saw_while_it_ran_decides(kind: str) -> None:
+    p = probe(kind)
+    assert judge_probe(p, STOPPED, Outside(during={kind: "g0 is reachable"})).verdict == LEAKED
+    # The sandbox cannot talk its way out, nor into a leak: the outside's look decides.
+    assert judge_probe(p, THROUGH, Outside(during={kind: None})).verdict == REFUSED
+
+
+def test_a_look_that_did_not_happen_is_an_incomplete_check() -> None:
+    with pytest.raises(ProbesFailed, match="did not look"):
+        judge_probe(probe("staging"), STOPPED, Outside())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.config import CONFIG_FILE, load_config
+from lnk_controller.config import CONFIG_FILE, UNSAFE_WALL_SWITCHES, load_config
 from lnk_shared.errors import ConfigError
 
 
@@ -210,3 +210,23 @@ def test_no_unsafe_setting_no_warning(
     with caplog.at_level(logging.WARNING):
         load_config(env)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("switch", UNSAFE_WALL_SWITCHES)
+def test_each_unsafe_wall_switch_warns_at_every_launch(
+    env: dict[str, str], config_dir: Path, caplog: pytest.LogCaptureFixture, switch: str
+) -> None:
+    write(config_dir, f"{switch} = true\n")
+    cfg = load_config(env)
+    assert cfg.unsafe_wall() == (switch,)
+    for _ in range(2):  # once per launch, not once per start
+        with caplog.at_level(logging.WARNING, logger="lnk_controller.config"):
+            cfg.warn_unsafe_wall()
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        said == [f"{switch} is set: this sandbox is built with that way out open (tests only)"] * 2
+    )
+
+
+def test_no_unsafe_wall_switch_by_default(env: dict[str, str]) -> None:
+    assert load_config(env).unsafe_wall() == ()
