@@ -345,3 +345,20 @@ def test_write_beside_login_path_folders_still_works(running_box: RunningBox, fo
     result = running_box.sh(f"echo made > {folder}/made.txt", f"--write={folder}")
     assert result.returncode == 0, result.stderr
     assert (folder / "made.txt").read_text() == "made\n"
+
+
+def test_gap_git_init_at_the_top_of_a_write_folder_without_git_fails_inside(
+    running_box: RunningBox, folder: Path
+) -> None:
+    """A missing `.git` is reserved read-only (a sandbox-made `.git/config` or hook would run
+    in the owner's git): `git init` there fails inside, and nothing lands outside. A folder
+    below the top may hold a repository of the sandbox's own (write.deep-dot: a known gap)."""
+    before = _listing(folder)
+    out = _attack(
+        running_box,
+        folder,
+        "(git init -q) 2>/dev/null && echo LEAK:git-init; echo tried",
+        *GIT_COMMANDS,
+    )
+    assert "LEAK" not in out and "tried" in out
+    assert _listing(folder) == before

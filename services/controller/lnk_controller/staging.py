@@ -175,6 +175,23 @@ def _missing_entries(dir_fd: int) -> list[tuple[str, bytes | None]]:
     return sorted(missing.items())
 
 
+def _make_placeholder(parent_fd: int, name: str, content: bytes | None) -> int:
+    """Make one placeholder (an empty folder, or a file holding `content`) under `parent_fd`;
+    return it open."""
+    if content is None:
+        os.mkdir(name, 0o555, dir_fd=parent_fd)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags, dir_fd=parent_fd)
+    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, create, 0o444, dir_fd=parent_fd)
+    try:
+        os.write(fd, content)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _placeholders(
     *,
     sandbox_id: str,
@@ -187,44 +204,45 @@ def _placeholders(
 ) -> list[str]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
-    paths, which the wall binds read-only."""
-    made: list[str] = []
+    paths, which the wall binds read-only. They are recorded in one write once made (each
+    record names the very inode, which exists only then), also when making one fails; only
+    then are they made the owner's and immutable."""
+    made: list[tuple[int, str, str]] = []  # (open fd, path, record)
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
-        for entry, wanted in _missing_entries(dir_fd):
-            content = wanted
-            if as_files and wanted is None and "/" not in entry and _is_file_name(entry):
-                content = b""  # unsafe_placeholders_visible: an empty file git lists
-            parent, _, name = entry.rpartition("/")
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
-            try:
-                if content is None:
-                    os.mkdir(name, 0o555, dir_fd=parent_fd)
-                    made_fd = os.open(name, flags, dir_fd=parent_fd)
-                else:
-                    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                    made_fd = os.open(name, create, 0o444, dir_fd=parent_fd)
-                    os.write(made_fd, content)
+        try:
+            for entry, wanted in _missing_entries(dir_fd):
+                content = wanted
+                if as_files and wanted is None and "/" not in entry and _is_file_name(entry):
+                    content = b""  # unsafe_placeholders_visible: an empty file git lists
+                parent, _, name = entry.rpartition("/")
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
                 try:
-                    info = os.fstat(made_fd)
-                    path = os.path.join(folder, entry)
-                    record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"
-                    store.add_mount(sandbox_id, record)
-                    os.fchown(made_fd, owner_uid, owner_gid)
-                    _set_immutable(made_fd, True)
+                    made_fd = _make_placeholder(parent_fd, name, content)
+                except OSError as exc:
+                    raise LaunchRefused(
+                        f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
+                    ) from None
                 finally:
-                    os.close(made_fd)
-                made.append(path)
+                    os.close(parent_fd)
+                info = os.fstat(made_fd)
+                path = os.path.join(folder, entry)
+                made.append((made_fd, path, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"))
+        finally:
+            if made:  # recorded even when a later one failed, so clean-up removes them
+                store.add_mounts(sandbox_id, [record for _, _, record in made])
+        for made_fd, path, _ in made:
+            try:
+                os.fchown(made_fd, owner_uid, owner_gid)
+                _set_immutable(made_fd, True)
             except OSError as exc:
-                raise LaunchRefused(
-                    f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
-                ) from None
-            finally:
-                os.close(parent_fd)
+                raise LaunchRefused(path, f"cannot keep it read-only: {exc.strerror}") from None
     finally:
+        for made_fd, _, _ in made:
+            os.close(made_fd)
         os.close(dir_fd)
-    return made
+    return [path for _, path, _ in made]
 
 
 def _set_immutable(fd: int, on: bool) -> None:
