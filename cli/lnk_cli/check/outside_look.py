@@ -27,10 +27,11 @@ MAX_CHAIN = 64  # processes below lnk-spawn looked at: the chain is four, the pr
 # Entries of a staging folder: grants g0.. (the first MAX_GRANTS_LOOKED tried), the tmpfs.
 STAGED_NAMES = ("home", "tmp", "shm")
 MAX_GRANTS_LOOKED = 16  # a spec's grants are staged as g0, g1, ...: the first few are enough
+NOBODY = 65534  # the uid and gid a root caller looks as: no sandbox's, no owner's
 MAX_CMDLINE_BYTES = 1 << 20  # a command line is at most ARG_MAX; more is not a chain's
 
 
-def _staging(staging: str) -> str | None:
+def _reach(staging: str) -> str | None:
     names = (*STAGED_NAMES, *(f"g{n}" for n in range(MAX_GRANTS_LOOKED)))
     for name in names:
         path = os.path.join(staging, name)
@@ -40,6 +41,31 @@ def _staging(staging: str) -> str | None:
             continue
         return f"{path} is reachable by uid {os.getuid()}"
     return None
+
+
+def _staging(staging: str) -> str | None:
+    """`_reach` as the caller, or, when the caller is root (who reaches everything), in a child
+    that has become `nobody` first: what any other local user would reach."""
+    if os.geteuid() != 0:
+        return _reach(staging)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, look, say what it saw, end
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            os.write(write_end, (_reach(staging) or "").encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        said = os.read(read_end, 4096).decode(errors="replace")
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    return said or None
 
 
 def _cmdline(pid: int) -> list[str]:
