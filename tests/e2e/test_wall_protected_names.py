@@ -163,10 +163,13 @@ def test_git_add_all_and_commit_inside_commits_nothing_of_the_box(
     assert _git(running_box, repo, "status", "--porcelain", "--untracked-files=all") == ""
 
 
-def _start_waiting(box: RunningBox, folder: Path, then: str = "true") -> subprocess.Popen[str]:
+def _start_waiting(
+    box: RunningBox, folder: Path, then: str = "true", box_env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """A sandbox writing `folder` that prints READY, waits for a line on its stdin, then runs
-    `then` in `folder`."""
+    `then` in `folder`; on the session's box, or on the one `box_env`'s LNK_ dirs name."""
     owner = box.owner
+    env = {**box.owner_env(), **{k: v for k, v in (box_env or {}).items() if k.startswith("LNK_")}}
     argv = as_user(
         owner.uid,
         owner.gid,
@@ -184,7 +187,7 @@ def _start_waiting(box: RunningBox, folder: Path, then: str = "true") -> subproc
     )
     return subprocess.Popen(
         argv,
-        env=box.owner_env(),
+        env=env,
         cwd=str(owner.home),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -272,33 +275,7 @@ def test_kill_9_of_the_controller_mid_run_leaves_nothing_in_the_folder(
 ) -> None:
     before = _listing(folder)
     with private_box() as box:
-        env = {
-            **running_box.owner_env(),
-            **{k: v for k, v in box.env.items() if k.startswith("LNK_")},
-        }
-        owner = running_box.owner
-        process = subprocess.Popen(
-            as_user(
-                owner.uid,
-                owner.gid,
-                str(LNK),
-                "sandbox",
-                "run",
-                "--yes",
-                f"--write={folder}",
-                "--command=head",
-                "--",
-                "/bin/sh",
-                "-c",
-                f"echo {READY}; head -n 1 >/dev/null",
-            ),
-            env=env,
-            cwd=str(owner.home),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        process = _start_waiting(running_box, folder, box_env=box.env)
         try:
             _wait_ready(process)
             assert (folder / ".envrc").is_dir(), "no placeholder while the sandbox runs"
