@@ -16,12 +16,13 @@ programs started by subprocess, which forks and execs in C. Data the sandbox nee
 host's regular /etc files of `ETC_FILES` (opened here, copied by bwrap: see wall.py for why).
 
 bwrap's options (the staging paths, the owner's folders, the environment with whatever the
-caller put in it) go in as a memfd too, read by `bwrap --args FD`: every local user can read
-any process's /proc/PID/cmdline, and the chain's command lines show only the launcher's own
-flags, `bwrap --args N --` and the confiner. What this does NOT hide: the confiner's and the
-program's own arguments (after `--`), which the kernel shows in their cmdline as for any
-process (a host /proc mounted with hidepid= is the administrator's tool for that), and the
-sandbox's id in the launcher's --cgroup path.
+caller put in it) go in as a memfd too, read by `bwrap --args FD`, and the program's argv as a
+file the confiner reads (`lnk-sandbox --`): every local user can read any process's
+/proc/PID/cmdline, and the chain's command lines show only the launcher's own flags,
+`bwrap --args N -- lnk-sandbox --`. What this does NOT hide: the program's own arguments once
+it runs, which the kernel shows in its cmdline as for any process (a host /proc mounted with
+hidepid= is the administrator's tool for that), and the sandbox's id in the launcher's
+--cgroup path (naming nothing another user can reach).
 """
 
 from __future__ import annotations
