@@ -318,8 +318,9 @@ def stage_idmapped(
     noexec: bool,
 ) -> StagedMount:
     """Attach an idmapped clone of `source` (an open O_PATH/O_DIRECTORY fd, or a path whose
-    last component must not be a link) at `target`, a new entry in a staging dir (`make_staging_dir`).
-    A file source gets a file mount point. Raises `LaunchRefused` or `StateError`."""
+    last component must not be a link) at `target`, a new entry in a staging dir
+    (`make_staging_dir`). A file source gets a file mount point. Raises `LaunchRefused` or
+    `StateError`."""
     attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     attrs |= MOUNT_ATTR_RDONLY if read_only else 0
     attrs |= MOUNT_ATTR_NOEXEC if noexec else 0
