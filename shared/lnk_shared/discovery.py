@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from lnk_shared.cloud import detect_cloud
 from lnk_shared.errors import SpecError
 from lnk_shared.grants import Identity, LinkHop, ResolvedFd, ResolvedPath, ResolvedSpec
+from lnk_shared.login_path import login_path_dirs
 from lnk_shared.paths import AGENT_FOLDERS, SOCKET_DIRS, USER_SETTINGS_DIR, BoxPaths
 from lnk_shared.spec import PathEntry, Spec
 
@@ -224,6 +225,9 @@ class JudgeContext:
     spec_identity: Identity | None = None
     spec_nlink: int = 0
     spec_folders: tuple[Identity, ...] = ()
+    # The owner's login PATH (from the profile files) and the per-user bin folders: see
+    # login_path.py. Apart from `path_dirs` (the caller's PATH and the default) for the message.
+    login_path_dirs: tuple[str, ...] = ()
 
 
 def _spec_location(spec_file: str) -> Walk:
@@ -264,6 +268,9 @@ def context_for(
         box_dirs=tuple(real_or_planned(str(d)) for d in box.all()),
         agent_folders=tuple(real_or_planned(os.path.join(real_home, f)) for f in AGENT_FOLDERS),
         socket_dirs=tuple(dict.fromkeys(sockets)),
+        login_path_dirs=tuple(
+            dict.fromkeys(real_or_planned(d) for d in login_path_dirs(uid, real_home))
+        ),
         spec_file=spec.real if spec else None,
         spec_links=tuple(hop.link for hop in spec.links) if spec else (),
         spec_identity=spec.identity if spec else None,

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lnk_shared.protected_names import protected_paths
+
 __all__ = [
     "AGENT_FOLDERS",
     "PROJECT_RUN_DOT_ENTRIES",
@@ -49,24 +51,10 @@ TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # Folders of other programs' sockets, besides the owner's $XDG_RUNTIME_DIR.
 SOCKET_DIRS = ("/run", "/var/run", "/tmp/.X11-unix", "/tmp/.ICE-unix")
 
-# Entries at the top of a written folder that tools run outside the sandbox (git hooks and
-# config, direnv, editors' tasks, CI definitions): kept read-only inside every write grant.
-PROJECT_RUN_DOT_ENTRIES = (
-    ".devcontainer",  # postCreateCommand and friends run when the owner opens the container
-    ".direnv",  # direnv's layouts (a virtualenv's bin) that .envrc puts on PATH
-    ".envrc",  # direnv runs it on entering the folder
-    ".git/config",  # core.fsmonitor, core.hooksPath, aliases, filters: commands git runs
-    ".git/hooks",  # run by git on commit, checkout, push
-    ".github",  # workflows run wherever the owner pushes
-    ".gitlab-ci.yml",  # likewise
-    ".gitmodules",  # submodule URLs and update commands
-    ".husky",  # hooks that husky points git at
-    ".idea",  # run configurations an IDE offers to start
-    ".mise.toml",  # mise runs its tasks and env hooks on entering the folder
-    ".npmrc",  # npm's script-shell and registry
-    ".pre-commit-config.yaml",  # what pre-commit runs on commit
-    ".vscode",  # tasks.json and settings the editor runs
-)
+# Entries at the top of a written folder that tools read or run outside the sandbox, and the
+# files inside `.git` that redirect git: kept read-only inside every write grant. The table,
+# with each name's tool and why, is protected_names.PROTECTED_NAMES.
+PROJECT_RUN_DOT_ENTRIES = protected_paths()
 
 DEFAULT_CONFIG_DIR = "/etc/lnk"
 DEFAULT_STATE_DIR = "/var/lib/lnk"

@@ -28,6 +28,7 @@ from lnk_shared.errors import (
 )
 from lnk_shared.grants import Grants, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SYSTEM_DIRS, TEMP_DIRS
+from lnk_shared.protected_names import PROTECTED_NAMES
 
 __all__ = ["check_self_widening", "find_refusals", "inside", "judge"]
 
@@ -90,17 +91,25 @@ def _check_outside_code(p: ResolvedPath, key: str, ctx: JudgeContext) -> Refused
     for folder in ctx.path_dirs:
         if inside(real, folder) or inside(folder, real):
             return OutsideCodeRefused(label, f"{folder} is on PATH; programs there run outside")
+    for folder in ctx.login_path_dirs:
+        if inside(real, folder) or inside(folder, real):
+            return OutsideCodeRefused(
+                label,
+                f"{folder} is on your login PATH (a profile file or a per-user bin folder); "
+                "programs there run outside, in your next shell",
+            )
     for folder in SYSTEM_DIRS:
         if inside(real, folder) or inside(folder, real):
             return OutsideCodeRefused(label, f"{folder} is a system folder")
     parts = real.split("/")
-    for entry in PROJECT_RUN_DOT_ENTRIES:
-        head = entry.split("/")
+    for name in PROTECTED_NAMES:
+        head = name.path.split("/")
+        what = f"a project file {name.tool} reads or runs ({name.why})"
         for i in range(len(parts) - len(head) + 1):
             if parts[i : i + len(head)] == head:
-                return OutsideCodeRefused(label, f"{entry} is a project file that tools run")
+                return OutsideCodeRefused(label, f"{name.path} is {what}")
         if parts[-1] == head[0] and len(head) > 1:
-            return OutsideCodeRefused(label, f"it holds {entry}, a project file that tools run")
+            return OutsideCodeRefused(label, f"it holds {name.path}, {what}")
     return None
 
 

@@ -4,7 +4,9 @@ output read from pipes while it runs, and a way to end it early.
 The request carries the spec (its file as a descriptor, its flags) exactly as `lnk sandbox run`
 sends it, with `check: true` and the plan as the only arguments: the controller puts its own
 probe program in front, judges the spec as for a run, neither asks nor remembers it, and builds
-the sandbox the same way. stdin is /dev/null, stdout and stderr are pipes to this process.
+the sandbox the same way. stdout and stderr are pipes to this process; stdin is a pipe whose
+write end this process closes once `during` (the look from outside, as another user) is done:
+the probes' last steps hold the sandbox open until then (probes.HOLD_S at most).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import selectors
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,19 +195,25 @@ def run_probes(
     args: argparse.Namespace,
     plan: str,
     interrupts: Interrupts,
+    during: Callable[[str], None] | None = None,
     *,
     stdin: int | None = None,
     stderr: int | None = None,
 ) -> CheckRun:
-    """Run the probes in the sandbox the arguments describe; return their output. `stdin` and
-    `stderr`, when given, are passed in place of /dev/null and the stderr pipe (the caller
-    reads what went to that stderr)."""
+    """Run the probes in the sandbox the arguments describe; return their output. `during`
+    is called with the sandbox's id while it runs (held open by the probes' last steps, which
+    wait for the end of the hold pipe on their stdin). `stdin` (the caller's terminal, for its
+    probe) takes the hold pipe's place: the hold steps then do not wait, and what `during` sees
+    is what it saw while the probes ran. `stderr`, when given, replaces the stderr pipe (the
+    caller reads what went to it)."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    hold_w = -1
     if stdin is None:
-        fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
+        fds.append(hold_r)
     else:
         fds.append(os.dup(stdin))
     fds.append(out_w)
@@ -223,6 +232,13 @@ def run_probes(
         _until_started(sock, run)
         interrupts.sock, interrupts.started = sock, True
         interrupts.forward()  # an interrupt while it was being made
+        try:
+            if during is not None:
+                during(run.sandbox_id)
+        finally:
+            if hold_w >= 0:
+                os.close(hold_w)
+                hold_w = -1
         _collect(sock, out_r, err_r, run)
         return run
     except (EOFError, ConnectionError) as exc:
@@ -235,7 +251,7 @@ def run_probes(
         raise
     finally:
         interrupts.sock, interrupts.started = None, False
-        for fd in (*fds, out_r, err_r):
+        for fd in (*fds, out_r, err_r, *([hold_w] if hold_w >= 0 else [])):
             with contextlib.suppress(OSError):
                 os.close(fd)
         if sock is not None:

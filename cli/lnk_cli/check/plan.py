@@ -79,6 +79,9 @@ class Evidence:
     privilege  the status the probe read shows privilege, or the owner's uid (`value`)
     identity   the object the sandbox finds at `path` is not the one judged (`value`: device,
                inode and type as discovery recorded them)
+    staging    the check, as a user other than the sandbox's, reached its staging folder
+    cmdline    a command line of the sandbox's chain (lnk-spawn, bwrap, the confiner) showed
+               a staging path or a granted folder to every local user
     inside     nothing outside can see it: the sandbox's answer only
     """
 
@@ -215,6 +218,45 @@ def _write_or_create(c: _Context, ident: str, tried: str, path: str, expected: s
             {"kind": "create", "path": target, "dirs": list(reversed(missing)), "content": c.nonce},
             (Evidence("created", path=outermost),),
             leftovers=(outermost,),
+        )
+    )
+
+
+def _placeholders(c: _Context) -> None:
+    """Before anything is written: the names the box reserves at the top of each write folder
+    must not show to git (a file or a link is listed and committed; an empty folder is not)."""
+    top = sorted({entry.split("/")[0] for entry in PROJECT_RUN_DOT_ENTRIES})
+    for folder in write_folders(c.grants):
+        missing = [n for n in top if not os.path.lexists(os.path.join(folder, n))]
+        c.add(
+            Probe(
+                f"placeholder.git:{folder}",
+                f"see the box's placeholders in {folder} as git does (git status, git add -A)",
+                REFUSED,
+                {"kind": "git_visible", "path": folder, "names": missing},
+                (Evidence("inside"),),
+            )
+        )
+
+
+def _other_users(c: _Context) -> None:
+    """Last, while the sandbox is held open: what another local user reaches of it."""
+    c.add(
+        Probe(
+            "staging.other-users",
+            "reach the sandbox's staging folder (its granted folders) as another user",
+            REFUSED,
+            {"kind": "hold"},
+            (Evidence("staging"),),
+        )
+    )
+    c.add(
+        Probe(
+            "cmdline.other-users",
+            "read staging paths or granted folders in the sandbox's command lines as another user",
+            REFUSED,
+            {"kind": "hold"},
+            (Evidence("cmdline"),),
         )
     )
 
@@ -580,6 +622,7 @@ def build_plan(grants: Grants, bait: Bait, confiner_dir: str) -> list[Probe]:
     c.readable = [p.real for p in (*spec.read, *spec.write)]
     c.readable += [f.path.real for f in spec.with_fds]
     c.hidden = list(grants.hidden)
+    _placeholders(c)
     _files(c)
     _writes(c)
     _identities(c)
@@ -588,4 +631,5 @@ def build_plan(grants: Grants, bait: Bait, confiner_dir: str) -> list[Probe]:
     _network(c)
     _processes(c)
     _exec(c)
+    _other_users(c)
     return c.probes

@@ -21,8 +21,10 @@ import errno
 import fcntl
 import json
 import os
+import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import termios
@@ -41,6 +43,10 @@ NET_TIMEOUT_S = 3.0  # loopback answers at once; the proxy refuses at once
 EXEC_TIMEOUT_S = 5.0  # an ungranted program that does run prints one line and ends
 PROXY_HEAD_LIMIT = 1024  # a refusal is a status line, a few headers and one short body line
 MARKER_TIME = 86_400  # the mtime a write-open sets (1970-01-02): seen outside if it got through
+# How long the last steps hold the sandbox open while the check looks at it from outside (as
+# another user would): the look takes well under a second; a check whose caller died must not
+# keep its sandbox past this.
+HOLD_S = 30.0
 
 # Syscalls by number (no libc wrapper in Python), per architecture the box supports.
 KERNEL_CALLS: dict[str, dict[str, tuple[int, tuple[int, ...]]]] = {
@@ -407,7 +413,40 @@ def _hosts(_step: dict[str, Any]) -> dict[str, Any]:
     return _through(f"{len(names)} names", names[:LIST_LIMIT])
 
 
+def _git_visible(step: dict[str, Any]) -> dict[str, Any]:
+    """Which of the names missing outside before the run show at the top of a write folder as
+    git sees entries: a regular file or a link is listed by `git status` and committed by
+    `git add -A`; an empty folder never is (nor a device, a FIFO or a socket)."""
+    shown = []
+    for name in step["names"]:
+        with contextlib.suppress(OSError):
+            mode = os.lstat(os.path.join(step["path"], name)).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                shown.append(name)
+            elif stat.S_ISDIR(mode) and os.listdir(os.path.join(step["path"], name)):
+                shown.append(name + "/")
+    if shown:
+        return _through(f"git would list {', '.join(shown[:5])}", shown[:LIST_LIMIT])
+    return _stopped("nothing git lists")
+
+
+def _hold(step: dict[str, Any]) -> dict[str, Any]:
+    """Keep the sandbox running until the check outside has looked (it closes our stdin), or
+    HOLD_S at most. What is judged is what the outside saw (verdicts.py). A stdin that is not
+    the check's pipe (the caller's terminal, passed for its own probe) holds nothing."""
+    if not stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode):
+        return _stopped("not held: stdin is not the check's hold pipe")
+    deadline = time.monotonic() + HOLD_S
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([sys.stdin.fileno()], [], [], left)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            return _stopped("held until the outside looked")
+    return _stopped("the outside did not look in time")
+
+
 STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "git_visible": _git_visible,
+    "hold": _hold,
     "read": _read,
     "list": _list,
     "create": _create,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -44,6 +45,8 @@ from typing import Any
 from lnk_cli.check.bait import Bait, home_of
 from lnk_cli.check.caller_side import AppendBait, caller_probes, gather
 from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
+from lnk_cli.check.login_path import login_path_findings
+from lnk_cli.check.outside_look import look
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.probes import MARKER_TIME
@@ -214,12 +217,27 @@ def check(args: argparse.Namespace) -> int:
             for probe in probes:
                 bait.leftovers.extend(probe.leftovers)
             plan = json.dumps([p.step for p in probes if p.step is not None])
-            run = run_probes(args, plan, interrupts, stdin=caller.terminal_fd, stderr=log.fd)
+            looked: dict[str, str | None] = {}
+            granted = [p.real for p in (*spec.read, *spec.write)]
+            granted += [f.path.real for f in spec.with_fds]
+            run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+            run = run_probes(
+                args,
+                plan,
+                interrupts,
+                lambda sid: looked.update(look(run_dir, sid, granted)),
+                stdin=caller.terminal_fd,
+                stderr=log.fd,
+            )
             run.stderr = bytearray(log.written(MAX_OUTPUT))
             interrupts.check()  # the sandbox has ended: now the check ends too
             untrusted_results = _results(run)
-            outside = _outside(probes, bait, run, spec.has_proxy, appended_kept=log.kept())
+            outside = dataclasses.replace(
+                _outside(probes, bait, run, spec.has_proxy, appended_kept=log.kept()),
+                during=looked,
+            )
             findings = judge_all(probes, untrusted_results, outside)
+            findings += login_path_findings(args, bait.home, interrupts)
         finally:
             with _signals_blocked():
                 problems = bait.remove()

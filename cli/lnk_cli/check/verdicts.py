@@ -39,7 +39,17 @@ DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
 # ("mode" is not: a set-id bit the sandbox set leaks while it runs, even if swept after it;
 # "mode-swept" is, for what the filter cannot refuse and only the sweep strips.)
 _DECISIVE = frozenset(
-    {"secret", "names", "created", "marked", "privilege", "mode-swept", "identity"}
+    {
+        "secret",
+        "names",
+        "created",
+        "marked",
+        "privilege",
+        "mode-swept",
+        "identity",
+        "staging",
+        "cmdline",
+    }
 )
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
@@ -62,6 +72,9 @@ class Outside:
     appended_kept: bool = True  # the append-only stderr still starts with what was there
     modes: Mapping[str, int] = field(default_factory=dict)  # st_mode of what a probe made
     acls: frozenset[str] = frozenset()  # paths that hold a POSIX ACL after the run
+    # What the check saw while the sandbox ran, as a user other than its own (outside_look.py):
+    # evidence kind -> what got through, or None.
+    during: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,13 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         if data == e.value:
             return None
         return f"another object than the one judged is bound at {e.path}"
+    if kind in ("staging", "cmdline"):
+        if kind not in outside.during:
+            raise ProbesFailed(
+                f"the check did not look at the sandbox while it ran ({probe.id}): "
+                "the check is not complete"
+            )
+        return outside.during[kind]
     return None
 
 

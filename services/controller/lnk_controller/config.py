@@ -50,6 +50,11 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
     ),
     "unsafe_write_symlinks": ("sandboxes may make symbolic links in write grants", None),
     "unsafe_skip_mode_sweep": ("no strip of leftover modes at a sandbox's end", None),
+    "unsafe_staging_open_to_all": ("staging 0711: other users reach granted folders", None),
+    "unsafe_command_line_visible": ("bwrap's options and argv on its command line", None),
+    "unsafe_placeholders_visible": ("placeholders as empty files, which git lists", None),
+    "unsafe_protected_names_unguarded": ("no placeholder, no read-only protected name", None),
+    "unsafe_login_path_unjudged": ("writes to login-PATH folders not refused", None),
     "unsafe_skip_identity_check": (
         "grants are bound by path, following links, without comparing them with what was judged",
         None,
@@ -91,6 +96,11 @@ class ControllerConfig(BaseModel):
     unsafe_write_symlinks: bool = False
     unsafe_skip_mode_sweep: bool = False
     unsafe_skip_identity_check: bool = False
+    unsafe_staging_open_to_all: bool = False
+    unsafe_command_line_visible: bool = False
+    unsafe_placeholders_visible: bool = False
+    unsafe_protected_names_unguarded: bool = False
+    unsafe_login_path_unjudged: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:

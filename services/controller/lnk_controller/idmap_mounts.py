@@ -15,7 +15,8 @@ What it does: `make_userns_fd` makes a user namespace with the given maps (a sho
 `unshare --user` child: the controller is multi-threaded, so no fork and no unshare of its own);
 `stage_idmapped` clones one mount, never its submounts, makes the clone private, idmapped,
 nosuid, nodev, read-only and noexec on request, and attaches it at a fresh mount point in a
-root-owned `0711` staging dir (traversable, not listable); `stage_tmpfs` attaches a fresh
+root-owned staging dir only the sandbox may traverse (`make_staging_dir`: `0710`, its group the
+sandbox's; no other user reaches a granted folder through it); `stage_tmpfs` attaches a fresh
 nosuid/nodev/noexec tmpfs there; `unmount` detaches and removes the mount point.
 
 Security limitations: this module does NOT
@@ -48,6 +49,7 @@ from lnk_shared.errors import LaunchRefused, StateError
 __all__ = [
     "StagedMount",
     "check_support",
+    "make_staging_dir",
     "make_userns_fd",
     "stage_bind",
     "stage_idmapped",
@@ -89,7 +91,10 @@ _MAX_ID = 2**32 - 2  # (uid_t)-1 is "no id" and can never be mapped
 _USERNS_WAIT_S = 2.0  # bound on waiting for the child to enter its new namespace
 _USERNS_POLL_S = 0.0001  # between looks at /proc/<pid>/ns/user (it takes ~1 ms)
 _MAX_STACKED = 16  # mounts `unmount` peels off one target before giving up
-_STAGING_MODE = 0o711  # the sandbox uid may traverse the staging dir, not list it
+# A sandbox's staging dir: root's, its group the sandbox's, so the sandbox (bwrap, as its uid)
+# traverses it and no other user reaches the granted folders (or the sandbox's /tmp) through it.
+_STAGING_MODE = 0o710
+_NEW_STAGING_MODE = 0o700  # one made on the way, for a caller that did not make it: root's alone
 _MOUNT_POINT_MODE = 0o700  # hidden by the mount; only matters before and after
 _UNSHARE = "/usr/bin/unshare"  # util-linux, root-owned; absolute so PATH plays no part
 _SLEEP = "/bin/sleep"  # what the namespace child waits in until killed
@@ -200,14 +205,37 @@ def make_userns_fd(uid_map: IdMap, gid_map: IdMap) -> int:
         child.wait()
 
 
+def make_staging_dir(path: Path, *, gid: int) -> None:
+    """Make a sandbox's staging dir (or take over one made on the way): root's, group `gid`,
+    mode 0710, so only that sandbox's user (and root) may traverse it."""
+    try:
+        os.mkdir(path, _NEW_STAGING_MODE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StateError(f"cannot make staging dir {path}: {exc}") from exc
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StateError(f"staging dir {path} cannot be opened as a real dir: {exc}") from exc
+    try:
+        if os.fstat(fd).st_uid != 0:
+            raise StateError(f"staging dir {path} is not root's: remove it")
+        os.fchown(fd, 0, gid)
+        os.fchmod(fd, _STAGING_MODE)
+    finally:
+        os.close(fd)
+
+
 def _open_staging(target: Path) -> int:
-    """An O_PATH fd of target's parent: made 0711 if missing, refused unless root-owned 0711."""
+    """An O_PATH fd of target's parent: made root's alone (0700) if missing, refused unless
+    root-owned with no access for other users (0700, or 0710 from `make_staging_dir`)."""
     if not target.is_absolute() or target.name in ("", ".", ".."):
         raise StateError(f"staging target {target} must be an absolute path to a new entry")
     parent = target.parent
     try:
-        os.mkdir(parent, _STAGING_MODE)
-        os.chmod(parent, _STAGING_MODE)  # mkdir's mode passed through the umask
+        os.mkdir(parent, _NEW_STAGING_MODE)
+        os.chmod(parent, _NEW_STAGING_MODE)  # mkdir's mode passed through the umask
     except FileExistsError:
         pass
     try:
@@ -215,7 +243,7 @@ def _open_staging(target: Path) -> int:
     except OSError as exc:
         raise StateError(f"staging dir {parent} cannot be opened as a real dir: {exc}") from exc
     info = os.fstat(fd)
-    if info.st_uid != 0 or stat.S_IMODE(info.st_mode) != _STAGING_MODE:
+    if info.st_uid != 0 or stat.S_IMODE(info.st_mode) not in (_STAGING_MODE, _NEW_STAGING_MODE):
         os.close(fd)
         raise StateError(
             f"staging dir {parent} is owned by uid {info.st_uid} with mode "
@@ -290,8 +318,9 @@ def stage_idmapped(
     noexec: bool,
 ) -> StagedMount:
     """Attach an idmapped clone of `source` (an open O_PATH/O_DIRECTORY fd, or a path whose
-    last component must not be a link) at `target`, a new entry in a root-owned 0711 dir.
-    A file source gets a file mount point. Raises `LaunchRefused` or `StateError`."""
+    last component must not be a link) at `target`, a new entry in a staging dir
+    (`make_staging_dir`). A file source gets a file mount point. Raises `LaunchRefused` or
+    `StateError`."""
     attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     attrs |= MOUNT_ATTR_RDONLY if read_only else 0
     attrs |= MOUNT_ATTR_NOEXEC if noexec else 0

@@ -280,6 +280,8 @@ class Launcher:
         ctx = context_for(
             owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=cloud
         )
+        if self.cfg.unsafe_login_path_unjudged:
+            ctx = dataclasses.replace(ctx, login_path_dirs=())
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         program = interp = agent_home = None
         if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
@@ -481,6 +483,7 @@ class Launcher:
                 exec_anywhere=grants.spec.commands_any,
                 tmp_size=cfg.tmp_size_mb * 1024 * 1024,
                 program_files=_program_files(judged),
+                unsafe=cfg.unsafe_switches,
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
@@ -564,6 +567,8 @@ class Launcher:
         }
         for switch in cfg.unsafe_wall_switches():
             log.warning("sandbox %s: %s (a test setting; never on a real box)", row.id, switch)
+        if cfg.unsafe_staging_open_to_all:
+            os.chmod(row.staging_dir, 0o711)  # noqa: S103 - the test switch's whole point
         stdio = (fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]])
         guarded = None
         if request.terminal is None:  # with one, the sandbox gets a pty and none of these

@@ -15,6 +15,15 @@ programs started by subprocess, which forks and execs in C. Data the sandbox nee
 /etc/passwd, /etc/group and /etc/hosts, its boot id, the confiner's policy) go in as memfds
 bwrap copies, and so do the host's regular /etc files of `ETC_FILES` (opened here, copied by
 bwrap: see wall.py for why).
+
+bwrap's options (the staging paths, the owner's folders, the environment with whatever the
+caller put in it) go in as a memfd too, read by `bwrap --args FD`, and the program's argv as a
+file the confiner reads (`lnk-sandbox --`): every local user can read any process's
+/proc/PID/cmdline, and the chain's command lines show only the launcher's own flags,
+`bwrap --args N -- lnk-sandbox --`. What this does NOT hide: the program's own arguments once
+it runs, which the kernel shows in its cmdline as for any process (a host /proc mounted with
+hidepid= is the administrator's tool for that), and the sandbox's id in the launcher's
+--cgroup path (naming nothing another user can reach).
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ __all__ = [
     "confiner_policy",
     "open_etc_entries",
     "spawn_sandbox",
+    "split_bwrap_argv",
+    "split_confiner_command",
 ]
 
 MIN_LANDLOCK_ABI = 6  # abstract-unix and signal scoping: without them a sandbox reaches out
@@ -153,11 +164,39 @@ def encode_policy(policy: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _memfd(name: str, text: str) -> int:
+def _memfd(name: str, text: str | bytes) -> int:
     fd = os.memfd_create(f"lnk-{name}", os.MFD_CLOEXEC)
-    os.write(fd, text.encode("utf-8"))
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def split_confiner_command(command: tuple[str, ...]) -> tuple[tuple[str, ...], bytes | None]:
+    """(the command bwrap runs, the program's argv for the confiner's ARGV_PATH file, or None)
+    for `(confiner, "--", program, *args)`: the confiner is left with `--` alone and reads the
+    program's argv from the file, so no command line of the chain shows it."""
+    if len(command) < 3 or command[1] != "--":
+        return command, None
+    if any("\0" in arg for arg in command[2:]):
+        raise LaunchRefused("the program's arguments", "an argument holds a NUL byte")
+    return command[:2], b"".join(os.fsencode(arg) + b"\0" for arg in command[2:])
+
+
+def split_bwrap_argv(argv: list[str], command: tuple[str, ...]) -> tuple[list[str], bytes]:
+    """(what stays on the command line, bwrap's options as `--args` reads them: each followed
+    by a NUL) for `bwrap_argv`'s `[bwrap, *options, "--", *command]`, split by the command's
+    length, never by looking for "--" (an environment value may be "--")."""
+    options = argv[1 : len(argv) - len(command) - 1]
+    if argv[len(options) + 1 :] != ["--", *command]:
+        raise LaunchRefused(
+            "the sandbox's command line", "bwrap's argv does not end in its command"
+        )
+    if any("\0" in option for option in options):
+        raise LaunchRefused("the sandbox's settings", "an option holds a NUL byte")
+    return [argv[0], "--args"], b"".join(os.fsencode(option) + b"\0" for option in options)
 
 
 def open_etc_entries(paths: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[int, str]]]:
@@ -235,6 +274,9 @@ def spawn_sandbox(
 ) -> tuple[subprocess.Popen[bytes], int | None, int]:
     """Start the chain; return (process, pty master or None, read end of bwrap's status)."""
     home_inside = layout_args["home"].dest
+    command, argv_data = split_confiner_command(tuple(layout_args["command"]))
+    if cfg.unsafe_command_line_visible:
+        command, argv_data = tuple(layout_args["command"]), None
     passwd, group = sandbox_passwd(user.name, user.uid, user.gid, home_inside)
     data_fds = [
         _memfd("passwd", passwd),
@@ -247,8 +289,13 @@ def spawn_sandbox(
     if own_identity:
         data_fds += [_memfd("hosts", sandbox_hosts()), _memfd("boot-id", f"{uuid.uuid4()}\n")]
     etc_entries = ETC_FILES if own_identity else (*ETC_FILES, "/etc/hosts")
+    argv_fd = -1
+    if argv_data is not None:
+        argv_fd = _memfd("argv", argv_data)
+        data_fds.append(argv_fd)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     master: int | None = None
+    args_fd = -1
     etc_copies: list[tuple[int, str]] = []
     try:
         etc_binds, etc_copies = open_etc_entries(etc_entries)
@@ -271,7 +318,8 @@ def spawn_sandbox(
             boot_id_fd=data_fds[4] if own_identity else -1,
             status_fd=status_w,
             unsafe_writable_dev=cfg.unsafe_writable_dev,
-            **layout_args,
+            argv_fd=argv_fd,
+            **{**layout_args, "command": command},
         )
         cgroup = cgroups.create(row.id)
         streams = list(stdio)
@@ -279,6 +327,12 @@ def spawn_sandbox(
             master, secondary = os.openpty()
             _set_winsize(master, terminal)
             streams = [secondary, secondary, secondary]
+        whole = bwrap_argv(layout, bwrap=str(cfg.bwrap))
+        head, options = split_bwrap_argv(whole, tuple(layout.command))
+        args_fd = _memfd("bwrap-args", options)
+        bwrap_command = [*head, str(args_fd), "--", *layout.command]
+        if cfg.unsafe_command_line_visible:
+            bwrap_command = whole
         chain = [
             str(cfg.spawner),
             "--parent",
@@ -291,7 +345,7 @@ def spawn_sandbox(
             str(user.gid),
             *(["--ctty"] if terminal is not None else []),
             "--",
-            *bwrap_argv(layout, bwrap=str(cfg.bwrap)),
+            *bwrap_command,
         ]
         try:
             process = subprocess.Popen(
@@ -299,7 +353,7 @@ def spawn_sandbox(
                 stdin=streams[0],
                 stdout=streams[1],
                 stderr=streams[2],
-                pass_fds=(*data_fds, *(fd for fd, _ in etc_copies), status_w),
+                pass_fds=(*data_fds, *(fd for fd, _ in etc_copies), status_w, args_fd),
                 close_fds=True,
                 env={},
                 cwd="/",
@@ -316,6 +370,8 @@ def spawn_sandbox(
         os.close(status_w)
         for fd in (*data_fds, *(fd for fd, _ in etc_copies)):
             os.close(fd)
+        if args_fd >= 0:
+            os.close(args_fd)
     return process, master, status_r
 
 

@@ -9,18 +9,36 @@ and only while it is still empty.
 Each folder is staged from the descriptor `bound.open_judged` opened as the owner, without
 links, and found to be the very object judged: nothing here looks a grant up by its path.
 
+The staging folder is root's, its group the sandbox's, mode 0710: only the sandbox's user (bwrap
+binds from it) and root reach the granted folders through it, not another local user.
+
+Placeholders (why this way, and what was tried): a mount needs a real dentry, so a name the
+sandbox must not create has to exist in the owner's folder while it runs; a private copy of a
+dentry per mount does not exist, Landlock's MAKE_* rights are per hierarchy (not per name),
+seccomp cannot read the path a call names, an overlay over the owner's folder makes the owner's
+own edits during the run undefined, and bwrap's own --tmpfs/--ro-bind on a missing path makes
+it in the source folder anyway. So each placeholder at the top is an empty folder (git never
+lists, adds or commits an empty folder: `git status` outside and `git add -A` inside see nothing
+of the box's; `git clean -d -n` does list them), immutable while the sandbox runs (the kernel
+detaches the sandbox's cover if the name is removed from the host's side: `rm` or `git clean
+-fdx` by the owner would uncover it), and removed when the sandbox ends or, after a crash, by
+the controller's reconcile on its next start. Inside `.git` they are files git reads as absent.
+
 What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
-sockets; links resolve inside the sandbox's own view), or keep a placeholder from being seen by
-the owner's own programs while the sandbox runs (an empty `.envrc` or `.git` is harmless).
+sockets; links resolve inside the sandbox's own view); keep placeholders out of a plain `ls`
+while the sandbox runs (no mechanism above does, see there); protect names below the top of a
+write folder; make a placeholder immutable on a filesystem without FS_IMMUTABLE_FL.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import pwd
 import stat
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +49,7 @@ from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+from lnk_shared.protected_names import PROTECTED_NAMES
 from lnk_shared.refusals import inside
 
 __all__ = [
@@ -48,10 +67,18 @@ PLACEHOLDER = "placeholder:"
 # when it is written (SandboxStore.create(staged=...)), so staging needs no write for them.
 TMPFS_NAMES = ("tmp", "shm", "home")
 SYSTEM_PROGRAM_DIRS = ("/usr",)  # bound read-only in every sandbox: no extra bind needed
-# Dot entries that are folders (a placeholder for them is an empty folder, not a file).
-DOT_FOLDERS = frozenset(
-    {".git", ".git/hooks", ".direnv", ".github", ".husky", ".idea", ".devcontainer", ".vscode"}
-)
+# What a placeholder inside `.git` holds, where an empty file would change what git does: git
+# reads its common folder from `commondir` (and dies on an empty one); "." is `.git` itself, as
+# if the file were absent. Git never lists what is inside `.git`, so these stay unseen.
+GIT_PLACEHOLDER_CONTENT = {".git/commondir": b".\n"}
+# The largest content above: a regular file placeholder holding more was filled by someone.
+MAX_PLACEHOLDER_BYTES = 16
+# FS_IOC_SETFLAGS/GETFLAGS (the `long` ioctls of linux/fs.h) and FS_IMMUTABLE_FL: a
+# placeholder nobody but root may remove, rename or fill while its sandbox runs (the kernel
+# drops the sandbox's cover when the name is removed from the host's side).
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+FS_IMMUTABLE_FL = 0x00000010
 
 
 @dataclass(frozen=True)
@@ -99,11 +126,33 @@ def _wanted(
     return wanted
 
 
-def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
-    """(entry, is a folder) for each dot entry tools run that is missing at the top of a folder:
-    the outermost missing part, so a missing `.git` gets one placeholder covering hooks and
-    config."""
-    missing: dict[str, bool] = {}
+def placeholder_content(entry: str) -> bytes | None:
+    """What stands in for a missing protected entry: None for an empty folder, else a regular
+    file's bytes. At the top of a write folder it is always an empty folder, whatever the tool
+    expects there, because git never lists or adds an empty folder: `git status` outside and
+    `git add -A` inside see nothing of the box's. Inside `.git` (which git never lists) it is
+    what git reads as if the entry were absent."""
+    name = next((n for n in PROTECTED_NAMES if n.path == entry), None)
+    if "/" not in entry or name is None or name.kind == "folder":
+        return None
+    return GIT_PLACEHOLDER_CONTENT.get(entry, b"")
+
+
+def _is_file_name(entry: str) -> bool:
+    """True when the tools expect a file at `entry` (nothing protected below it)."""
+    kinds = {
+        n.kind if n.path == entry else "folder"
+        for n in PROTECTED_NAMES
+        if n.path.split("/")[0] == entry
+    }
+    return kinds == {"file"}
+
+
+def _missing_entries(dir_fd: int) -> list[tuple[str, bytes | None]]:
+    """(entry, placeholder content: None for a folder) for each protected entry missing at the
+    top of a folder: the outermost missing part, so a missing `.git` gets one placeholder
+    covering everything git reads inside it."""
+    missing: dict[str, bytes | None] = {}
     for entry in PROJECT_RUN_DOT_ENTRIES:
         parts = entry.split("/")
         for depth in range(1, len(parts) + 1):
@@ -111,11 +160,28 @@ def _missing_entries(dir_fd: int) -> list[tuple[str, bool]]:
             try:
                 info = os.lstat(part, dir_fd=dir_fd)
             except FileNotFoundError:
-                missing[part] = depth < len(parts) or part in DOT_FOLDERS
+                missing[part] = None if depth < len(parts) else placeholder_content(part)
                 break
             if not stat.S_ISDIR(info.st_mode):
                 break  # a file (a worktree's `.git` pointer) is bound read-only as it is
     return sorted(missing.items())
+
+
+def _make_placeholder(parent_fd: int, name: str, content: bytes | None) -> int:
+    """Make one placeholder (an empty folder, or a file holding `content`) under `parent_fd`;
+    return it open."""
+    if content is None:
+        os.mkdir(name, 0o555, dir_fd=parent_fd)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags, dir_fd=parent_fd)
+    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, create, 0o444, dir_fd=parent_fd)
+    try:
+        os.write(fd, content)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _placeholders(
@@ -126,57 +192,105 @@ def _placeholders(
     source_fd: int,
     owner_uid: int,
     owner_gid: int,
+    as_files: bool = False,
 ) -> list[str]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
-    paths, which the wall binds read-only."""
-    made: list[str] = []
+    paths, which the wall binds read-only. They are recorded in one write once made (each
+    record names the very inode, which exists only then), also when making one fails; only
+    then are they made the owner's and immutable."""
+    made: list[tuple[int, str, str]] = []  # (open fd, path, record)
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
-        for entry, is_folder in _missing_entries(dir_fd):
-            parent, _, name = entry.rpartition("/")
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
-            try:
-                if is_folder:
-                    os.mkdir(name, 0o555, dir_fd=parent_fd)
-                else:
-                    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                    os.close(os.open(name, create, 0o444, dir_fd=parent_fd))
-                info = os.lstat(name, dir_fd=parent_fd)
+        try:
+            for entry, wanted in _missing_entries(dir_fd):
+                content = wanted
+                if as_files and wanted is None and "/" not in entry and _is_file_name(entry):
+                    content = b""  # unsafe_placeholders_visible: an empty file git lists
+                parent, _, name = entry.rpartition("/")
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
+                try:
+                    made_fd = _make_placeholder(parent_fd, name, content)
+                except OSError as exc:
+                    raise LaunchRefused(
+                        f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
+                    ) from None
+                finally:
+                    os.close(parent_fd)
+                info = os.fstat(made_fd)
                 path = os.path.join(folder, entry)
-                store.add_mount(sandbox_id, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}")
-                os.chown(name, owner_uid, owner_gid, dir_fd=parent_fd, follow_symlinks=False)
-                made.append(path)
+                made.append((made_fd, path, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"))
+        finally:
+            if made:  # recorded even when a later one failed, so clean-up removes them
+                store.add_mounts(sandbox_id, [record for _, _, record in made])
+        for made_fd, path, _ in made:
+            try:
+                os.fchown(made_fd, owner_uid, owner_gid)
+                _set_immutable(made_fd, True)
             except OSError as exc:
-                raise LaunchRefused(
-                    f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
-                ) from None
-            finally:
-                os.close(parent_fd)
+                raise LaunchRefused(path, f"cannot keep it read-only: {exc.strerror}") from None
     finally:
+        for made_fd, _, _ in made:
+            os.close(made_fd)
         os.close(dir_fd)
-    return made
+    return [path for _, path, _ in made]
+
+
+def _set_immutable(fd: int, on: bool) -> None:
+    """Set or clear FS_IMMUTABLE_FL on an open placeholder. A filesystem without the flag
+    (ENOTTY, EOPNOTSUPP, EINVAL) leaves the placeholder removable by its owner, which only
+    uncovers the name for the owner's own writes; nothing else is given up."""
+    try:
+        buf = bytearray(struct.pack("l", 0))
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
+        (flags,) = struct.unpack("l", buf)
+        wanted = flags | FS_IMMUTABLE_FL if on else flags & ~FS_IMMUTABLE_FL
+        if wanted != flags:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("l", wanted))
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+
+
+def _holds_only_placeholder(fd: int, info: os.stat_result) -> bool:
+    if stat.S_ISDIR(info.st_mode):
+        return True  # rmdir itself refuses a folder someone filled
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PLACEHOLDER_BYTES:
+        return False
+    return os.pread(fd, MAX_PLACEHOLDER_BYTES + 1, 0) in (b"", *GIT_PLACEHOLDER_CONTENT.values())
 
 
 def remove_placeholder(record: str) -> None:
-    """Remove a placeholder if it is still the one made here (same inode) and still empty; one
-    that someone filled meanwhile is theirs now and stays."""
+    """Remove a placeholder if it is still the one made here (same inode) and still holds only
+    what was put there; one that someone filled meanwhile is theirs now and stays."""
     dev, ino, path = record[len(PLACEHOLDER) :].split(":", 2)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            return
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
         return
-    if (info.st_dev, info.st_ino) != (int(dev), int(ino)):
-        return
+    except OSError as exc:
+        raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
     try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != (int(dev), int(ino)):
+            return
+        if not _holds_only_placeholder(fd, info):
+            return
+        _set_immutable(fd, False)
         if stat.S_ISDIR(info.st_mode):
             os.rmdir(path)
-        elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
+        else:
             os.unlink(path)
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
             raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
 
 
 def _inside_binds(
@@ -266,8 +380,10 @@ def stage_sandbox(
     exec_anywhere: bool,
     tmp_size: int,
     program_files: frozenset[str] = frozenset(),
+    unsafe: tuple[str, ...] = (),
 ) -> Staged:
     owner = pwd.getpwuid(owner_uid)
+    idmap_mounts.make_staging_dir(staging, gid=user.gid)
     binds: list[Bind] = []
     placeholders: list[str] = []
     userns_fd = idmap_mounts.make_userns_fd(
@@ -282,7 +398,8 @@ def stage_sandbox(
             source_fd = sources.get(real)
             if source_fd is None:  # bound.open_judged opened every one; a miss is a bug here
                 raise StateError(f"{real} was not opened as judged: nothing is bound")
-            if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
+            guarded = "unsafe_protected_names_unguarded" not in unsafe
+            if write and guarded and stat.S_ISDIR(os.fstat(source_fd).st_mode):
                 placeholders += _placeholders(
                     sandbox_id=sandbox_id,
                     store=store,
@@ -290,6 +407,7 @@ def stage_sandbox(
                     source_fd=source_fd,
                     owner_uid=owner_uid,
                     owner_gid=owner.pw_gid,
+                    as_files="unsafe_placeholders_visible" in unsafe,
                 )
             runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
             idmap_mounts.stage_idmapped(
@@ -303,6 +421,8 @@ def stage_sandbox(
     finally:
         os.close(userns_fd)
     read_only = _inside_binds(binds, read_only_inside, frozenset(placeholders))
+    if "unsafe_protected_names_unguarded" in unsafe:
+        read_only = []
     made = {name: str(staging / name) for name in TMPFS_NAMES}  # recorded with the record
     for made_at in made.values():
         idmap_mounts.stage_tmpfs(

@@ -53,6 +53,7 @@ __all__ = [
 SANDBOX_HOSTNAME = "lnk-sandbox"
 POLICY_PATH = "/run/lnk-confiner/policy"  # where the confiner finds its policy inside
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the kernel's id of this boot, one per host
+ARGV_PATH = "/run/lnk-confiner/argv"  # and the program's argv (native/lnk_sandbox.c)
 # Top-level folders that merged-usr systems make links into /usr; bound as links when they are.
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The /etc files programs need to start, resolve users, find libraries and check TLS; nothing
@@ -131,6 +132,9 @@ class SandboxLayout:
     hosts_fd: int = -1
     boot_id_fd: int = -1
     unsafe_writable_dev: bool = False  # a test switch: /dev stays writable (check must see it)
+    # The program's argv for the confiner (NUL-terminated), copied to ARGV_PATH: off every
+    # command line of the chain (spawn.py says why).
+    argv_fd: int = -1
 
 
 def sandbox_passwd(user_name: str, uid: int, gid: int, home: str) -> tuple[str, str]:
@@ -199,6 +203,8 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
         a += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
 
     a += ["--perms", "0444", "--file", str(layout.policy_fd), POLICY_PATH]
+    if layout.argv_fd >= 0:
+        a += ["--perms", "0444", "--file", str(layout.argv_fd), ARGV_PATH]
     if layout.status_fd >= 0:
         a += ["--json-status-fd", str(layout.status_fd)]
     a += ["--remount-ro", "/", "--chdir", layout.cwd]

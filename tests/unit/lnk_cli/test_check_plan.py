@@ -199,3 +199,23 @@ def test_every_granted_folder_is_probed_for_the_object_judged(home: Path, bait: 
     (evidence,) = found[str(home / "project/out")].evidence
     assert evidence.value == [info.st_dev, info.st_ino, 0o040000]
     assert all(p.expected == REFUSED for p in found.values())
+
+
+def test_a_write_folder_gets_a_placeholder_probe_for_the_names_missing_outside(
+    home: Path, bait: Bait
+) -> None:
+    out = home / "project" / "out"
+    (out / ".envrc").write_text("")
+    probes = build_plan(grants_for(home, f"--write={out}"), bait, CONFINER_DIR)
+    steps = {p.id: p.step for p in probes if p.step is not None}
+    step = steps[f"placeholder.git:{out}"]
+    assert step["kind"] == "git_visible" and step["path"] == str(out)
+    assert ".vscode" in step["names"] and ".envrc" not in step["names"]
+    assert probes[0].id == f"placeholder.git:{out}"  # before any probe writes there
+
+
+def test_the_other_user_probes_run_last_and_hold_the_sandbox(home: Path, bait: Bait) -> None:
+    probes = build_plan(grants_for(home), bait, CONFINER_DIR)
+    assert [p.id for p in probes[-2:]] == ["staging.other-users", "cmdline.other-users"]
+    assert all(p.step is not None and p.step["kind"] == "hold" for p in probes[-2:])
+    assert all(p.expected == REFUSED for p in probes[-2:])

@@ -213,3 +213,31 @@ def test_the_identity_step_reports_device_inode_and_type(tmp_path: Path) -> None
     assert answer["data"] == [info.st_dev, info.st_ino, 0o040000]
     missing = run_step({"id": "i", "kind": "identity", "path": str(tmp_path / "no")})
     assert missing["outcome"] == "stopped"
+
+
+def test_git_visible_reports_files_and_links_not_empty_folders(tmp_path: Path) -> None:
+    (tmp_path / ".vscode").mkdir()  # an empty folder: git never lists it
+    step = {"kind": "git_visible", "path": str(tmp_path), "names": [".vscode", ".envrc"]}
+    assert run_step(step)["outcome"] == "stopped"
+    (tmp_path / ".envrc").write_text("")
+    answer = run_step(step)
+    assert answer["outcome"] == "through" and answer["data"] == [".envrc"]
+    (tmp_path / ".envrc").unlink()
+    (tmp_path / ".envrc").symlink_to("/nonexistent")
+    assert run_step(step)["data"] == [".envrc"]
+    (tmp_path / ".vscode" / "tasks.json").write_text("{}")
+    assert run_step(step)["data"] == [".vscode/", ".envrc"]
+
+
+def test_hold_returns_once_its_stdin_is_closed() -> None:
+    read_end, write_end = os.pipe()
+    done = subprocess.Popen(
+        [sys.executable, "-I", "-c", BOOT, CLI_DIR, json.dumps([{"id": "h", "kind": "hold"}])],
+        stdin=read_end,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    os.close(read_end)
+    os.close(write_end)  # the outside has looked
+    out, _ = done.communicate(timeout=30)
+    assert json.loads(out)["results"]["h"]["detail"] == "held until the outside looked"

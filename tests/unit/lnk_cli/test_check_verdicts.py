@@ -214,3 +214,16 @@ def test_the_object_judged_bound_at_its_path_is_refused_and_another_is_a_leak() 
     assert leaked.verdict == LEAKED
     assert "another object than the one judged" in leaked.observed
     assert judge_probe(p, gone, Outside()).verdict == LEAKED  # nothing judged is there
+
+
+@pytest.mark.parametrize("kind", ["staging", "cmdline"])
+def test_what_the_outside_saw_while_it_ran_decides(kind: str) -> None:
+    p = probe(kind)
+    assert judge_probe(p, STOPPED, Outside(during={kind: "g0 is reachable"})).verdict == LEAKED
+    # The sandbox cannot talk its way out, nor into a leak: the outside's look decides.
+    assert judge_probe(p, THROUGH, Outside(during={kind: None})).verdict == REFUSED
+
+
+def test_a_look_that_did_not_happen_is_an_incomplete_check() -> None:
+    with pytest.raises(ProbesFailed, match="did not look"):
+        judge_probe(probe("staging"), STOPPED, Outside())

@@ -275,3 +275,32 @@ def test_class_switches_are_off_by_default(env: dict[str, str]) -> None:
     cfg = load_config(env)
     assert cfg.unsafe_switches == ()
     assert cfg.unsafe_seccomp == frozenset()
+
+
+STAGING_SWITCHES = (
+    "unsafe_staging_open_to_all",
+    "unsafe_command_line_visible",
+    "unsafe_placeholders_visible",
+    "unsafe_protected_names_unguarded",
+    "unsafe_login_path_unjudged",
+)
+
+
+@pytest.mark.parametrize("switch", STAGING_SWITCHES)
+def test_each_unsafe_staging_switch_warns_each_time_it_is_asked(
+    env: dict[str, str], config_dir: Path, caplog: pytest.LogCaptureFixture, switch: str
+) -> None:
+    write(config_dir, f"{switch} = true\n")
+    cfg = load_config(env)
+    assert cfg.unsafe_switches == (switch,)
+    caplog.clear()
+    for _ in range(2):  # once per launch, not once per start
+        with caplog.at_level(logging.WARNING, logger="lnk_controller.config"):
+            cfg.warn_unsafe()
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 2 and said[0] == said[1]
+    assert said[0].startswith(f"{switch} is on: ")
+
+
+def test_no_unsafe_switch_by_default(env: dict[str, str]) -> None:
+    assert load_config(env).unsafe_switches == ()

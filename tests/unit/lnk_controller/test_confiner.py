@@ -429,3 +429,49 @@ attempt("hard link into the grant", lambda: os.link(p + "/l", g + "/h", follow_s
         "hard link into the grant": "EACCES",
     }
     assert sorted(p.name for p in grant.iterdir()) == ["file", "new"]
+
+
+def _run_argv_file(
+    binary: Path, policy_file: Path, argv_file: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(binary), "--policy", str(policy_file), "--argv", str(argv_file), "--"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_programs_argv_from_a_file_runs_it_and_leaves_no_command_line(
+    lnk_sandbox: Path, tmp_path: Path
+) -> None:
+    """Another user reads every process's /proc/PID/cmdline: the confiner's holds only `--`,
+    the program's own holds its arguments (an empty one and one with a tab kept as given)."""
+    policy_file = _write(tmp_path, encode_policy(_policy(tmp_path)))
+    argv = [PYTHON, "-I", "-S", "-c", "import sys; print(repr(sys.argv[1:]))", "", "a\tb"]
+    argv_file = tmp_path / "argv"
+    argv_file.write_bytes(b"".join(a.encode() + b"\0" for a in argv))
+    result = _run_argv_file(lnk_sandbox, policy_file, argv_file)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "['', 'a\\tb']\n"
+
+
+@pytest.mark.parametrize("data", [b"", b"\0", b"/usr/bin/touch", b"\0/usr/bin/touch\0"], ids=repr)
+def test_an_argv_file_without_a_program_runs_nothing(
+    lnk_sandbox: Path, tmp_path: Path, data: bytes
+) -> None:
+    policy_file = _write(tmp_path, encode_policy(_policy(tmp_path)))
+    argv_file = tmp_path / "argv"
+    argv_file.write_bytes(data)
+    result = _run_argv_file(lnk_sandbox, policy_file, argv_file)
+    assert result.returncode == 126
+    assert "does not hold a program and its arguments" in result.stderr
+
+
+def test_a_missing_argv_file_runs_nothing(lnk_sandbox: Path, tmp_path: Path) -> None:
+    policy_file = _write(tmp_path, encode_policy(_policy(tmp_path)))
+    result = _run_argv_file(lnk_sandbox, policy_file, tmp_path / "none")
+    assert result.returncode == 126
+    assert "cannot read its arguments" in result.stderr

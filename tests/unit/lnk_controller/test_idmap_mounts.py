@@ -31,6 +31,7 @@ pytestmark = pytest.mark.needs_root
 OWNER = 4_000_000_001  # the person who grants the folder
 SANDBOX = 2_000_000_002  # the fresh uid (and gid) the sandbox runs as
 THIRD = 4_000_000_003  # someone else whose files sit in the granted folder
+OTHER = 4_000_000_004  # another local user, who must reach nothing through staging
 OVERFLOW = 65534  # what an id the map lacks reads as (/proc/sys/kernel/overflowuid)
 SECRET = b"owner's secret\n"
 PT_INTERP = 3  # ELF program header type naming the loader
@@ -144,6 +145,8 @@ def userns_fd() -> Iterator[int]:
 @pytest.fixture
 def stage(base: Path, owner_dir: Path, userns_fd: int) -> Stage:
     def staged(name: str, *, read_only: bool = False, noexec: bool = False) -> StagedMount:
+        if not (base / "stage").exists():  # a test may have made it (wrongly) itself
+            idmap_mounts.make_staging_dir(base / "stage", gid=SANDBOX)
         return idmap_mounts.stage_idmapped(
             owner_dir,
             base / "stage" / name,
@@ -234,12 +237,39 @@ def test_unmount_leaves_nothing_and_may_be_repeated(stage: Stage) -> None:
     idmap_mounts.unmount(target)
 
 
-def test_staging_dir_is_made_0711_and_cannot_be_listed(stage: Stage, base: Path) -> None:
+def as_other(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Another local user, neither the sandbox nor the owner."""
+    ids = ["--reuid", str(OTHER), "--regid", str(OTHER), "--clear-groups"]
+    command = ["/usr/bin/setpriv", *ids, "--no-new-privs", "--", *argv]
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=30)
+
+
+def test_staging_dir_is_the_sandboxs_alone_to_traverse(
+    stage: Stage, base: Path, owner_dir: Path
+) -> None:
+    # A 0644 file in the owner's 0700 folder: only the folder's mode keeps others out, and
+    # a staging dir others may traverse would bypass it.
+    (owner_dir / "open").write_text("readable by mode\n")
+    os.chown(owner_dir / "open", OWNER, OWNER)
+    os.chmod(owner_dir / "open", 0o644)
     staged = stage("rw")
     info = os.stat(base / "stage")
-    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o711)
-    assert as_sandbox("/bin/ls", str(base / "stage")).returncode != 0
-    assert as_sandbox("/bin/ls", staged.target).returncode == 0
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, SANDBOX, 0o710)
+    assert as_sandbox("/bin/ls", str(base / "stage")).returncode != 0  # traverse, not list
+    assert as_sandbox("/bin/cat", f"{staged.target}/open").stdout == "readable by mode\n"
+    # Another local user reaches nothing of the granted folder through the staging dir.
+    result = as_other("/bin/cat", f"{staged.target}/open")
+    assert result.returncode != 0 and "Permission denied" in result.stderr
+    assert as_other("/bin/ls", staged.target).returncode != 0
+
+
+def test_staging_dir_made_on_the_way_is_roots_alone(base: Path) -> None:
+    staged = idmap_mounts.stage_tmpfs(
+        base / "fresh" / "tmp", uid=SANDBOX, gid=SANDBOX, size_bytes=1 << 20
+    )
+    info = os.stat(base / "fresh")
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o700)
+    assert as_sandbox("/bin/ls", staged.target).returncode != 0
 
 
 def test_staging_dir_open_to_others_is_refused(stage: Stage, base: Path) -> None:
@@ -283,6 +313,7 @@ def test_source_fd_is_used_not_a_path_swapped_after_open(
 
 
 def test_file_grant_is_mounted_on_a_file(base: Path, owner_dir: Path, userns_fd: int) -> None:
+    idmap_mounts.make_staging_dir(base / "stage", gid=SANDBOX)
     staged = idmap_mounts.stage_idmapped(
         owner_dir / "secret",
         base / "stage" / "one",
@@ -365,6 +396,7 @@ def test_bwrap_bind_keeps_read_only(stage: Stage, owner_dir: Path) -> None:
 
 
 def test_tmpfs_is_the_sandboxs_own_noexec_and_bounded(base: Path) -> None:
+    idmap_mounts.make_staging_dir(base / "stage", gid=SANDBOX)
     staged = idmap_mounts.stage_tmpfs(
         base / "stage" / "tmp", uid=SANDBOX, gid=SANDBOX, size_bytes=1 << 20
     )

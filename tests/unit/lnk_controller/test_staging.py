@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.staging import PLACEHOLDER, _missing_entries, remove_placeholder, wanted_paths
+from lnk_controller.staging import (
+    PLACEHOLDER,
+    _missing_entries,
+    _set_immutable,
+    remove_placeholder,
+    wanted_paths,
+)
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+from lnk_shared.protected_names import GIT_REDIRECTS
 
 TOP_LEVEL = sorted({entry.split("/")[0] for entry in PROJECT_RUN_DOT_ENTRIES})
 
@@ -24,6 +31,11 @@ def folder(tmp_path: Path) -> Path:
 
 
 def missing(folder: Path) -> dict[str, bool]:
+    """Each missing entry and whether its placeholder is a folder."""
+    return {entry: content is None for entry, content in contents(folder).items()}
+
+
+def contents(folder: Path) -> dict[str, bytes | None]:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         return dict(_missing_entries(fd))
@@ -58,8 +70,12 @@ def test_git_with_config_but_no_hooks_gets_hooks(folder: Path) -> None:
 
 
 def test_complete_git_needs_nothing(folder: Path) -> None:
-    (folder / ".git" / "hooks").mkdir(parents=True)
-    (folder / ".git" / "config").write_text("[core]\n")
+    (folder / ".git").mkdir()
+    for name in GIT_REDIRECTS:
+        if name.kind == "folder":
+            (folder / name.path).mkdir(parents=True)
+        else:
+            (folder / name.path).write_text("")
     assert [entry for entry in missing(folder) if entry.startswith(".git/")] == []
 
 
@@ -71,26 +87,40 @@ def test_git_file_of_a_worktree_or_submodule_is_not_an_error(folder: Path) -> No
     assert [entry for entry in found if entry == ".git" or entry.startswith(".git/")] == []
 
 
+@pytest.mark.parametrize("entry", TOP_LEVEL)
+def test_every_top_level_placeholder_is_an_empty_folder_git_never_lists(
+    folder: Path, entry: str
+) -> None:
+    # Whatever the tool expects (.envrc and .npmrc are files), the stand-in at the top is an
+    # empty folder: git neither lists nor adds one, inside the sandbox or outside.
+    assert missing(folder)[entry] is True
+
+
 @pytest.mark.parametrize(
-    ("entry", "is_folder"),
+    ("entry", "content"),
     [
-        (".envrc", False),
-        (".direnv", True),
-        (".github", True),
-        (".husky", True),
-        (".vscode", True),
-        (".idea", True),
-        (".devcontainer", True),
-        (".gitlab-ci.yml", False),
-        (".pre-commit-config.yaml", False),
-        (".npmrc", False),
-        (".mise.toml", False),
+        (".git/config", b""),
+        (".git/config.worktree", b""),
+        (".git/commondir", b".\n"),  # "." is .git itself: git reads it as if absent
+        (".git/hooks", None),
+        (".git/info", None),
+        (".git/modules", None),
+        (".git/worktrees", None),
     ],
 )
-def test_placeholder_kind_matches_what_tools_expect(
-    folder: Path, entry: str, is_folder: bool
+def test_placeholders_inside_git_are_what_git_reads_as_absent(
+    folder: Path, entry: str, content: bytes | None
 ) -> None:
-    assert missing(folder)[entry] is is_folder
+    (folder / ".git").mkdir()
+    assert contents(folder)[entry] == content
+
+
+def test_every_git_redirect_is_covered_inside_an_existing_git(folder: Path) -> None:
+    (folder / ".git").mkdir()
+    found = contents(folder)
+    assert sorted(e for e in found if e.startswith(".git/")) == sorted(
+        n.path for n in GIT_REDIRECTS
+    )
 
 
 @pytest.mark.parametrize("entry", [".envrc", ".vscode", ".git"])
@@ -221,3 +251,29 @@ def test_a_program_file_in_a_granted_folder_is_bound_as_itself(
     wanted = wanted_paths(["/home/u/tools"], [], [], (program,), files)
     assert wanted.count(program) == bound + (program == "/home/u/tools")  # bound once at most
     assert "/home/u/tools" in wanted
+
+
+def test_immutable_placeholder_is_removed(folder_placeholder: tuple[Path, str]) -> None:
+    # Placeholders are made immutable (nobody but root removes one while its sandbox runs);
+    # the clean-up clears the flag before removing it.
+    path, rec = folder_placeholder
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _set_immutable(fd, True)
+    finally:
+        os.close(fd)
+    with pytest.raises(PermissionError):
+        path.rmdir()
+    remove_placeholder(rec)
+    assert not os.path.lexists(path)
+
+
+def test_commondir_placeholder_is_removed_and_a_filled_one_stays(folder: Path) -> None:
+    (folder / ".git").mkdir()
+    path = folder / ".git" / "commondir"
+    path.write_bytes(b".\n")
+    remove_placeholder(record(path))
+    assert not path.exists()
+    path.write_bytes(b"../other\n")
+    remove_placeholder(record(path))
+    assert path.read_bytes() == b"../other\n"

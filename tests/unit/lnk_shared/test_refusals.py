@@ -618,3 +618,27 @@ def test_agent_home_holding_the_spec_is_refused_by_identity(box: Box) -> None:
         check_self_widening(home, "the agent's home", ctx)
     elsewhere = resolve_path(str(box.home / "elsewhere"), base="/", home=str(box.home))
     check_self_widening(elsewhere, "the agent's home", ctx)
+
+
+def test_write_of_a_folder_the_login_profile_puts_on_path_is_refused(box: Box) -> None:
+    """The caller's PATH lacks ~/mytools, but the owner's ~/.profile puts it first at the next
+    login: a sandbox writing it plants programs the owner's next shell runs."""
+    (box.home / "mytools" / "sub").mkdir(parents=True)
+    (box.home / ".profile").write_text(
+        'if [ -d "$HOME/mytools" ]; then PATH="$HOME/mytools:$PATH"; fi\n'
+    )
+    ctx = box.ctx()
+    assert str(box.home / "mytools") not in ctx.path_dirs
+    for written in ("~/mytools", "~/mytools/sub"):
+        with pytest.raises(OutsideCodeRefused, match="login PATH"):
+            box.judge(write=[written], ctx=ctx)
+    box.judge(read=["~/mytools"], ctx=ctx)
+
+
+@pytest.mark.parametrize("folder", ["go/bin", "perl5/bin"])
+def test_write_of_a_per_user_bin_folder_is_refused_when_not_on_path(box: Box, folder: str) -> None:
+    (box.home / folder).mkdir(parents=True)
+    top = folder.split("/", maxsplit=1)[0]
+    for written in (f"~/{folder}", f"~/{top}"):
+        with pytest.raises(OutsideCodeRefused, match="login PATH"):
+            box.judge(write=[written])

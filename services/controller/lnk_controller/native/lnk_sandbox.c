@@ -15,7 +15,12 @@
  * seccomp bind the one thread that becomes the target.
  *
  * Usage: lnk-sandbox [--policy FILE] -- PROGRAM [ARGS...]   (--policy: tests only)
+ *        lnk-sandbox [--policy FILE] [--argv FILE] --        (the program's argv from a file)
  *        lnk-sandbox --relay SOCKET PORT                     (the proxy benchmark)
+ *
+ * The controller gives the program's argv in a file (ARGV_PATH: NUL-terminated arguments,
+ * copied by bwrap like the policy), so bwrap's and this program's command lines, which every
+ * local user may read in /proc, hold none of it; the program's own command line still does.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +40,9 @@
 #include "relay.h"
 
 #define POLICY_PATH "/run/lnk-confiner/policy"
+#define ARGV_PATH "/run/lnk-confiner/argv"
+#define MAX_ARGV_BYTES (8 << 20) /* above any argv execve takes (ARG_MAX: a quarter of the stack) */
+#define MAX_ARGV_COUNT 65536     /* the controller passes at most 4096 (launch_request.MAX_ARGS) */
 #define POLICY_HEADER "lnk-confiner-policy 2" /* the format spawn.encode_policy writes */
 #define MAX_POLICY_BYTES (1 << 20)            /* the controller writes a few KiB */
 #define MAX_PATHS 4096                        /* grants per kind: far above any spec */
@@ -474,20 +482,65 @@ static void close_inherited(void) {
         close((int)fd);
 }
 
+/* The program's argv from `path`: NUL-terminated arguments, at least one, none empty-named. */
+static char **load_argv(const char *path) {
+    target = "the program";
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        refuse("cannot read its arguments from %s: %s", path, strerror(errno));
+    char *data = malloc(MAX_ARGV_BYTES + 1);
+    if (data == NULL)
+        refuse("no memory for its arguments");
+    size_t size = 0;
+    for (;;) {
+        ssize_t n = read(fd, data + size, MAX_ARGV_BYTES + 1 - size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            refuse("cannot read its arguments from %s: %s", path, strerror(errno));
+        if (n == 0 || (size += (size_t)n) > MAX_ARGV_BYTES)
+            break;
+    }
+    close(fd);
+    if (size > MAX_ARGV_BYTES)
+        refuse("its arguments in %s are too large", path);
+    if (size == 0 || data[size - 1] != '\0' || data[0] == '\0')
+        refuse("%s does not hold a program and its arguments", path);
+    size_t count = 0;
+    for (size_t i = 0; i < size; i++)
+        count += data[i] == '\0';
+    if (count > MAX_ARGV_COUNT)
+        refuse("more than %d arguments in %s", MAX_ARGV_COUNT, path);
+    char **out = calloc(count + 1, sizeof(char *));
+    if (out == NULL)
+        refuse("no memory for its arguments");
+    for (size_t i = 0, at = 0; i < count; i++) {
+        out[i] = data + at;
+        at += strlen(data + at) + 1;
+    }
+    return out;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--relay") == 0)
         return relay_main(argc, argv);
-    const char *policy_path = POLICY_PATH;
+    const char *policy_path = POLICY_PATH, *argv_path = ARGV_PATH;
     int first = 1;
-    if (argc > 3 && strcmp(argv[1], "--policy") == 0) { /* tests; inside it is always bound */
-        policy_path = argv[2];
-        first = 3;
+    if (first + 1 < argc && strcmp(argv[first], "--policy") == 0) { /* tests: inside, bound */
+        policy_path = argv[first + 1];
+        first += 2;
     }
-    if (argc < first + 2 || strcmp(argv[first], "--") != 0) {
-        fputs("lnk-sandbox: usage: lnk-sandbox [--policy FILE] -- PROGRAM [ARGS...]\n", stderr);
+    if (first + 1 < argc && strcmp(argv[first], "--argv") == 0) { /* tests: inside, bound */
+        argv_path = argv[first + 1];
+        first += 2;
+    }
+    if (first >= argc || strcmp(argv[first], "--") != 0) {
+        fputs("lnk-sandbox: usage: lnk-sandbox [--policy FILE] [--argv FILE] -- "
+              "[PROGRAM [ARGS...]]\n",
+              stderr);
         return EXIT_REFUSED;
     }
-    char **target_argv = argv + first + 1;
+    char **target_argv = first + 1 < argc ? argv + first + 1 : load_argv(argv_path);
     target = target_argv[0];
     close_inherited();
     load_policy(policy_path);
