@@ -104,6 +104,7 @@ class Rule(enum.StrEnum):
     INTERNET_NOT_PUBLIC = "internet-not-public"
     LAN_NOT_PRIVATE = "lan-not-private"
     NO_ADDRESS = "no-address"
+    NO_ROUTE = "no-route"  # the kernel has no route out for the address (route_check)
 
 
 # Each class that is never reached, and the rule that names it (0.0.0.0 and :: reach this machine).

@@ -4,7 +4,8 @@ Per connection, per request: read a head (bounded in size by `find_head_end`, in
 `HEAD_TIMEOUT_S`), parse it, read the sandbox's stop and pause flags (uncached: a stat each; a
 flag that cannot be checked counts as set), `judge_target`, resolve (the system resolver's
 answers are kept per sandbox for `ANSWER_CACHE_S`, and judged again on every request),
-`judge_addresses`, then reach exactly `Allowed.address`.
+`judge_addresses`, the kernel's route to the judged address (`route_check`: refused when it is
+delivered here or out of a guests' bridge), then reach exactly `Allowed.address`.
 A CONNECT becomes a tunnel (`conn.tunnel`) on a connection dialed for it; a plain http request
 is forwarded (`forward`) on an idle keep-alive connection of this sandbox's `UpstreamPool` to
 that same host, port and judged address, or one dialed for it; its connection may carry the
@@ -40,6 +41,7 @@ import logging
 import os
 import socket
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from lnk_proxy.http_request import (
     parse_request_head,
     refusal_response,
 )
+from lnk_proxy.machine_watch import MachineWatch
 from lnk_proxy.policy import (
     Allowed,
     MachineView,
@@ -64,6 +67,7 @@ from lnk_proxy.policy import (
 )
 from lnk_proxy.policy_memo import PolicyMemo
 from lnk_proxy.resolver import AnswerCache, Resolver, make_resolver
+from lnk_proxy.route_check import RouteChecker
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
@@ -131,34 +135,67 @@ class ProxyServer:
         self.resolver = resolver or make_resolver(config.unsafe_dns_table)
         self.wire_log = WireLog(config.wire_log_dir)
         self.machine: MachineView | None = None
+        self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
+        self._watch: MachineWatch | None = None
+        self._stale = False
         self._refresher: asyncio.Task[None] | None = None
+        # Reads the machine view: its own thread, never behind sandboxes' lookups.
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-view")
 
     async def start(self) -> None:
-        """Prepare the log folder, read this machine (StateError if it cannot), keep it fresh."""
+        """Prepare the log folder, read this machine (StateError if it cannot), and read it
+        again whenever the kernel says a link, address or route changed."""
         self.wire_log.prepare()
+        self._watch = MachineWatch()
         await self.refresh_machine(fatal=True)
-        self._refresher = asyncio.create_task(self._refresh_forever())
+        asyncio.get_running_loop().add_reader(self._watch.fileno(), self._machine_changed)
 
     async def close(self) -> None:
         for sandbox in list(self._listeners):
             await self.close_listener(sandbox)
+        if self._watch is not None:
+            asyncio.get_running_loop().remove_reader(self._watch.fileno())
+            self._watch.close()
+            self._watch = None
         if self._refresher is not None:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
+        self._reader.shutdown(wait=False, cancel_futures=True)
+        if self.routes is not None:
+            self.routes.close()
 
     async def refresh_machine(self, *, fatal: bool = False) -> None:
+        """Read the view on the proxy's own thread: never queued behind sandboxes' lookups."""
         try:
             networks = self.config.public_networks
-            self.machine = await asyncio.to_thread(machine.read_machine_view, networks)
+            loop = asyncio.get_running_loop()
+            self.machine = await loop.run_in_executor(
+                self._reader, machine.read_machine_view, networks
+            )
         except Exception:
             if fatal or self.machine is None:
                 raise
             log.exception("reading this machine's addresses failed; the previous view is kept")
 
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(machine.MACHINE_REFRESH_S)
+    def _machine_changed(self) -> None:
+        if self._watch is None:
+            return
+        try:
+            changed = self._watch.drain()
+        except OSError:
+            log.exception("reading netlink change messages failed; reading the view again")
+            changed = True
+        if not changed:
+            return
+        self._stale = True
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.create_task(self._refresh_while_stale())
+
+    async def _refresh_while_stale(self) -> None:
+        # Changes that arrive during a read make it stale again: one more read follows.
+        while self._stale:
+            self._stale = False
             await self.refresh_machine()
 
     def is_open(self, sandbox: str) -> bool:
@@ -180,7 +217,6 @@ class ProxyServer:
             raise ValueError(f"not a sandbox id: {sandbox!r}")
         if sandbox in self._listeners:
             raise ValueError(f"{sandbox} already has a listener: close it first")
-        await self.refresh_machine()
         sock = bind_listener(socket_path, LISTENER_MODE)
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
         listener.flags = tuple(
@@ -325,6 +361,10 @@ class ProxyServer:
         verdict = listener.memo.addresses(target, addresses, self.machine)
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
+        # The second judgement, on the vetted address, as the kernel routes it now.
+        routed = self.routes.check(verdict.address) if self.routes is not None else None
+        if routed is not None:
+            return _Refusal(routed.rule, routed.reason)
         return verdict
 
     async def _refuse(
