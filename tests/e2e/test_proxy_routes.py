@@ -57,17 +57,16 @@ READY_S = 10.0  # a bait binds in well under a second
 VIEW_FOLLOWS_S = 2.0  # a change message and one `ip` read (ms); the old timer took up to 30 s
 LOG_SETTLE_S = 0.2  # a connection the proxy made reaches the bait's log within this
 BAIT = r"""
-import json, socket, sys
+import json, socket, sys, threading
 log = open(sys.argv[1], "a", buffering=1)
 server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
 server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("::", int(sys.argv[2])))
-server.listen(64)
+server.listen(512)
 print("ready", flush=True)
-while True:
-    conn, peer = server.accept()
-    log.write(json.dumps({"local": conn.getsockname()[0], "peer": peer[0]}) + "\n")
+
+def serve(conn):
     with conn:
         conn.settimeout(5)
         try:
@@ -75,6 +74,11 @@ while True:
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbait\n")
         except OSError:
             pass
+
+while True:
+    conn, peer = server.accept()
+    log.write(json.dumps({"local": conn.getsockname()[0], "peer": peer[0]}) + "\n")
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
 """
 NAMES = {
     "lo-prefix.test-lan.example": ["10.91.1.7"],
@@ -84,6 +88,9 @@ NAMES = {
     "bridge-route.test-lan.example": ["10.91.4.2"],
     "nas.test-lan.example": ["10.91.0.2"],
 }
+# For a proxy on the system resolver (`system_resolver=True`): the LAN host serves DNS.
+RESOLV_CONF = "nameserver 10.91.0.2\noptions timeout:30 attempts:1\n"
+HOSTS = "127.0.0.1 localhost\n::1 localhost\n10.91.0.2 nas.test-lan.example\n"
 LOCAL = [  # (id, host, port form): each is delivered to this machine by the kernel
     ("lo_prefix", "10.91.1.7"),
     ("lo_prefix_by_name", "lo-prefix.test-lan.example"),
@@ -104,7 +111,9 @@ def _ip(*args: str, netns: str | None = None) -> None:
 class Machine:
     """The namespaces, baits and proxy; `close` undoes all of it, also after a failed setup."""
 
-    def __init__(self, *, skip_route_check: bool) -> None:
+    def __init__(
+        self, *, skip_route_check: bool, system_resolver: bool = False, config: str = ""
+    ) -> None:
         self.id = PREFIX + secrets.token_hex(3)
         self.machine, self.lan, self.guest = f"{self.id}m", f"{self.id}l", f"{self.id}g"
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -112,6 +121,9 @@ class Machine:
         self.base = Path(tempfile.mkdtemp(prefix="lnkr", dir="/tmp"))  # short: socket paths
         os.chmod(self.base, 0o755)
         self.skip_route_check = skip_route_check
+        self.system_resolver = system_resolver  # resolv.conf and hosts of its own (ip netns)
+        self.config = config
+        self.netns_etc = Path("/etc/netns") / self.machine
         self.baits: dict[str, Path] = {}
 
     def build(self) -> None:
@@ -191,11 +203,16 @@ class Machine:
         table.write_text(json.dumps(NAMES), encoding="utf-8")
         table.chmod(0o644)
         skip = "true" if self.skip_route_check else "false"
+        names = "" if self.system_resolver else f'unsafe_dns_table = "{table}"\n'
         (etc / "proxy.toml").write_text(
-            f'unsafe_dns_table = "{table}"\ncontroller_uid = 0\nconnect_timeout_s = 3\n'
-            f"unsafe_skip_route_check = {skip}\n",
+            f"{names}controller_uid = 0\nconnect_timeout_s = 3\n"
+            f"unsafe_skip_route_check = {skip}\n{self.config}",
             encoding="utf-8",
         )
+        if self.system_resolver:  # `ip netns exec` binds these over /etc's
+            self.netns_etc.mkdir(parents=True)
+            (self.netns_etc / "resolv.conf").write_text(RESOLV_CONF, encoding="ascii")
+            (self.netns_etc / "hosts").write_text(HOSTS, encoding="ascii")
         for folder in (run, state):
             folder.mkdir(mode=0o755)
             os.chown(folder, PROXY_UID, PROXY_UID)
@@ -251,17 +268,19 @@ class Machine:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    stream.close()
         for netns in self.namespaces:
             with contextlib.suppress(RuntimeError):
                 _ip("netns", "del", netns)
+        shutil.rmtree(self.netns_etc, ignore_errors=True)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def built(*, skip_route_check: bool) -> Iterator[Machine]:
-    made = Machine(skip_route_check=skip_route_check)
+def built(*, skip_route_check: bool, **options: Any) -> Iterator[Machine]:
+    made = Machine(skip_route_check=skip_route_check, **options)
     try:
         made.build()
         yield made

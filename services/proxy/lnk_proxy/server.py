@@ -13,6 +13,14 @@ next request, judged anew. Each refusal is `refusal_response`
 (403, the rule id) and one wire-log line with the reason; each allowed exchange one line when
 it ends.
 
+Fairness: a CONNECT takes one of its sandbox's `max_tunnels_per_sandbox` slots as soon as its
+head is read, before any await (lookup, dial), so concurrent CONNECTs cannot pass the cap
+together; a request needing a lookup takes one of `MAX_WAITING_LOOKUPS` slots, and each
+sandbox has its own resolver (`resolver.SystemResolver`: its own threads, capped), so one
+sandbox's dead or slow names never hold another's lookups, the machine view (read on its own
+thread) or listener management. At a cap the request gets the 403 with `too-many-tunnels` or
+`too-many-lookups` (and its wire line) at once, never a queue.
+
 Wire state: `<flags_dir>/<sandbox>.stop` refuses every request (`stopped`) and, seen by a
 watcher that polls it every `FLAG_POLL_S`, closes every connection of that sandbox, open
 tunnels and requests in flight included. `<sandbox>.pause` refuses new requests and tunnels
@@ -66,7 +74,7 @@ from lnk_proxy.policy import (
     judge_localhost,
 )
 from lnk_proxy.policy_memo import PolicyMemo
-from lnk_proxy.resolver import AnswerCache, Resolver, make_resolver
+from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy, make_resolver
 from lnk_proxy.route_check import RouteChecker
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
@@ -82,6 +90,9 @@ IO_TIMEOUT_S = 300.0  # idle bound on each read or write of a plain http exchang
 FLAG_POLL_S = 0.5  # how late a stop may close a sandbox's tunnels
 # RFC 9110 9.2.2: a request of these may be sent again (a dropped pooled connection)
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+# Requests of one sandbox waiting for a lookup at once (many may share one name's lookup):
+# a page load asks for a few dozen; past this a sandbox is refused, never queued.
+MAX_WAITING_LOOKUPS = 256
 ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connections close
 BAD_GATEWAY = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -104,7 +115,9 @@ class _Listener:
     sock: socket.socket
     connections: set[asyncio.Task[None]] = field(default_factory=set)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # accept loop, watcher
-    tunnels: int = 0
+    tunnels: int = 0  # reserved when a CONNECT is read, before any await
+    lookups: int = 0  # this sandbox's requests waiting for a lookup now
+    resolver: Resolver | None = None  # this sandbox's only (the system one's threads)
     pool: UpstreamPool = field(default_factory=UpstreamPool)  # this sandbox's only
     answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
     flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
@@ -132,7 +145,7 @@ class ProxyServer:
 
     def __init__(self, config: ProxyConfig, resolver: Resolver | None = None) -> None:
         self.config = config
-        self.resolver = resolver or make_resolver(config.unsafe_dns_table)
+        self._shared_resolver = resolver  # a test's; else each sandbox gets its own
         self.wire_log = WireLog(config.wire_log_dir)
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
@@ -219,6 +232,7 @@ class ProxyServer:
             raise ValueError(f"{sandbox} already has a listener: close it first")
         sock = bind_listener(socket_path, LISTENER_MODE)
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
             for name, rule in (("stop", "stopped"), ("pause", "paused"))
@@ -323,23 +337,32 @@ class ProxyServer:
             await self._refuse(listener, client, method.decode("latin-1"), target, refusal)
             return False
         target = _shown_target(request)
-        verdict = await self._decide(listener, request)
-        if not isinstance(verdict, Allowed):
-            await self._refuse(listener, client, request.method, target, verdict)
-            return False
-        exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
-        if request.kind == "connect":
-            await self._tunnel(exchange)
-            return False
+        tunnel = request.kind == "connect"
+        if tunnel:  # reserved now, before any await: concurrent CONNECTs cannot pass the cap
+            if listener.tunnels >= self.config.max_tunnels_per_sandbox:
+                limit = self.config.max_tunnels_per_sandbox
+                refusal = _Refusal("too-many-tunnels", f"{limit} tunnels already open")
+                await self._refuse(listener, client, request.method, target, refusal)
+                return False
+            listener.tunnels += 1
+        try:
+            verdict = await self._decide(listener, request)
+            if not isinstance(verdict, Allowed):
+                await self._refuse(listener, client, request.method, target, verdict)
+                return False
+            exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
+            if tunnel:
+                await self._tunnel(exchange)
+                return False
+        finally:
+            if tunnel:
+                listener.tunnels -= 1
         return await self._forward(exchange)
 
     async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
         flagged = self._flags(listener)
         if flagged is not None:
             return flagged
-        if request.kind == "connect" and listener.tunnels >= self.config.max_tunnels_per_sandbox:
-            limit = self.config.max_tunnels_per_sandbox
-            return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
         local = judge_localhost(listener.grants, request.host, request.port)
         if local is not None:
             return local
@@ -347,15 +370,24 @@ class ProxyServer:
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
         addresses: Sequence[IPAddress] | None
+        resolver = listener.resolver
+        assert resolver is not None  # set by open_listener
         if target.literal is not None:
             addresses = (target.literal,)
-        elif self.resolver.caches_answers:
-            addresses = listener.answers.get(target.host)
-            if addresses is None:
-                addresses = await self.resolver.resolve(target.host)
-                listener.answers.put(target.host, addresses)
+        elif resolver.caches_answers and (cached := listener.answers.get(target.host)):
+            addresses = cached
         else:
-            addresses = await self.resolver.resolve(target.host)
+            refused = self._reserve_lookup(listener)
+            if refused is not None:
+                return refused
+            try:
+                addresses = await resolver.resolve(target.host)
+            except ResolverBusy as exc:
+                return _Refusal("too-many-lookups", str(exc))
+            finally:
+                listener.lookups -= 1
+            if resolver.caches_answers:
+                listener.answers.put(target.host, addresses)
         if self.machine is None:
             raise RuntimeError("ProxyServer.start() was not called: this machine is unknown")
         verdict = listener.memo.addresses(target, addresses, self.machine)
@@ -366,6 +398,13 @@ class ProxyServer:
         if routed is not None:
             return _Refusal(routed.rule, routed.reason)
         return verdict
+
+    def _reserve_lookup(self, listener: _Listener) -> _Refusal | None:
+        """One of the sandbox's `MAX_WAITING_LOOKUPS` slots, taken before the await."""
+        if listener.lookups >= MAX_WAITING_LOOKUPS:
+            return _Refusal("too-many-lookups", f"{listener.lookups} lookups already waiting")
+        listener.lookups += 1
+        return None
 
     async def _refuse(
         self, listener: _Listener, client: Conn, method: str, target: str, refusal: _Refusal
@@ -400,8 +439,7 @@ class ProxyServer:
         return await self._dial(exchange.allowed), False
 
     async def _tunnel(self, exchange: _Exchange) -> None:
-        client, listener, error, dial_failed = exchange.client, exchange.listener, "", False
-        listener.tunnels += 1
+        client, error, dial_failed = exchange.client, "", False
         try:
             try:
                 upstream = await self._dial(exchange.allowed)
@@ -419,7 +457,6 @@ class ProxyServer:
         except (OSError, EOFError, TimeoutError) as exc:
             error = f"ended: {exc!r}"
         finally:
-            listener.tunnels -= 1
             self._allowed(exchange, error)  # before the 502: a client reading it sees the line
             if dial_failed:
                 with contextlib.suppress(OSError, TimeoutError):
