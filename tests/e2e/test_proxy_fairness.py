@@ -35,6 +35,10 @@ DROPPED = 40  # lookups that never answer, from one sandbox
 LOOKUP_CAP = 16  # lnk_proxy.resolver.MAX_LOOKUPS
 FAIR_BOUND_S = 1.0  # a launch and a hosts-file lookup take milliseconds; 5 s before the fix
 QUERY_SEEN_S = 10.0  # the proxy's first query reaches the DNS server in milliseconds
+AGGREGATE_WINDOW_S = 5.0  # lnk_proxy.wire_log's
+COUNT_SEEN_S = 2.0  # the proxy writes a window's count within 0.5 s of its end
+LOG_BOUND = 256 * 1024  # the flood test's wire_log_max_bytes
+FLOOD = 3000  # refusals, about 200 bytes of log each: 600 KB offered to a 256 KiB log
 DNS = r"""
 import json, select, socket, struct, sys
 log = open(sys.argv[1], "a", buffering=1)
@@ -142,8 +146,38 @@ def test_concurrent_connects_never_open_more_than_the_cap(machine: tuple[Machine
         assert len(opened) == TUNNEL_CAP, [h for h, _ in heads if not h.startswith(b"HTTP/1.1 ")]
         assert refused == [b"lnk: refused (too-many-tunnels)\n"] * (CONCURRENT - TUNNEL_CAP)
         assert len(made.accepted(made.lan)) - before == TUNNEL_CAP
-    rules = [e["rule"] for e in made.proxy.log(SANDBOX) if e["decision"] == "refused"]
-    assert rules.count("too-many-tunnels") == CONCURRENT - TUNNEL_CAP
+    # Aggregated: the first refusal at once, the repeats as one count when the window ends.
+    deadline = time.monotonic() + AGGREGATE_WINDOW_S + COUNT_SEEN_S
+    while True:
+        lines = [e for e in made.proxy.log(SANDBOX) if e["rule"] == "too-many-tunnels"]
+        logged = sum(e.get("repeated") or 1 for e in lines)  # a count line: its repeats
+        if logged >= CONCURRENT - TUNNEL_CAP or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert logged == CONCURRENT - TUNNEL_CAP and len(lines) == 2, lines
+
+
+def test_a_refusal_flood_leaves_allowed_decisions_logged_and_the_log_bounded() -> None:
+    config = f"wire_log_max_bytes = {LOG_BOUND}\n"
+    with built(skip_route_check=False, config=config) as made:
+        for i in range(FLOOD):  # every target new: aggregation cannot fold them
+            _, body = ask(made.socket, connect_request(f"h{i}.nowhere.test-lan.example:80"))
+            assert body == b"lnk: refused (no-address)\n"
+        path = made.proxy.wire / f"{SANDBOX}.log"
+        assert path.stat().st_size <= LOG_BOUND * 3 // 4  # the last quarter kept
+        before = len(made.accepted(made.lan))
+        allowed = 0
+        while True:
+            head, body = ask(made.socket, get("nas.test-lan.example"))
+            if not head.startswith(b"HTTP/1.1 200"):
+                break
+            allowed += 1
+            assert allowed < FLOOD, "the log never filled"
+        assert body == b"lnk: refused (log-full)\n"
+        assert len(made.accepted(made.lan)) - before == allowed  # the refused one went nowhere
+        logged = [e for e in made.proxy.log(SANDBOX) if e["decision"] == "allowed"]
+        assert len(logged) == allowed > 0  # every exchange that went out is in the log
+        assert path.stat().st_size <= LOG_BOUND
 
 
 def test_lookups_that_never_answer_delay_no_other_sandbox(machine: tuple[Machine, Dns]) -> None:

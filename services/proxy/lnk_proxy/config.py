@@ -38,6 +38,8 @@ MAX_UID = 2**32 - 2  # (uid_t)-1 means "no change" to the kernel: never a real u
 MAX_CONNECT_TIMEOUT_S = 120.0  # past Linux's own SYN retry budget (~127 s): waiting is useless
 MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descriptors
 MAX_CONNECTIONS = 65_536  # likewise: the proxy's descriptor limit is shared by all sandboxes
+MIN_WIRE_LOG = 64 << 10  # room for a few hundred lines: smaller could not log one exchange
+MAX_WIRE_LOG = 64 << 30  # a per-sandbox bound past the disks lnk runs on is a typo
 MAX_UNSAFE_NETWORKS = 64  # a test internet needs one or two ranges
 
 
@@ -60,6 +62,8 @@ class ProxyConfig(BaseModel):
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
+    # Each sandbox's wire log, at most: a quarter kept for allowed decisions (`wire_log`).
+    wire_log_max_bytes: int = Field(default=256 << 20, ge=MIN_WIRE_LOG, le=MAX_WIRE_LOG)
 
     @model_validator(mode="before")
     @classmethod

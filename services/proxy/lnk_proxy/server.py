@@ -146,7 +146,7 @@ class ProxyServer:
     def __init__(self, config: ProxyConfig, resolver: Resolver | None = None) -> None:
         self.config = config
         self._shared_resolver = resolver  # a test's; else each sandbox gets its own
-        self.wire_log = WireLog(config.wire_log_dir)
+        self.wire_log = WireLog(config.wire_log_dir, config.wire_log_max_bytes)
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
@@ -294,6 +294,7 @@ class ProxyServer:
                 for task in list(listener.connections):
                     task.cancel()
             listener.pool.sweep()
+            self.wire_log.flush(listener.sandbox)  # the counts of ended refusal windows
 
     def _flags(self, listener: _Listener) -> _Refusal | None:
         """The stop and pause flags, read now (never cached)."""
@@ -360,6 +361,8 @@ class ProxyServer:
         return await self._forward(exchange)
 
     async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
+        if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
+            return _Refusal("log-full", "the sandbox's wire log has no room for its line")
         flagged = self._flags(listener)
         if flagged is not None:
             return flagged
