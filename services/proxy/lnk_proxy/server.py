@@ -226,11 +226,37 @@ class ProxyServer:
     ) -> None:
         """Bind `socket_path` (mode 0666) and serve `sandbox` there with `grants`.
         ValueError for a bad id, an id already open, or a path that is not a fresh socket."""
+        self._check_new(sandbox)
+        self._serve_listener(
+            sandbox, socket_path, grants, secret, bind_listener(socket_path, LISTENER_MODE)
+        )
+
+    async def adopt_listener(
+        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str, sock: socket.socket
+    ) -> None:
+        """Serve `sandbox` on `sock`, a listening socket a previous proxy bound at `socket_path`
+        (the controller kept it). ValueError when it is anything else: it is never served."""
+        self._check_new(sandbox)
+        try:
+            listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            bound = sock.getsockname()
+        except OSError as exc:
+            raise ValueError(f"the socket handed over for {sandbox} is unusable: {exc}") from None
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM or not listening:
+            raise ValueError(f"the socket handed over for {sandbox} is not a listening unix socket")
+        if bound != str(socket_path):
+            raise ValueError(f"the socket handed over for {sandbox} is bound at {bound!r}")
+        self._serve_listener(sandbox, socket_path, grants, secret, sock)
+
+    def _check_new(self, sandbox: str) -> None:
         if not SANDBOX_ID.fullmatch(sandbox):
             raise ValueError(f"not a sandbox id: {sandbox!r}")
         if sandbox in self._listeners:
             raise ValueError(f"{sandbox} already has a listener: close it first")
-        sock = bind_listener(socket_path, LISTENER_MODE)
+
+    def _serve_listener(
+        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str, sock: socket.socket
+    ) -> None:
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
         listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
         listener.flags = tuple(
@@ -241,6 +267,13 @@ class ProxyServer:
         _spawn(listener.background, self._accept_forever(listener))
         _spawn(listener.background, self._watch_stop(listener))
         log.info("listener for %s at %s", sandbox, socket_path)
+
+    def listener_fd(self, sandbox: str) -> int:
+        """The listening socket's descriptor (to send to the controller, which keeps a copy)."""
+        return self._listeners[sandbox].sock.fileno()
+
+    def sandboxes(self) -> list[str]:
+        return sorted(self._listeners)
 
     async def close_listener(self, sandbox: str) -> bool:
         """Close `sandbox`'s listener and every connection in flight; False if none was open."""
