@@ -93,6 +93,9 @@ def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
         old = _proxy_pid(netbox)
         os.kill(old, signal.SIGKILL)
         _wait_dead(old)
+        status = netbox.lnk("box", "status")  # says so while it is down
+        proxy_line = next(line for line in status.stdout.splitlines() if line.startswith("proxy "))
+        assert status.returncode == 1 and " down " in proxy_line, status.stdout
         up = netbox.lnk("box", "up")
         assert up.returncode == 0, up.stderr
         assert _proxy_pid(netbox) != old
