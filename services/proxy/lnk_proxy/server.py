@@ -19,7 +19,9 @@ together; a request needing a lookup takes one of `MAX_WAITING_LOOKUPS` slots, a
 sandbox has its own resolver (`resolver.SystemResolver`: its own threads, capped), so one
 sandbox's dead or slow names never hold another's lookups, the machine view (read on its own
 thread) or listener management. At a cap the request gets the 403 with `too-many-tunnels` or
-`too-many-lookups` (and its wire line) at once, never a queue.
+`too-many-lookups` (and its wire line) at once, never a queue. A new connection is refused
+(`too-many-descriptors`) when the proxy's descriptors are taken and this sandbox already holds
+its reserved share of them (`descriptors.may_accept`).
 
 Wire state: `<flags_dir>/<sandbox>.stop` refuses every request (`stopped`) and, seen by a
 watcher that polls it every `FLAG_POLL_S`, closes every connection of that sandbox, open
@@ -47,6 +49,7 @@ import contextlib
 import hmac
 import logging
 import os
+import resource
 import socket
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +60,7 @@ from typing import Any
 from lnk_proxy import machine
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
+from lnk_proxy.descriptors import may_accept, usable_limit
 from lnk_proxy.forward import BadResponse, forward_http
 from lnk_proxy.http_request import (
     ProxyRequest,
@@ -146,6 +150,9 @@ class ProxyServer:
     def __init__(self, config: ProxyConfig, resolver: Resolver | None = None) -> None:
         self.config = config
         self._shared_resolver = resolver  # a test's; else each sandbox gets its own
+        # Descriptors for sandboxes' connections, shared out per sandbox (`descriptors`).
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.descriptor_limit = usable_limit(soft)
         self.wire_log = WireLog(config.wire_log_dir, config.wire_log_max_bytes)
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
@@ -306,16 +313,21 @@ class ProxyServer:
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
             if len(listener.connections) >= self.config.max_connections_per_sandbox:
-                self._refuse_now(listener, sock, "too-many-connections")
+                limit = self.config.max_connections_per_sandbox
+                self._refuse_now(listener, sock, "too-many-connections", f"{limit} already open")
+                continue
+            others = [len(o.connections) for o in self._listeners.values() if o is not listener]
+            if not may_accept(len(listener.connections), others, self.descriptor_limit):
+                reason = "the proxy's descriptors are taken (this sandbox's share is in use)"
+                self._refuse_now(listener, sock, "too-many-descriptors", reason)
                 continue
             _spawn(listener.connections, self._serve(listener, sock))
 
-    def _refuse_now(self, listener: _Listener, sock: socket.socket, rule: str) -> None:
+    def _refuse_now(self, listener: _Listener, sock: socket.socket, rule: str, reason: str) -> None:
         with contextlib.suppress(OSError):
             sock.setblocking(False)
             sock.send(refusal_response(rule))
         sock.close()
-        reason = f"{self.config.max_connections_per_sandbox} connections already open"
         self.wire_log.write(WireEntry(listener.sandbox, "", "", "refused", rule, reason=reason))
 
     async def _watch_stop(self, listener: _Listener) -> None:
