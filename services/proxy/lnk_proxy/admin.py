@@ -70,7 +70,9 @@ ADMIN_SOCKET_MODE = 0o600  # the proxy's user, and root (the controller) past ev
 PROXY_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor the listeners
 ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
 ADMIN_THREADS = 4  # admin connections served at once; the controller uses one at a time
-RESOLVER_THREADS = 32  # lookups in flight at once: one dead DNS server must not stall all
+# The loop's default executor: no lookup runs there (each sandbox's resolver has its own
+# threads) nor the machine view (its own thread); a few for what a library may still put there.
+DEFAULT_THREADS = 4
 MAX_SUN_PATH = 107  # sockaddr_un's 108 bytes, one for the NUL
 SECRET = re.compile(r"[A-Za-z0-9_-]{32,256}")  # token_urlsafe(24+): enough entropy, no quoting
 MAX_PORT = 65535
@@ -301,7 +303,7 @@ async def run_proxy(config: ProxyConfig) -> None:
     """The service: start the server, serve the admin socket until SIGTERM or SIGINT."""
     _raise_descriptor_limit()
     asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="lnk-proxy-resolve")
+        ThreadPoolExecutor(DEFAULT_THREADS, thread_name_prefix="lnk-proxy-default")
     )
     server = ProxyServer(config)
     await server.start()
