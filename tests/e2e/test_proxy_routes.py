@@ -387,3 +387,17 @@ def _tunnel(sock: socket.socket) -> bytes:
         return established
     sock.sendall(b"GET / HTTP/1.1\r\nHost: bait\r\n\r\n")
     return _read_all(sock, b"bait\n")
+
+
+def test_an_interface_made_a_bridge_port_after_it_was_used_is_refused() -> None:
+    """The proxy keeps each interface's netlink answer: it must forget it on the change, so the
+    LAN's veth, once enslaved to a bridge, is a guests' link from the next request on."""
+    with built(skip_route_check=False) as made:
+        with contextlib.closing(_connect(made.socket)) as sock:
+            sock.sendall(request_for("10.91.0.2", "connect"))
+            assert _tunnel(sock).endswith(b"bait\n")  # the veth's answer is kept now
+        bridge = f"{made.id}bx"
+        _ip("link", "add", bridge, "type", "bridge", netns=made.machine)
+        _ip("link", "set", f"{made.id}ml", "master", bridge, netns=made.machine)
+        _ip("link", "set", bridge, "up", netns=made.machine)
+        assert_refused(made, "10.91.0.2", "connect", "never-local-network", made.lan)

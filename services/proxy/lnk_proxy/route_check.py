@@ -64,6 +64,7 @@ _HERE = {
 ROUTE_TIMEOUT_S = 1.0
 RECEIVE_SIZE = 32 * 1024  # one answer is a few hundred bytes; a link's with stats ~1.5 KiB
 SEQ_WRAP = 2**32
+MAX_KEPT_LINKS = 1024  # interfaces whose answer is kept; a host with more asks again
 
 
 def judge_route(address: IPAddress, route: RouteAnswer, link: LinkAnswer | None) -> Refused | None:
@@ -92,7 +93,12 @@ def judge_route(address: IPAddress, route: RouteAnswer, link: LinkAnswer | None)
 
 
 class RouteChecker:
-    """Asks the kernel (one netlink socket, blocking with a bound) and judges the answer."""
+    """Asks the kernel (one netlink socket, blocking with a bound) and judges the answer.
+
+    The route is asked for on every check; an interface's answer is kept until `invalidate`,
+    which the server calls whenever a netlink change message is queued (it drains them before
+    each check: the kernel queues them as the change is made, so a kept answer is never older
+    than the last change the kernel reported)."""
 
     def __init__(self) -> None:
         try:
@@ -107,6 +113,11 @@ class RouteChecker:
             ) from None
         self._sock.settimeout(ROUTE_TIMEOUT_S)
         self._seq = itertools.count(1)
+        self._links: dict[int, LinkAnswer] = {}
+
+    def invalidate(self) -> None:
+        """A link, address or route changed: forget every interface's answer."""
+        self._links.clear()
 
     def close(self) -> None:
         self._sock.close()
@@ -145,8 +156,15 @@ class RouteChecker:
         return netlink.decode_route(self._ask(netlink.encode_route_request(seq, address), seq), seq)
 
     def _link(self, index: int) -> LinkAnswer:
+        kept = self._links.get(index)
+        if kept is not None:
+            return kept
         seq = self._next_seq()
-        return netlink.decode_link(self._ask(netlink.encode_link_request(seq, index), seq), seq)
+        link = netlink.decode_link(self._ask(netlink.encode_link_request(seq, index), seq), seq)
+        if len(self._links) >= MAX_KEPT_LINKS:
+            self._links.clear()
+        self._links[index] = link
+        return link
 
     def __enter__(self) -> RouteChecker:
         return self

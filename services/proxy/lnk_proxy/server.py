@@ -208,6 +208,8 @@ class ProxyServer:
             changed = True
         if not changed:
             return
+        if self.routes is not None:
+            self.routes.invalidate()
         self._stale = True
         if self._refresher is None or self._refresher.done():
             self._refresher = asyncio.create_task(self._refresh_while_stale())
@@ -441,7 +443,9 @@ class ProxyServer:
         verdict = listener.memo.addresses(target, addresses, self.machine)
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
-        # The second judgement, on the vetted address, as the kernel routes it now.
+        # The second judgement, on the vetted address, as the kernel routes it now (change
+        # messages drained first: an interface's kept answer is never older than a change).
+        self._machine_changed()
         routed = self.routes.check(verdict.address) if self.routes is not None else None
         if routed is not None:
             return _Refusal(routed.rule, routed.reason)
