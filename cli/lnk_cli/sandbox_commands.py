@@ -83,6 +83,7 @@ def _wire_line(raw: str) -> str:
             f"{doc['time']}  {doc['decision']:<8} {doc['rule']:<22} {doc['method']} "
             f"{doc['target']} {('-> ' + doc['address']) if doc.get('address') else ''} "
             f"up {doc['up']} down {doc['down']}"
+            + (f" x{doc['repeated']} (repeats, counted)" if doc.get("repeated") else "")
         )
     except (ValueError, KeyError, TypeError):
         text = raw

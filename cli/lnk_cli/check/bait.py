@@ -221,6 +221,52 @@ class BaitServer:
         self._sockets = []
 
 
+LOCAL_TABLES = (
+    ("/usr/bin/ip", "-j", "-4", "route", "show", "table", "local", "type", "local"),
+    ("/usr/bin/ip", "-j", "-6", "route", "show", "table", "local", "type", "local"),
+)
+MAX_LOCAL_ROUTED = 4  # addresses probed from local prefixes: one per prefix is the class
+
+
+def locally_routed(routes: object) -> list[str]:
+    """From `ip -j route show table local type local`: one address per local prefix (a prefix
+    on `lo`, an AnyIP `local` route) that no interface holds and that is not loopback, i.e.
+    one this machine answers that only the kernel's routing says is this machine's."""
+    if not isinstance(routes, list):
+        return []
+    own, prefixes = set(), []
+    for route in routes:
+        dst = route.get("dst") if isinstance(route, dict) else None
+        try:
+            network = ipaddress.ip_network(str(dst), strict=False)
+        except ValueError:
+            continue
+        if network.num_addresses == 1:
+            own.add(network.network_address)
+        elif network.num_addresses >= 4 and not network.network_address.is_loopback:
+            prefixes.append(network)
+    found = []
+    for network in prefixes:
+        for offset in range(2, 6):
+            candidate = network.network_address + offset
+            if candidate not in own:
+                found.append(str(candidate))
+                break
+    return found[:MAX_LOCAL_ROUTED]
+
+
+def local_routed_addresses() -> list[str]:
+    """`locally_routed` of this machine's IPv4 and IPv6 local tables; [] when `ip` fails."""
+    found: list[str] = []
+    for argv in LOCAL_TABLES:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=5, check=True)
+            found += locally_routed(json.loads(done.stdout or "[]"))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            continue
+    return found[:MAX_LOCAL_ROUTED]
+
+
 @dataclass
 class Bait:
     """Everything set up outside; `remove()` takes it all away again."""
@@ -235,6 +281,7 @@ class Bait:
     outside_secret: str = ""
     leftovers: list[str] = field(default_factory=list)  # paths a probe may have made
     machine: list[ipaddress.IPv4Interface] = field(default_factory=list)
+    local_routed: list[str] = field(default_factory=list)  # `locally_routed` addresses
     skipped: list[str] = field(default_factory=list)  # hidden folders the caller cannot write
 
     @classmethod
@@ -277,6 +324,7 @@ class Bait:
         """Set everything up; what was made before a failure is recorded for `remove()`."""
         home = self.home
         self.machine = machine_networks()
+        self.local_routed = local_routed_addresses()
         self._file("read.home", home)
         self._file("read.settings", self._folder(os.path.join(home, USER_SETTINGS_DIR)))
         self._file("read.var-tmp", VAR_TMP)

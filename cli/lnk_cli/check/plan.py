@@ -442,6 +442,9 @@ def _proxy(c: _Context, bait_port: int) -> None:
     machine = str(c.bait.machine[0].ip) if c.bait.machine else None
     for target in _machine_forms(machine, bait_port):
         _ask(c, f"proxy:machine:{target}", target, "this machine, the bait server's port")
+    for address in c.bait.local_routed:  # refused even when [lan] lists it: it is here
+        target = f"[{address}]:{bait_port}" if ":" in address else f"{address}:{bait_port}"
+        _ask(c, f"proxy:local-route:{target}", target, "an address the kernel routes here")
     for neighbour in _neighbours(c):
         target = f"{neighbour}:{HTTP_PORT}"
         ident = f"proxy:network:{target}"

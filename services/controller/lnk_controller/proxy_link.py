@@ -4,14 +4,25 @@ the stop and pause flags the proxy reads on every request.
 The proxy (its own system user) binds each listener; the controller binds that socket into the
 sandbox, where the relay serves it on 127.0.0.1. Flags are marker files the controller writes in
 a root-owned folder and the proxy only reads, uncached, on every request and tunnel.
+
+A restart loses no sandbox: the proxy's answer to `open` carries the listening socket, which
+the controller keeps (`HELD`) until the listener is closed. `keep_listeners` asks the proxy
+every `KEEP_INTERVAL_S` which listeners it serves and hands each one it lacks back (`adopt`,
+with the socket and the grants it was opened with): after `kill -9` and a restart the kept
+socket was never closed, so a sandbox's connections wait in its backlog and are judged and
+answered once the new proxy adopts it. Does NOT keep listeners across a controller restart
+(a restarted controller holds none of the earlier ones: the proxy still serves them, but a
+proxy restart after that loses them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +32,12 @@ from lnk_shared.grants import Grants
 from lnk_shared.unix import recv_frame, send_frame
 
 __all__ = [
+    "HELD",
     "PROXY_PORT",
     "PROXY_SOCKET_INSIDE",
     "clear_flags",
     "close_listener",
+    "keep_listeners",
     "open_listener",
     "proxy_env",
     "relay_port",
@@ -35,17 +48,63 @@ PROXY_SOCKET_INSIDE = "/run/lnk-proxy.sock"  # where the listener is bound insid
 PROXY_PORT = 3128  # the relay's port on the sandbox's own loopback (squid's, by habit)
 ADMIN_TIMEOUT_S = 5.0  # the proxy answers at once; longer means it is stuck
 SECRET_BYTES = 32  # the per-sandbox proxy secret (for the page-opening endpoint, later)
+# How soon a restarted proxy gets the listeners back: a sandbox's requests wait this long at
+# most (plus the restart) in their listener's backlog. A `list` costs the proxy microseconds.
+KEEP_INTERVAL_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
-def _call(cfg: ControllerConfig, message: dict[str, Any]) -> dict[str, Any]:
+class HeldListeners:
+    """The listening sockets the proxy opened, kept with the command that opened each."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[int, dict[str, Any]]] = {}
+        # Held while a listener is handed back, and while one is closed: a listener closed
+        # meanwhile is never handed to the proxy after its close.
+        self.handing = threading.Lock()
+
+    def keep(self, sandbox_id: str, fd: int, command: dict[str, Any]) -> None:
+        with self._lock:
+            old = self._held.pop(sandbox_id, None)
+            self._held[sandbox_id] = (fd, command)
+        if old is not None:
+            os.close(old[0])
+
+    def drop(self, sandbox_id: str) -> None:
+        with self._lock:
+            old = self._held.pop(sandbox_id, None)
+        if old is not None:
+            os.close(old[0])
+
+    def snapshot(self) -> dict[str, tuple[int, dict[str, Any]]]:
+        with self._lock:
+            return dict(self._held)
+
+
+HELD = HeldListeners()
+
+
+def _call(
+    cfg: ControllerConfig, message: dict[str, Any], fds: list[int] | None = None
+) -> dict[str, Any]:
+    """The proxy's answer; a descriptor it sent (`open`'s listener) is kept in HELD."""
+    answer, received = _call_with_fds(cfg, message, fds)
+    for fd in received:
+        os.close(fd)
+    return answer
+
+
+def _call_with_fds(
+    cfg: ControllerConfig, message: dict[str, Any], fds: list[int] | None = None
+) -> tuple[dict[str, Any], list[int]]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(ADMIN_TIMEOUT_S)
     try:
         sock.connect(str(cfg.proxy_admin_socket))
-        send_frame(sock, message)
-        answer, fds = recv_frame(sock)
-        for fd in fds:
-            os.close(fd)
+        send_frame(sock, message, fds)
+        answer, received = recv_frame(sock, want_fds=True)
     except (OSError, EOFError, ValueError) as exc:
         raise LaunchRefused(
             "the filtering proxy",
@@ -53,40 +112,77 @@ def _call(cfg: ControllerConfig, message: dict[str, Any]) -> dict[str, Any]:
         ) from None
     finally:
         sock.close()
-    return answer
+    return answer, received
 
 
 def open_listener(cfg: ControllerConfig, sandbox_id: str, grants: Grants) -> Path:
     """Ask the proxy for this sandbox's listener; return the socket's path on the host."""
     spec = grants.spec
     path = cfg.proxy_dir / f"{sandbox_id}.sock"
-    answer = _call(
-        cfg,
-        {
-            "op": "open",
-            "sandbox": sandbox_id,
-            "socket": str(path),
-            "grants": {
-                "internet_any": spec.internet_any,
-                "internet": [str(h) for h in spec.internet],
-                "lan_any": spec.lan_any,
-                "lan": [str(e) for e in spec.lan],
-                "localhost_ports": list(spec.ports),
-            },
-            "secret": secrets.token_hex(SECRET_BYTES),
+    command = {
+        "op": "open",
+        "sandbox": sandbox_id,
+        "socket": str(path),
+        "grants": {
+            "internet_any": spec.internet_any,
+            "internet": [str(h) for h in spec.internet],
+            "lan_any": spec.lan_any,
+            "lan": [str(e) for e in spec.lan],
+            "localhost_ports": list(spec.ports),
         },
-    )
-    if answer.get("ok") is not True:
-        raise LaunchRefused(
-            "the filtering proxy", f"it refused the listener: {answer.get('error')}"
-        )
+        "secret": secrets.token_hex(SECRET_BYTES),
+    }
+    answer, fds = _call_with_fds(cfg, command)
+    if answer.get("ok") is not True or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        error = answer.get("error") or "it sent no listening socket back"
+        raise LaunchRefused("the filtering proxy", f"it refused the listener: {error}")
+    HELD.keep(sandbox_id, fds[0], {**command, "op": "adopt"})
     return path
+
+
+def keep_listeners(cfg: ControllerConfig, stop: threading.Event) -> None:
+    """Until `stop`: hand every kept listener the proxy does not serve back to it."""
+    while not stop.wait(KEEP_INTERVAL_S):
+        held = HELD.snapshot()
+        if not held:
+            continue
+        try:
+            answer = _call(cfg, {"op": "list"})
+        except LaunchRefused:
+            continue  # down: `lnk box up` restarts it; the sockets wait here meanwhile
+        served = answer.get("sandboxes")
+        if not isinstance(served, list):
+            continue
+        for sandbox_id in held:
+            if sandbox_id not in served:
+                _hand_back(cfg, sandbox_id)
+
+
+def _hand_back(cfg: ControllerConfig, sandbox_id: str) -> None:
+    with HELD.handing:
+        kept = HELD.snapshot().get(sandbox_id)
+        if kept is None:
+            return  # closed meanwhile
+        fd, command = kept
+        try:
+            reply = _call(cfg, command, [fd])
+        except LaunchRefused as exc:
+            log.error("handing the listener of %s back to the proxy: %s", sandbox_id, exc)
+            return
+    if reply.get("ok") is True:
+        log.info("the restarted proxy serves %s again", sandbox_id)
+    else:
+        log.error("the proxy refused the listener of %s: %s", sandbox_id, reply)
 
 
 def close_listener(cfg: ControllerConfig, sandbox_id: str) -> None:
     """Close the listener and every tunnel of the sandbox; remove its socket even if the proxy
     is gone."""
     problem = None
+    with HELD.handing:  # not while it is being handed back: never adopted after its close
+        HELD.drop(sandbox_id)
     try:
         answer = _call(cfg, {"op": "close", "sandbox": sandbox_id})
         if answer.get("ok") is not True:

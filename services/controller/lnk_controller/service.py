@@ -15,7 +15,7 @@ from pathlib import Path
 
 import uvicorn
 
-from lnk_controller import idmap_mounts, landlock, seccomp
+from lnk_controller import idmap_mounts, landlock, proxy_link, seccomp
 from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
@@ -128,6 +128,10 @@ def run_controller(cfg: ControllerConfig) -> None:
     stop = threading.Event()
     reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
     reaper.start()
+    keeper = threading.Thread(  # a restarted proxy gets every running sandbox's listener
+        target=proxy_link.keep_listeners, args=(cfg, stop), name="proxy-listeners", daemon=True
+    )
+    keeper.start()
 
     app = make_app(cfg, store, remembered, agents, accounts)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")

@@ -8,12 +8,19 @@ reply per command:
     {"op": "open", "sandbox": ID, "socket": PATH, "secret": S,
      "grants": {"internet_any": bool, "internet": [host, ...],
                 "lan_any": bool, "lan": [name | address | range, ...]}}
+    {"op": "adopt", ...the fields of open..., with the listening socket attached}
     {"op": "close", "sandbox": ID}
+    {"op": "list"}
     {"op": "ping"}
 
-and the reply `{"ok": true}` or `{"ok": false, "error": "..."}`. Every field is checked as if
-hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a socket path outside the
-run dir or too long for a unix socket, a short secret, grants the spec model would refuse.
+and the reply `{"ok": true}` or `{"ok": false, "error": "..."}`. The reply to `open` carries the
+new listener's descriptor (SCM_RIGHTS): the controller keeps it, so the listening socket
+outlives this process; after a restart the controller hands each one back with `adopt`
+(`list` answers `{"ok": true, "sandboxes": [ID, ...]}`, the listeners open now), and the
+connections a sandbox made meanwhile wait in its backlog and are served then. Every field is
+checked as if hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a socket
+path outside the run dir or too long for a unix socket, a short secret, grants the spec model
+would refuse; an adopted socket must be a listening unix socket bound at the path given.
 Hosts and `[lan]` entries go through the spec model's own `SpecBuilder`, so the proxy holds a
 grant exactly as a spec would. Closing a sandbox that has no listener is not an error.
 
@@ -48,6 +55,7 @@ __all__ = [
     "ADMIN_SOCKET_MODE",
     "CloseCommand",
     "Command",
+    "ListCommand",
     "OpenCommand",
     "PingCommand",
     "handle_admin_connection",
@@ -62,14 +70,18 @@ ADMIN_SOCKET_MODE = 0o600  # the proxy's user, and root (the controller) past ev
 PROXY_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor the listeners
 ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
 ADMIN_THREADS = 4  # admin connections served at once; the controller uses one at a time
-RESOLVER_THREADS = 32  # lookups in flight at once: one dead DNS server must not stall all
+# The loop's default executor: no lookup runs there (each sandbox's resolver has its own
+# threads) nor the machine view (its own thread); a few for what a library may still put there.
+DEFAULT_THREADS = 4
 MAX_SUN_PATH = 107  # sockaddr_un's 108 bytes, one for the NUL
 SECRET = re.compile(r"[A-Za-z0-9_-]{32,256}")  # token_urlsafe(24+): enough entropy, no quoting
 MAX_PORT = 65535
 _GRANT_KEYS = frozenset({"internet_any", "internet", "lan_any", "lan"})
 _KEYS = {
     "open": frozenset({"op", "sandbox", "socket", "grants", "secret"}),
+    "adopt": frozenset({"op", "sandbox", "socket", "grants", "secret"}),
     "close": frozenset({"op", "sandbox"}),
+    "list": frozenset({"op"}),
     "ping": frozenset({"op"}),
 }
 
@@ -80,6 +92,7 @@ class OpenCommand:
     socket: Path
     grants: ProxyGrants
     secret: str
+    adopt: bool = False  # serve the listening socket sent with the command, bind nothing
 
 
 @dataclass(frozen=True)
@@ -92,7 +105,12 @@ class PingCommand:
     pass
 
 
-Command = OpenCommand | CloseCommand | PingCommand
+@dataclass(frozen=True)
+class ListCommand:
+    pass
+
+
+Command = OpenCommand | CloseCommand | PingCommand | ListCommand
 
 
 def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
@@ -100,6 +118,8 @@ def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
     op = checked_op(untrusted, _KEYS)
     if op == "ping":
         return PingCommand()
+    if op == "list":
+        return ListCommand()
     sandbox = untrusted["sandbox"]
     if not isinstance(sandbox, str) or not SANDBOX_ID.fullmatch(sandbox):
         raise ValueError("sandbox must be an id of letters, digits, '-' and '_' (1 to 64)")
@@ -113,6 +133,7 @@ def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
         socket=_socket_path(untrusted["socket"], run_dir),
         grants=parse_grants(untrusted["grants"]),
         secret=secret,
+        adopt=op == "adopt",
     )
 
 
@@ -169,17 +190,37 @@ def parse_grants(untrusted: object) -> ProxyGrants:
     )
 
 
-async def _run_command(server: ProxyServer, command: Command) -> dict[str, Any]:
+async def _run_command(
+    server: ProxyServer, command: Command, fds: list[int]
+) -> tuple[dict[str, Any], list[int]]:
+    """The reply, and the descriptors to send with it. Takes `fds` (closes what it keeps not)."""
+    adopted = None
     try:
-        if isinstance(command, OpenCommand):
+        if isinstance(command, OpenCommand) and command.adopt:
+            if len(fds) != 1:
+                raise ValueError("adopt takes exactly one listening socket")
+            adopted = socket.socket(fileno=fds.pop())
+            await server.adopt_listener(
+                command.sandbox, command.socket, command.grants, command.secret, adopted
+            )
+            adopted = None  # the server's now
+        elif isinstance(command, OpenCommand):
             await server.open_listener(
                 command.sandbox, command.socket, command.grants, command.secret
             )
+            return {"ok": True}, [server.listener_fd(command.sandbox)]
         elif isinstance(command, CloseCommand):
             await server.close_listener(command.sandbox)
+        elif isinstance(command, ListCommand):
+            return {"ok": True, "sandboxes": server.sandboxes()}, []
     except (OSError, ValueError) as exc:
-        return {"ok": False, "error": str(exc)}
-    return {"ok": True}
+        return {"ok": False, "error": str(exc)}, []
+    finally:
+        if adopted is not None:
+            adopted.close()
+        for fd in fds:
+            os.close(fd)
+    return {"ok": True}, []
 
 
 async def handle_admin_connection(
@@ -200,20 +241,29 @@ async def handle_admin_connection(
         sock.settimeout(ADMIN_TIMEOUT_S)
         while True:
             try:
-                untrusted, _ = await loop.run_in_executor(executor, recv_frame, sock)
+                untrusted, fds = await loop.run_in_executor(executor, _recv_with_fds, sock)
             except EOFError:
                 return
+            sent: list[int] = []
             try:
-                reply = await _run_command(server, parse_command(untrusted, config.run_dir))
+                command = parse_command(untrusted, config.run_dir)
             except ValueError as exc:
+                for fd in fds:
+                    os.close(fd)
                 reply = {"ok": False, "error": str(exc)}
-            await loop.run_in_executor(executor, send_frame, sock, reply)
+            else:
+                reply, sent = await _run_command(server, command, list(fds))
+            await loop.run_in_executor(executor, send_frame, sock, reply, sent)
     except (OSError, ValueError) as exc:  # a broken frame or peer: close, answer nothing
         log.warning("admin connection ended: %s", exc)
     finally:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # wakes a frame read blocked in its thread
         sock.close()
+
+
+def _recv_with_fds(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    return recv_frame(sock, want_fds=True)  # adopt's listener; any other command's are closed
 
 
 async def serve_admin(server: ProxyServer, config: ProxyConfig) -> None:
@@ -253,7 +303,7 @@ async def run_proxy(config: ProxyConfig) -> None:
     """The service: start the server, serve the admin socket until SIGTERM or SIGINT."""
     _raise_descriptor_limit()
     asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="lnk-proxy-resolve")
+        ThreadPoolExecutor(DEFAULT_THREADS, thread_name_prefix="lnk-proxy-default")
     )
     server = ProxyServer(config)
     await server.start()

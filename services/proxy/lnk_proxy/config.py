@@ -7,10 +7,11 @@ left out are derived from them: the admin socket in the proxy's own folder `<run
 (mode 0700: the proxy, and root, reach what is in it), the flags folder `<run_dir>/flags`
 (the controller's), the wire's logs under `<state_dir>/wire`.
 
-The two `unsafe_…` settings exist for test boxes only and log a warning when the config loads
+The three `unsafe_…` settings exist for test boxes only and log a warning when the config loads
 (and the resolver warns on every lookup through the table): `unsafe_public_networks` makes
 special ranges such as 198.18.0.0/15 count as the public internet; `unsafe_dns_table` answers
-names from a JSON file instead of this machine's resolver.
+names from a JSON file instead of this machine's resolver; `unsafe_skip_route_check` skips the
+kernel's route judgement (`route_check`), so `lnk sandbox check` can show that class leak.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ MAX_UID = 2**32 - 2  # (uid_t)-1 means "no change" to the kernel: never a real u
 MAX_CONNECT_TIMEOUT_S = 120.0  # past Linux's own SYN retry budget (~127 s): waiting is useless
 MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descriptors
 MAX_CONNECTIONS = 65_536  # likewise: the proxy's descriptor limit is shared by all sandboxes
+MIN_WIRE_LOG = 64 << 10  # room for a few hundred lines: smaller could not log one exchange
+MAX_WIRE_LOG = 64 << 30  # a per-sandbox bound past the disks lnk runs on is a typo
 MAX_UNSAFE_NETWORKS = 64  # a test internet needs one or two ranges
 
 
@@ -55,9 +58,12 @@ class ProxyConfig(BaseModel):
     controller_uid: int = Field(default=0, ge=0, le=MAX_UID)
     unsafe_public_networks: list[str] = Field(default_factory=list, max_length=MAX_UNSAFE_NETWORKS)
     unsafe_dns_table: Path | None = Field(default=None, strict=False)
+    unsafe_skip_route_check: bool = False  # tests of `lnk sandbox check` only: reopens a leak
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
+    # Each sandbox's wire log, at most: a quarter kept for allowed decisions (`wire_log`).
+    wire_log_max_bytes: int = Field(default=256 << 20, ge=MIN_WIRE_LOG, le=MAX_WIRE_LOG)
 
     @model_validator(mode="before")
     @classmethod
@@ -99,6 +105,12 @@ class ProxyConfig(BaseModel):
                 "unsafe_public_networks=%s: these ranges count as the public internet (a test "
                 "setting; never on a real box)",
                 ", ".join(self.unsafe_public_networks),
+            )
+        if self.unsafe_skip_route_check:
+            log.warning(
+                "unsafe_skip_route_check: addresses are no longer judged by the kernel's route, "
+                "so a sandbox reaches this machine through a lo prefix or a local route (a "
+                "test setting; never on a real box)"
             )
         if self.unsafe_dns_table is not None:
             log.warning(

@@ -1,9 +1,9 @@
 """This machine as the policy needs it: every address of every interface, and the networks of
 its guests' bridges, read from `ip -json -details address show`.
 
-`read_machine_view` runs `ip` (a few milliseconds); the server reads it at start, on every new
-listener and every `MACHINE_REFRESH_S` after. `machine_view_from_ip` is the pure part: the JSON
-in, a `policy.MachineView` out.
+`read_machine_view` runs `ip` (a few milliseconds); the server reads it at start and again
+whenever the kernel reports a link, address or route change (`machine_watch`).
+`machine_view_from_ip` is the pure part: the JSON in, a `policy.MachineView` out.
 
 Which interfaces are guests' bridges (their whole network is never reached): every interface
 whose link kind is `bridge`, and every interface whose name starts with a prefix container and
@@ -19,8 +19,9 @@ Security limitations: this module does NOT
   (a private peer is reachable when `[lan]` lists it);
 - tell a bridge that carries the uplink (`br0` enslaving `eth0`) from a guests' bridge: that
   LAN's subnet is then never reached (fail closed, a `[lan]` grant into it is refused);
-- see addresses added between two reads (at most `MACHINE_REFRESH_S` old, or older when a read
-  fails and the previous view is kept), nor other network namespaces' interfaces;
+- see addresses added while a read is under way (the change message that follows reads it
+  again; a failed read keeps the previous view), nor other network namespaces' interfaces: the
+  kernel's route at dial time (`route_check`) is the judgement that sees every local address;
 - know this machine's names: `judge_target` refuses `localhost`, the rest only by their answer.
 """
 
@@ -41,7 +42,6 @@ __all__ = [
     "GUEST_KINDS",
     "GUEST_PREFIXES",
     "IP_COMMAND",
-    "MACHINE_REFRESH_S",
     "machine_view_from_ip",
     "read_machine_view",
 ]
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 IP_COMMAND = ("/usr/sbin/ip", "-json", "-details", "address", "show")  # iproute2, Debian's path
 IP_TIMEOUT_S = 10.0  # `ip` answers in milliseconds; a hang means a wedged netlink, not slowness
-MACHINE_REFRESH_S = 30.0  # a docker network created meanwhile is unknown at most this long
 GUEST_KINDS = frozenset({"bridge"})  # link kinds whose network belongs to guests
 GUEST_PREFIXES = (
     "docker",  # Docker's default bridge

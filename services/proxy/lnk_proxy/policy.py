@@ -53,6 +53,7 @@ from lnk_shared.hosts import MAX_PORT, HostPattern, normalize_name
 from lnk_shared.spec import LanEntry
 
 __all__ = [
+    "MAX_ANSWER_ADDRESSES",
     "METADATA_NAMES",
     "THIS_MACHINE_NAMES",
     "Allowed",
@@ -82,6 +83,9 @@ METADATA_NAMES = frozenset(
         "instance-data.ec2.internal",
     }
 )
+# Addresses of one answer judged, at most: far above a real answer (a few to a dozen); bounds
+# the judging work per request. A longer answer is refused whole, never judged in part.
+MAX_ANSWER_ADDRESSES = 64
 # How much of a host a reason quotes: enough to recognize it; the log cuts and cleans it again.
 MAX_SHOWN_HOST = 120
 
@@ -104,6 +108,8 @@ class Rule(enum.StrEnum):
     INTERNET_NOT_PUBLIC = "internet-not-public"
     LAN_NOT_PRIVATE = "lan-not-private"
     NO_ADDRESS = "no-address"
+    ANSWER_TOO_LONG = "answer-too-long"  # more addresses than MAX_ANSWER_ADDRESSES
+    NO_ROUTE = "no-route"  # the kernel has no route out for the address (route_check)
 
 
 # Each class that is never reached, and the rule that names it (0.0.0.0 and :: reach this machine).
@@ -252,6 +258,11 @@ def judge_addresses(
         raise ValueError(f"the literal {target.host} is judged on itself, not on {addresses}")
     if not addresses:
         return Refused(Rule.NO_ADDRESS, f"{_shown(target.host)} resolved to no address")
+    if len(addresses) > MAX_ANSWER_ADDRESSES:  # judged whole or not at all
+        return Refused(
+            Rule.ANSWER_TOO_LONG,
+            f"{_shown(target.host)} resolved to over {MAX_ANSWER_ADDRESSES} addresses",
+        )
     judged = [
         (address, effective_address(address), _class(address, machine)) for address in addresses
     ]

@@ -5,7 +5,7 @@ addresses was a fifth of a small request's cost).
 Exact, not an approximation: `judge_target` and `judge_addresses` are pure functions of
 immutable arguments (frozen grants, the request's host and port, the resolver's answer, the
 frozen `MachineView`), so a remembered verdict is the one a new call would give. A new machine
-view (refreshed every `MACHINE_REFRESH_S`, or when a listener opens) forgets every address
+view (read again on every netlink change message) forgets every address
 verdict. One memo per listener: what one sandbox asked never shows in another's timing.
 
 Limits: at most `MAX_ENTRIES` verdicts of each kind; when full, all are forgotten at once.

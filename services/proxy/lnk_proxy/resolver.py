@@ -1,8 +1,13 @@
 """Resolve a name the policy let through to every address it has, once per request.
 
 `SystemResolver` asks this machine's resolver (`getaddrinfo`, IPv4 and IPv6 together), in
-bounded time; `UnsafeTableResolver` (test boxes only) answers from a JSON file instead, read
-anew on every lookup so a test can change a name's answer. Either way a name with no answer,
+bounded time, on threads of its own: the proxy keeps one per sandbox, so one sandbox's lookups
+never wait for, nor hold, a pool another sandbox or the proxy's own work needs. At most
+`MAX_LOOKUPS` of its lookups run at once, counted until their thread ends (not until the wait
+for it gave up): past that `resolve` raises `ResolverBusy` at once, which the server refuses
+(`too-many-lookups`). Lookups of one name in flight are shared. `UnsafeTableResolver` (test
+boxes only) answers from a JSON file instead, read anew on every lookup so a test can change a
+name's answer. Either way a name with no answer,
 a failed lookup or a timeout gives an empty tuple, which the policy refuses (`no-address`).
 
 Trusts: the caller to pass only a normalized name that `judge_target` accepted; a name the
@@ -16,9 +21,11 @@ Security limitations: this module does NOT
   answer it gets again and dials exactly the address it judged, never the name, so a changed
   answer (DNS rebinding) is at most seen `ANSWER_CACHE_S` late and nothing unjudged is dialed;
   the test table is never cached (tests change answers between two requests);
-- cancel a lookup in flight: `getaddrinfo` runs in a worker thread that outlives a timeout
-  (bounded by the system resolver's own timeouts in /etc/resolv.conf); those threads are the
-  loop's default executor (a few), so a dead DNS server slows every sandbox's lookups;
+- stop a lookup's thread: `getaddrinfo` cannot be interrupted, so a thread outlives a timeout
+  or a cancelled request (bounded by the system resolver's own timeouts in /etc/resolv.conf);
+  the caller's wait ends at `RESOLVE_TIMEOUT_S` or when cancelled, and the thread keeps its
+  sandbox's slot until it returns: a dead DNS server stalls only the sandboxes that ask it,
+  each holding at most `MAX_LOOKUPS` threads;
 - see /etc/hosts entries pointing a listed name at this machine any differently: they are
   answers like any other and judged as such.
 """
@@ -26,23 +33,29 @@ Security limitations: this module does NOT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
 import socket
+import threading
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from lnk_proxy.policy import MAX_ANSWER_ADDRESSES
 from lnk_shared.addresses import IPAddress
+from lnk_shared.errors import StateError
 from lnk_shared.hosts import normalize_name
 
 __all__ = [
     "ANSWER_CACHE_S",
     "MAX_ADDRESSES",
+    "MAX_LOOKUPS",
     "RESOLVE_TIMEOUT_S",
     "AnswerCache",
     "Resolver",
+    "ResolverBusy",
     "SystemResolver",
     "UnsafeTableResolver",
     "make_resolver",
@@ -51,7 +64,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RESOLVE_TIMEOUT_S = 5.0  # glibc's default per-server timeout: a slower answer is a dead server
-MAX_ADDRESSES = 64  # far above a real answer; bounds the judging work per request
+# The policy's bound; a longer answer is kept one past it, so the policy refuses it whole
+# (`answer-too-long`) rather than judge a part.
+MAX_ADDRESSES = MAX_ANSWER_ADDRESSES
+# Lookups of one sandbox's resolver running at once: a browser opens ~6 names at a time; a
+# thread each (~100 KiB of stack committed at most), held until getaddrinfo returns.
+MAX_LOOKUPS = 16
 MAX_TABLE_BYTES = 1 << 20  # a test table is a few lines; a larger file is a mistake
 # Far below the TTLs names are published with (minutes): a cached answer is one the name's DNS
 # still gives. Saves a worker-thread hop and a lookup per request (a third of a small one).
@@ -97,30 +115,72 @@ class AnswerCache:
 
 
 def _dedupe(addresses: list[IPAddress]) -> tuple[IPAddress, ...]:
-    return tuple(dict.fromkeys(addresses))[:MAX_ADDRESSES]
+    return tuple(dict.fromkeys(addresses))[: MAX_ADDRESSES + 1]
+
+
+class ResolverBusy(StateError):
+    """A sandbox's resolver has `MAX_LOOKUPS` lookups running: the request is refused."""
+
+
+def _getaddrinfo(name: str) -> list[tuple[Any, ...]]:
+    return socket.getaddrinfo(
+        name, None, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+
+
+_Outcome = tuple[list[tuple[Any, ...]], BaseException | None]  # getaddrinfo's list, or its error
 
 
 class SystemResolver:
-    """This machine's resolver, through the event loop's `getaddrinfo`."""
+    """This machine's resolver, `getaddrinfo` on a thread per lookup; one per sandbox."""
 
     caches_answers = True
 
-    def __init__(self, timeout_s: float = RESOLVE_TIMEOUT_S) -> None:
+    def __init__(
+        self, timeout_s: float = RESOLVE_TIMEOUT_S, max_lookups: int = MAX_LOOKUPS
+    ) -> None:
         self.timeout_s = timeout_s
+        self.max_lookups = max_lookups
+        self.running = 0  # threads not yet returned, timed-out ones included
+        self._pending: dict[str, asyncio.Future[_Outcome]] = {}
+
+    def _start(self, name: str) -> asyncio.Future[_Outcome]:
+        pending = self._pending.get(name)
+        if pending is not None:
+            return pending  # the same name in flight: one lookup serves every asker
+        if self.running >= self.max_lookups:
+            raise ResolverBusy(f"{self.running} lookups of this sandbox are still running")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Outcome] = loop.create_future()
+
+        def done(infos: list[tuple[Any, ...]] | None, error: BaseException | None) -> None:
+            self.running -= 1
+            if self._pending.get(name) is future:
+                del self._pending[name]
+            if not future.done():  # an error is a result: no waiter may be left to read it
+                future.set_result((infos or [], error))
+
+        def work() -> None:
+            try:
+                infos, error = _getaddrinfo(name), None
+            except BaseException as exc:  # handed to the loop, never lost
+                infos, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(done, infos, error)
+
+        thread = threading.Thread(target=work, name="lookup", daemon=True)
+        thread.start()  # RuntimeError (no more threads) reaches the caller: nothing counted
+        self.running += 1
+        self._pending[name] = future
+        return future
 
     async def resolve(self, name: str) -> tuple[IPAddress, ...]:
-        loop = asyncio.get_running_loop()
+        future = self._start(name)
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(
-                    name,
-                    None,
-                    family=socket.AF_UNSPEC,
-                    type=socket.SOCK_STREAM,
-                    proto=socket.IPPROTO_TCP,
-                ),
-                self.timeout_s,
-            )
+            # shield: a timed-out or cancelled wait leaves the lookup to its other askers
+            infos, error = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+            if error is not None:
+                raise error
         except (OSError, TimeoutError, UnicodeError) as exc:  # gaierror is an OSError
             log.info("resolving %r gave no address: %s", name[:80], exc)
             return ()
@@ -182,7 +242,7 @@ def read_table(path: Path) -> dict[str, tuple[IPAddress, ...]]:
 
 
 def make_resolver(unsafe_dns_table: Path | None) -> Resolver:
-    """The system resolver, or the test table when the config names one."""
+    """A sandbox's own system resolver, or the test table when the config names one."""
     if unsafe_dns_table is not None:
         return UnsafeTableResolver(unsafe_dns_table)
     return SystemResolver()

@@ -4,13 +4,24 @@ Per connection, per request: read a head (bounded in size by `find_head_end`, in
 `HEAD_TIMEOUT_S`), parse it, read the sandbox's stop and pause flags (uncached: a stat each; a
 flag that cannot be checked counts as set), `judge_target`, resolve (the system resolver's
 answers are kept per sandbox for `ANSWER_CACHE_S`, and judged again on every request),
-`judge_addresses`, then reach exactly `Allowed.address`.
+`judge_addresses`, the kernel's route to the judged address (`route_check`: refused when it is
+delivered here or out of a guests' bridge), then reach exactly `Allowed.address`.
 A CONNECT becomes a tunnel (`conn.tunnel`) on a connection dialed for it; a plain http request
 is forwarded (`forward`) on an idle keep-alive connection of this sandbox's `UpstreamPool` to
 that same host, port and judged address, or one dialed for it; its connection may carry the
 next request, judged anew. Each refusal is `refusal_response`
 (403, the rule id) and one wire-log line with the reason; each allowed exchange one line when
 it ends.
+
+Fairness: a CONNECT takes one of its sandbox's `max_tunnels_per_sandbox` slots as soon as its
+head is read, before any await (lookup, dial), so concurrent CONNECTs cannot pass the cap
+together; a request needing a lookup takes one of `MAX_WAITING_LOOKUPS` slots, and each
+sandbox has its own resolver (`resolver.SystemResolver`: its own threads, capped), so one
+sandbox's dead or slow names never hold another's lookups, the machine view (read on its own
+thread) or listener management. At a cap the request gets the 403 with `too-many-tunnels` or
+`too-many-lookups` (and its wire line) at once, never a queue. A new connection is refused
+(`too-many-descriptors`) when the proxy's descriptors are taken and this sandbox already holds
+its reserved share of them (`descriptors.may_accept`).
 
 Wire state: `<flags_dir>/<sandbox>.stop` refuses every request (`stopped`) and, seen by a
 watcher that polls it every `FLAG_POLL_S`, closes every connection of that sandbox, open
@@ -38,8 +49,10 @@ import contextlib
 import hmac
 import logging
 import os
+import resource
 import socket
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +60,7 @@ from typing import Any
 from lnk_proxy import machine
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
+from lnk_proxy.descriptors import may_accept, usable_limit
 from lnk_proxy.forward import BadResponse, forward_http
 from lnk_proxy.http_request import (
     ProxyRequest,
@@ -55,6 +69,7 @@ from lnk_proxy.http_request import (
     parse_request_head,
     refusal_response,
 )
+from lnk_proxy.machine_watch import MachineWatch
 from lnk_proxy.policy import (
     Allowed,
     MachineView,
@@ -63,7 +78,8 @@ from lnk_proxy.policy import (
     judge_localhost,
 )
 from lnk_proxy.policy_memo import PolicyMemo
-from lnk_proxy.resolver import AnswerCache, Resolver, make_resolver
+from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy, make_resolver
+from lnk_proxy.route_check import RouteChecker
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
@@ -78,6 +94,9 @@ IO_TIMEOUT_S = 300.0  # idle bound on each read or write of a plain http exchang
 FLAG_POLL_S = 0.5  # how late a stop may close a sandbox's tunnels
 # RFC 9110 9.2.2: a request of these may be sent again (a dropped pooled connection)
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+# Requests of one sandbox waiting for a lookup at once (many may share one name's lookup):
+# a page load asks for a few dozen; past this a sandbox is refused, never queued.
+MAX_WAITING_LOOKUPS = 256
 ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connections close
 BAD_GATEWAY = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -100,7 +119,9 @@ class _Listener:
     sock: socket.socket
     connections: set[asyncio.Task[None]] = field(default_factory=set)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # accept loop, watcher
-    tunnels: int = 0
+    tunnels: int = 0  # reserved when a CONNECT is read, before any await
+    lookups: int = 0  # this sandbox's requests waiting for a lookup now
+    resolver: Resolver | None = None  # this sandbox's only (the system one's threads)
     pool: UpstreamPool = field(default_factory=UpstreamPool)  # this sandbox's only
     answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
     flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
@@ -128,37 +149,75 @@ class ProxyServer:
 
     def __init__(self, config: ProxyConfig, resolver: Resolver | None = None) -> None:
         self.config = config
-        self.resolver = resolver or make_resolver(config.unsafe_dns_table)
-        self.wire_log = WireLog(config.wire_log_dir)
+        self._shared_resolver = resolver  # a test's; else each sandbox gets its own
+        # Descriptors for sandboxes' connections, shared out per sandbox (`descriptors`).
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.descriptor_limit = usable_limit(soft)
+        self.wire_log = WireLog(config.wire_log_dir, config.wire_log_max_bytes)
         self.machine: MachineView | None = None
+        self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
+        self._watch: MachineWatch | None = None
+        self._stale = False
         self._refresher: asyncio.Task[None] | None = None
+        # Reads the machine view: its own thread, never behind sandboxes' lookups.
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-view")
 
     async def start(self) -> None:
-        """Prepare the log folder, read this machine (StateError if it cannot), keep it fresh."""
+        """Prepare the log folder, read this machine (StateError if it cannot), and read it
+        again whenever the kernel says a link, address or route changed."""
         self.wire_log.prepare()
+        self._watch = MachineWatch()
         await self.refresh_machine(fatal=True)
-        self._refresher = asyncio.create_task(self._refresh_forever())
+        asyncio.get_running_loop().add_reader(self._watch.fileno(), self._machine_changed)
 
     async def close(self) -> None:
         for sandbox in list(self._listeners):
             await self.close_listener(sandbox)
+        if self._watch is not None:
+            asyncio.get_running_loop().remove_reader(self._watch.fileno())
+            self._watch.close()
+            self._watch = None
         if self._refresher is not None:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
+        self._reader.shutdown(wait=False, cancel_futures=True)
+        if self.routes is not None:
+            self.routes.close()
 
     async def refresh_machine(self, *, fatal: bool = False) -> None:
+        """Read the view on the proxy's own thread: never queued behind sandboxes' lookups."""
         try:
             networks = self.config.public_networks
-            self.machine = await asyncio.to_thread(machine.read_machine_view, networks)
+            loop = asyncio.get_running_loop()
+            self.machine = await loop.run_in_executor(
+                self._reader, machine.read_machine_view, networks
+            )
         except Exception:
             if fatal or self.machine is None:
                 raise
             log.exception("reading this machine's addresses failed; the previous view is kept")
 
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(machine.MACHINE_REFRESH_S)
+    def _machine_changed(self) -> None:
+        if self._watch is None:
+            return
+        try:
+            changed = self._watch.drain()
+        except OSError:
+            log.exception("reading netlink change messages failed; reading the view again")
+            changed = True
+        if not changed:
+            return
+        if self.routes is not None:
+            self.routes.invalidate()
+        self._stale = True
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.create_task(self._refresh_while_stale())
+
+    async def _refresh_while_stale(self) -> None:
+        # Changes that arrive during a read make it stale again: one more read follows.
+        while self._stale:
+            self._stale = False
             await self.refresh_machine()
 
     def is_open(self, sandbox: str) -> bool:
@@ -176,13 +235,39 @@ class ProxyServer:
     ) -> None:
         """Bind `socket_path` (mode 0666) and serve `sandbox` there with `grants`.
         ValueError for a bad id, an id already open, or a path that is not a fresh socket."""
+        self._check_new(sandbox)
+        self._serve_listener(
+            sandbox, socket_path, grants, secret, bind_listener(socket_path, LISTENER_MODE)
+        )
+
+    async def adopt_listener(
+        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str, sock: socket.socket
+    ) -> None:
+        """Serve `sandbox` on `sock`, a listening socket a previous proxy bound at `socket_path`
+        (the controller kept it). ValueError when it is anything else: it is never served."""
+        self._check_new(sandbox)
+        try:
+            listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            bound = sock.getsockname()
+        except OSError as exc:
+            raise ValueError(f"the socket handed over for {sandbox} is unusable: {exc}") from None
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM or not listening:
+            raise ValueError(f"the socket handed over for {sandbox} is not a listening unix socket")
+        if bound != str(socket_path):
+            raise ValueError(f"the socket handed over for {sandbox} is bound at {bound!r}")
+        self._serve_listener(sandbox, socket_path, grants, secret, sock)
+
+    def _check_new(self, sandbox: str) -> None:
         if not SANDBOX_ID.fullmatch(sandbox):
             raise ValueError(f"not a sandbox id: {sandbox!r}")
         if sandbox in self._listeners:
             raise ValueError(f"{sandbox} already has a listener: close it first")
-        await self.refresh_machine()
-        sock = bind_listener(socket_path, LISTENER_MODE)
+
+    def _serve_listener(
+        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str, sock: socket.socket
+    ) -> None:
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
             for name, rule in (("stop", "stopped"), ("pause", "paused"))
@@ -191,6 +276,13 @@ class ProxyServer:
         _spawn(listener.background, self._accept_forever(listener))
         _spawn(listener.background, self._watch_stop(listener))
         log.info("listener for %s at %s", sandbox, socket_path)
+
+    def listener_fd(self, sandbox: str) -> int:
+        """The listening socket's descriptor (to send to the controller, which keeps a copy)."""
+        return self._listeners[sandbox].sock.fileno()
+
+    def sandboxes(self) -> list[str]:
+        return sorted(self._listeners)
 
     async def close_listener(self, sandbox: str) -> bool:
         """Close `sandbox`'s listener and every connection in flight; False if none was open."""
@@ -223,16 +315,21 @@ class ProxyServer:
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
             if len(listener.connections) >= self.config.max_connections_per_sandbox:
-                self._refuse_now(listener, sock, "too-many-connections")
+                limit = self.config.max_connections_per_sandbox
+                self._refuse_now(listener, sock, "too-many-connections", f"{limit} already open")
+                continue
+            others = [len(o.connections) for o in self._listeners.values() if o is not listener]
+            if not may_accept(len(listener.connections), others, self.descriptor_limit):
+                reason = "the proxy's descriptors are taken (this sandbox's share is in use)"
+                self._refuse_now(listener, sock, "too-many-descriptors", reason)
                 continue
             _spawn(listener.connections, self._serve(listener, sock))
 
-    def _refuse_now(self, listener: _Listener, sock: socket.socket, rule: str) -> None:
+    def _refuse_now(self, listener: _Listener, sock: socket.socket, rule: str, reason: str) -> None:
         with contextlib.suppress(OSError):
             sock.setblocking(False)
             sock.send(refusal_response(rule))
         sock.close()
-        reason = f"{self.config.max_connections_per_sandbox} connections already open"
         self.wire_log.write(WireEntry(listener.sandbox, "", "", "refused", rule, reason=reason))
 
     async def _watch_stop(self, listener: _Listener) -> None:
@@ -244,6 +341,7 @@ class ProxyServer:
                 for task in list(listener.connections):
                     task.cancel()
             listener.pool.sweep()
+            self.wire_log.flush(listener.sandbox)  # the counts of ended refusal windows
 
     def _flags(self, listener: _Listener) -> _Refusal | None:
         """The stop and pause flags, read now (never cached)."""
@@ -287,23 +385,34 @@ class ProxyServer:
             await self._refuse(listener, client, method.decode("latin-1"), target, refusal)
             return False
         target = _shown_target(request)
-        verdict = await self._decide(listener, request)
-        if not isinstance(verdict, Allowed):
-            await self._refuse(listener, client, request.method, target, verdict)
-            return False
-        exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
-        if request.kind == "connect":
-            await self._tunnel(exchange)
-            return False
+        tunnel = request.kind == "connect"
+        if tunnel:  # reserved now, before any await: concurrent CONNECTs cannot pass the cap
+            if listener.tunnels >= self.config.max_tunnels_per_sandbox:
+                limit = self.config.max_tunnels_per_sandbox
+                refusal = _Refusal("too-many-tunnels", f"{limit} tunnels already open")
+                await self._refuse(listener, client, request.method, target, refusal)
+                return False
+            listener.tunnels += 1
+        try:
+            verdict = await self._decide(listener, request)
+            if not isinstance(verdict, Allowed):
+                await self._refuse(listener, client, request.method, target, verdict)
+                return False
+            exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
+            if tunnel:
+                await self._tunnel(exchange)
+                return False
+        finally:
+            if tunnel:
+                listener.tunnels -= 1
         return await self._forward(exchange)
 
     async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
+        if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
+            return _Refusal("log-full", "the sandbox's wire log has no room for its line")
         flagged = self._flags(listener)
         if flagged is not None:
             return flagged
-        if request.kind == "connect" and listener.tunnels >= self.config.max_tunnels_per_sandbox:
-            limit = self.config.max_tunnels_per_sandbox
-            return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
         local = judge_localhost(listener.grants, request.host, request.port)
         if local is not None:
             return local
@@ -311,21 +420,43 @@ class ProxyServer:
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
         addresses: Sequence[IPAddress] | None
+        resolver = listener.resolver
+        assert resolver is not None  # set by open_listener
         if target.literal is not None:
             addresses = (target.literal,)
-        elif self.resolver.caches_answers:
-            addresses = listener.answers.get(target.host)
-            if addresses is None:
-                addresses = await self.resolver.resolve(target.host)
-                listener.answers.put(target.host, addresses)
+        elif resolver.caches_answers and (cached := listener.answers.get(target.host)):
+            addresses = cached
         else:
-            addresses = await self.resolver.resolve(target.host)
+            refused = self._reserve_lookup(listener)
+            if refused is not None:
+                return refused
+            try:
+                addresses = await resolver.resolve(target.host)
+            except ResolverBusy as exc:
+                return _Refusal("too-many-lookups", str(exc))
+            finally:
+                listener.lookups -= 1
+            if resolver.caches_answers:
+                listener.answers.put(target.host, addresses)
         if self.machine is None:
             raise RuntimeError("ProxyServer.start() was not called: this machine is unknown")
         verdict = listener.memo.addresses(target, addresses, self.machine)
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
+        # The second judgement, on the vetted address, as the kernel routes it now (change
+        # messages drained first: an interface's kept answer is never older than a change).
+        self._machine_changed()
+        routed = self.routes.check(verdict.address) if self.routes is not None else None
+        if routed is not None:
+            return _Refusal(routed.rule, routed.reason)
         return verdict
+
+    def _reserve_lookup(self, listener: _Listener) -> _Refusal | None:
+        """One of the sandbox's `MAX_WAITING_LOOKUPS` slots, taken before the await."""
+        if listener.lookups >= MAX_WAITING_LOOKUPS:
+            return _Refusal("too-many-lookups", f"{listener.lookups} lookups already waiting")
+        listener.lookups += 1
+        return None
 
     async def _refuse(
         self, listener: _Listener, client: Conn, method: str, target: str, refusal: _Refusal
@@ -360,8 +491,7 @@ class ProxyServer:
         return await self._dial(exchange.allowed), False
 
     async def _tunnel(self, exchange: _Exchange) -> None:
-        client, listener, error, dial_failed = exchange.client, exchange.listener, "", False
-        listener.tunnels += 1
+        client, error, dial_failed = exchange.client, "", False
         try:
             try:
                 upstream = await self._dial(exchange.allowed)
@@ -379,7 +509,6 @@ class ProxyServer:
         except (OSError, EOFError, TimeoutError) as exc:
             error = f"ended: {exc!r}"
         finally:
-            listener.tunnels -= 1
             self._allowed(exchange, error)  # before the 502: a client reading it sees the line
             if dial_failed:
                 with contextlib.suppress(OSError, TimeoutError):

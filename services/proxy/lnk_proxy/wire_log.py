@@ -13,9 +13,20 @@ breaks) removed, then cut to `LOG_LIMIT` characters (300) for the target and the
 little more for the reason, which quotes the target. Files are `<dir>/<sandbox>.log`, mode
 0640, opened append-only without following links.
 
+Keeping the truth under a flood (`MAX_LOG_BYTES` per sandbox, or the config's bound):
+- repeated refusals are aggregated: the first refusal of a (rule, method, target) is written at
+  once; the same ones within `AGGREGATE_WINDOW_S` are counted and written as one line with
+  `repeated` (the count) when the window ends (`flush`). Past `MAX_AGGREGATED_KEYS` keys in a
+  window, further refusals count under their rule with the target `(many targets)`;
+- refusals use at most three quarters of the bound: the last quarter is kept for allowed
+  decisions, so a refusal flood never blinds the log to what did go out;
+- `can_admit` says whether a new exchange's line is sure to fit (`ADMIT_MARGIN_BYTES` left);
+  the server refuses new exchanges (`log-full`) when it is not, rather than let them go
+  unlogged.
+
 Limits: this module does NOT
-- rotate logs, nor keep writing past `MAX_LOG_BYTES` per sandbox: a sandbox that fills its log
-  with refusals loses later lines (a warning goes to the proxy's own log, once per sandbox);
+- rotate logs or bound the whole box's logs (the controller's reader follows one file by byte
+  offset); past the refusal share, refusals are only counted in the proxy's own log;
 - log allowed tunnels while they are open: a tunnel's line appears when it closes, and is lost
   if the proxy dies first;
 - fsync: a power cut can drop the last lines.
@@ -27,6 +38,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,10 +47,12 @@ from typing import Literal
 from lnk_proxy.http_request import LOG_LIMIT, cut_for_log
 
 __all__ = [
+    "AGGREGATE_WINDOW_S",
     "LOG_FILE_MODE",
     "LOG_LIMIT",
     "MAX_LOG_BYTES",
     "SANDBOX_ID",
+    "RefusalCounter",
     "WireEntry",
     "WireLog",
     "format_line",
@@ -49,6 +63,12 @@ log = logging.getLogger(__name__)
 LOG_FILE_MODE = 0o640  # the proxy writes; its group (the controller's readers) may read
 LOG_DIR_MODE = 0o750  # likewise for the folder: other users see no sandbox's traffic
 MAX_LOG_BYTES = 256 << 20  # a busy sandbox's month of lines; bounds the disk a sandbox can fill
+AGGREGATE_WINDOW_S = 5.0  # repeats of one refusal within this become one line with a count
+MAX_AGGREGATED_KEYS = 256  # distinct refusals counted per window; the rest by rule only
+MANY_TARGETS = "(many targets)"  # the target of refusals counted by rule only
+# Room a new exchange needs to be admitted: far above the lines of every exchange that may be
+# open at once (a line is at most ~2 KiB: 300-character target, two 600-character texts).
+ADMIT_MARGIN_BYTES = 4 << 20
 METHOD_LIMIT = 32  # every real method is shorter; a longer one is shown cut
 REASON_LIMIT = 2 * LOG_LIMIT  # a reason quotes a cut target and says why
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a file name: no '/', no '..'
@@ -72,6 +92,7 @@ class WireEntry:
     down: int = 0
     reason: str = ""
     error: str = ""
+    repeated: int = 0  # an aggregate: this many more like it within the window
 
 
 def format_line(entry: WireEntry, now: datetime) -> str:
@@ -92,16 +113,61 @@ def format_line(entry: WireEntry, now: datetime) -> str:
     }
     if entry.error:
         document["error"] = cut_for_log(entry.error, REASON_LIMIT)
+    if entry.repeated:
+        document["repeated"] = entry.repeated
     return _ENCODER.encode(document) + "\n"
+
+
+_Key = tuple[str, str, str]  # rule, method, target
+
+
+class RefusalCounter:
+    """One sandbox's repeated refusals, per window (pure: the caller passes the clock)."""
+
+    def __init__(self, window_s: float = AGGREGATE_WINDOW_S, max_keys: int = MAX_AGGREGATED_KEYS):
+        self.window_s = window_s
+        self.max_keys = max_keys
+        self._windows: dict[_Key, list[float]] = {}  # key -> [window start, repeats]
+
+    def admit(self, key: _Key, now: float) -> bool:
+        """True: write this refusal now; False: it was counted into its window."""
+        counted = self._windows.get(key)
+        if counted is None and len(self._windows) >= self.max_keys:
+            key = (key[0], "", MANY_TARGETS)
+            counted = self._windows.get(key)
+            if counted is None:
+                self._windows[key] = [now, 1]
+                return False
+        if counted is None:
+            self._windows[key] = [now, 0]
+            return True
+        counted[1] += 1
+        return False
+
+    def due(self, now: float, *, every: bool = False) -> list[tuple[_Key, int]]:
+        """Windows that ended (all of them when `every`), with their repeats (> 0 only)."""
+        ended = [
+            k for k, (start, _) in self._windows.items() if every or now - start >= self.window_s
+        ]
+        found = []
+        for key in ended:
+            repeats = int(self._windows.pop(key)[1])
+            if repeats:
+                found.append((key, repeats))
+        return found
 
 
 class WireLog:
     """Appends lines to `<directory>/<sandbox>.log`; never raises to the caller on I/O errors
     (a full disk must not stop the proxy from refusing), it logs them instead."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, max_bytes: int | None = None) -> None:
         self.directory = directory
-        self._full: set[str] = set()
+        self.max_bytes = MAX_LOG_BYTES if max_bytes is None else max_bytes
+        self.refusal_bytes = self.max_bytes - self.max_bytes // 4  # the rest: allowed lines
+        self.admit_margin = min(ADMIT_MARGIN_BYTES, self.max_bytes // 8)
+        self._full: set[tuple[str, str]] = set()  # (sandbox, decision) warned about
+        self._counters: dict[str, RefusalCounter] = {}
         # One open file per sandbox, and its size: a line costs one write, not an open, an
         # fstat and a close (those were a tenth of a small request's time in the proxy).
         self._open: dict[str, tuple[int, int]] = {}
@@ -138,16 +204,45 @@ class WireLog:
         self._open[sandbox] = (fd, info.st_size)
         return self._open[sandbox]
 
+    def can_admit(self, sandbox: str) -> bool:
+        """Whether a new exchange's line is sure to be written (room, and an open file)."""
+        opened = self._file(sandbox)
+        return opened is not None and opened[1] + self.admit_margin <= self.max_bytes
+
     def write(self, entry: WireEntry) -> None:
+        if entry.decision == "refused" and not entry.repeated:
+            counter = self._counters.setdefault(entry.sandbox, RefusalCounter())
+            if not counter.admit((entry.rule, entry.method, entry.target), time.monotonic()):
+                return  # counted: one line with the count when its window ends
+        self._append(entry)
+
+    def flush(self, sandbox: str, *, every: bool = False) -> None:
+        """Write the counts of the sandbox's ended windows (of all, when `every`)."""
+        counter = self._counters.get(sandbox)
+        if counter is None:
+            return
+        for (rule, method, target), repeats in counter.due(time.monotonic(), every=every):
+            reason = f"{repeats} more like it within {AGGREGATE_WINDOW_S:g} s"
+            self._append(
+                WireEntry(sandbox, method, target, "refused", rule, reason=reason, repeated=repeats)
+            )
+
+    def _append(self, entry: WireEntry) -> None:
         line = format_line(entry, datetime.now(UTC)).encode("ascii")
         opened = self._file(entry.sandbox)
         if opened is None:
             return
         fd, size = opened
-        if size + len(line) > MAX_LOG_BYTES:
-            if entry.sandbox not in self._full:
-                self._full.add(entry.sandbox)
-                log.warning("wire log of %s is full (%d bytes): lines dropped", entry.sandbox, size)
+        limit = self.refusal_bytes if entry.decision == "refused" else self.max_bytes
+        if size + len(line) > limit:
+            if (entry.sandbox, entry.decision) not in self._full:
+                self._full.add((entry.sandbox, entry.decision))
+                log.warning(
+                    "wire log of %s is full for %s lines (%d bytes): dropped",
+                    entry.sandbox,
+                    entry.decision,
+                    size,
+                )
             return
         try:
             os.write(fd, line)
@@ -157,8 +252,12 @@ class WireLog:
         self._open[entry.sandbox] = (fd, size + len(line))
 
     def close(self, sandbox: str) -> None:
-        """The sandbox's listener is closed: close its file (a later line reopens it)."""
+        """The sandbox's listener is closed: write its counts, close its file (a later line
+        reopens it)."""
+        self.flush(sandbox, every=True)
+        self._counters.pop(sandbox, None)
         opened = self._open.pop(sandbox, None)
-        self._full.discard(sandbox)
+        self._full.discard((sandbox, "allowed"))
+        self._full.discard((sandbox, "refused"))
         if opened is not None:
             os.close(opened[0])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_cli.check.bait import BAIT_MODE, PREFIX, VAR_TMP, Bait
+from lnk_cli.check.bait import BAIT_MODE, PREFIX, VAR_TMP, Bait, locally_routed
 
 
 def tree(root: Path) -> set[str]:
@@ -111,3 +111,20 @@ def test_the_servers_port_avoids_the_specs_ports(home: Path) -> None:
     avoid = frozenset(range(20000, 31999))  # all but one of the range it picks from
     with Bait.set_up(str(home), avoid_ports=avoid) as bait:
         assert bait.server is not None and bait.server.port == 31999
+
+
+def test_locally_routed_takes_one_address_per_local_prefix_that_no_interface_holds() -> None:
+    routes = [  # `ip -j route show table local type local`, as captured on Linux 6.18
+        {"type": "local", "dst": "10.61.0.0/24", "dev": "lo", "prefsrc": "10.61.0.1"},
+        {"type": "local", "dst": "10.61.0.1", "dev": "lo"},
+        {"type": "local", "dst": "10.61.0.2", "dev": "lo"},  # a second address: skipped
+        {"type": "local", "dst": "10.62.0.0/24", "dev": "lo"},  # AnyIP
+        {"type": "local", "dst": "127.0.0.0/8", "dev": "lo"},  # loopback: refused by class
+        {"type": "local", "dst": "127.0.0.1", "dev": "lo"},
+        {"type": "local", "dst": "fd62::/64", "dev": "lo"},
+        {"type": "local", "dst": "::1", "dev": "lo"},
+        {"type": "local", "dst": "not an address"},
+        "junk",
+    ]
+    assert locally_routed(routes) == ["10.61.0.3", "10.62.0.2", "fd62::2"]
+    assert locally_routed({"not": "a list"}) == []

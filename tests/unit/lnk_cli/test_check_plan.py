@@ -219,3 +219,18 @@ def test_the_other_user_probes_run_last_and_hold_the_sandbox(home: Path, bait: B
     assert [p.id for p in probes[-2:]] == ["staging.other-users", "cmdline.other-users"]
     assert all(p.step is not None and p.step["kind"] == "hold" for p in probes[-2:])
     assert all(p.expected == REFUSED for p in probes[-2:])
+
+
+def test_addresses_the_kernel_routes_here_are_asked_even_when_lan_lists_them(
+    home: Path, bait: Bait
+) -> None:
+    bait.local_routed = ["10.61.0.2", "fd62::2"]  # a prefix on lo, an IPv6 local route
+    for flags in ((), ("--lan-host=10.61.0.0/24", "--lan-host=fd62::/64")):
+        grants = grants_for(home, "--internet-host=www.example.com", *flags)
+        probes = {p.id: p for p in build_plan(grants, bait, CONFINER_DIR)}
+        port = bait.server.port if bait.server else 0
+        for target in (f"10.61.0.2:{port}", f"[fd62::2]:{port}"):
+            probe = probes[f"proxy:local-route:{target}"]
+            assert probe.expected == REFUSED
+            assert probe.step is not None
+            assert (probe.step["method"], probe.step["target"]) == ("CONNECT", target)

@@ -234,3 +234,80 @@ def test_the_listener_socket_is_mode_0666(run_dir: Path) -> None:
         return mode
 
     assert asyncio.run(run()) == 0o666
+
+
+def _ask(sock: socket.socket, frame: dict[str, Any], fds: list[int] | None = None) -> Any:
+    send_frame(sock, frame, fds)
+    return recv_frame(sock, want_fds=True)
+
+
+async def _admin(server: ProxyServer, config: ProxyConfig) -> tuple[socket.socket, Any]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.settimeout(5)
+    return ours, asyncio.create_task(handle_admin_connection(server, theirs, config))
+
+
+def test_a_restarted_proxy_adopts_the_listener_the_controller_kept(run_dir: Path) -> None:
+    """The reply to open carries the listener; a new proxy serves it when handed back, and a
+    connection made while no proxy ran is answered then (judged: loopback is refused)."""
+    config = config_for(run_dir, os.getuid())
+    command = open_command(run_dir)
+    path = Path(command["socket"])
+
+    async def first() -> int:
+        server = ProxyServer(config)
+        await server.start()
+        ours, handler = await _admin(server, config)
+        reply, fds = await asyncio.to_thread(_ask, ours, command)
+        ours.close()
+        await handler
+        assert reply == {"ok": True} and len(fds) == 1
+        # The proxy dies (kill -9): its descriptors close, nothing is unlinked.
+        for listener in server._listeners.values():
+            for task in [*listener.background, *listener.connections]:
+                task.cancel()
+            await asyncio.gather(*listener.background, return_exceptions=True)
+            if listener.watch is not None:
+                listener.watch.close()
+            listener.sock.close()
+        server._listeners.clear()
+        await server.close()
+        return fds[0]
+
+    kept = asyncio.run(first())
+    waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    waiting.settimeout(5)
+    waiting.connect(str(path))  # queued in the kept listener's backlog: no proxy runs now
+    waiting.sendall(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n")
+
+    async def second() -> list[Any]:
+        server = ProxyServer(config)
+        await server.start()
+        ours, handler = await _admin(server, config)
+        wrong = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        adopt = {**command, "op": "adopt"}
+        replies = [
+            (await asyncio.to_thread(_ask, ours, {"op": "list"}))[0],
+            (await asyncio.to_thread(_ask, ours, adopt, [wrong.fileno()]))[0],
+            (await asyncio.to_thread(_ask, ours, adopt))[0],
+            (await asyncio.to_thread(_ask, ours, adopt, [kept]))[0],
+            (await asyncio.to_thread(_ask, ours, {"op": "list"}))[0],
+        ]
+        replies.append(await asyncio.to_thread(waiting.recv, 4096))
+        wrong.close()
+        ours.close()
+        await handler
+        await server.close()
+        return replies
+
+    try:
+        listed, not_listening, no_socket, adopted, now, answer = asyncio.run(second())
+    finally:
+        waiting.close()
+        os.close(kept)
+    assert listed == {"ok": True, "sandboxes": []}
+    assert not_listening["ok"] is False and "not a listening unix socket" in not_listening["error"]
+    assert no_socket == {"ok": False, "error": "adopt takes exactly one listening socket"}
+    assert adopted == {"ok": True}
+    assert now == {"ok": True, "sandboxes": [command["sandbox"]]}
+    assert answer.startswith(b"HTTP/1.1 403") and b"never-loopback" in answer

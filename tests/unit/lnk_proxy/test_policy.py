@@ -375,6 +375,9 @@ ANSWERS = [
     case(NET, W, ["10.0.0.5", PUBLIC], R.INTERNET_NOT_PUBLIC, id="mixed-private-first"),
     case(NET, W, [PUBLIC, "10.0.0.5", "127.0.0.1"], R.NEVER_LOOPBACK, id="mixed-never-first"),
     case(NET, W, [], R.NO_ADDRESS, id="no-address"),
+    # An answer past the judged maximum is refused whole, its unjudged tail never dialed.
+    case(NET, W, [f"81.2.70.{i}" for i in range(1, 65)], R.ALLOWED_INTERNET, "81.2.70.1", id="64"),
+    case(NET, W, [f"81.2.70.{i}" for i in range(1, 66)], R.ANSWER_TOO_LONG, id="answer-65"),
     # [lan]: private only; CGNAT by exact address.
     case(LAN_ANY, NAS, ["192.168.1.20"], R.ALLOWED_LAN, "192.168.1.20", id="lan-any-private"),
     case(LAN_ANY, NAS, ["fd12:3456::1"], R.ALLOWED_LAN, "fd12:3456::1", id="lan-any-ula"),

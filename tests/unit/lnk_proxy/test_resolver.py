@@ -10,6 +10,7 @@ import ipaddress
 import json
 import logging
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from lnk_proxy.resolver import (
     MAX_ADDRESSES,
+    ResolverBusy,
     SystemResolver,
     UnsafeTableResolver,
     make_resolver,
@@ -36,11 +38,11 @@ def with_fake_getaddrinfo(
 ) -> list[tuple[Any, ...]]:
     calls: list[tuple[Any, ...]] = []
 
-    async def getaddrinfo(self: Any, host: str, port: Any, **kwargs: Any) -> Any:
+    def getaddrinfo(host: str, port: Any, **kwargs: Any) -> Any:  # on the lookup's thread
         calls.append((host, port, kwargs))
-        return await fake(host)
+        return asyncio.run(fake(host))
 
-    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     return calls
 
 
@@ -78,12 +80,52 @@ def test_a_slow_resolver_times_out_to_empty(monkeypatch: pytest.MonkeyPatch) -> 
     assert asyncio.run(SystemResolver(timeout_s=0.05).resolve("slow.example")) == ()
 
 
-def test_a_huge_answer_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_huge_answer_is_cut_one_past_the_bound_so_the_policy_refuses_it_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def fake(host: str) -> list[tuple[Any, ...]]:
         return [info(socket.AF_INET, f"198.51.100.{i}") for i in range(1, 201)]
 
     with_fake_getaddrinfo(monkeypatch, fake)
-    assert len(asyncio.run(SystemResolver().resolve("many.example"))) == MAX_ADDRESSES
+    assert len(asyncio.run(SystemResolver().resolve("many.example"))) == MAX_ADDRESSES + 1
+
+
+def test_lookups_of_one_resolver_are_capped_until_their_threads_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lookup that never answers keeps its slot past its timeout (its thread still runs): a
+    sandbox cannot pile up threads by timing out; the same name in flight is asked once; another
+    resolver (another sandbox's) answers at once."""
+    release = threading.Event()
+    asked: list[str] = []
+
+    def getaddrinfo(host: str, port: Any, **kwargs: Any) -> Any:
+        asked.append(host)
+        if host.startswith("stuck"):
+            release.wait(30)
+        return [info(socket.AF_INET, "198.51.100.9")]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+    async def run() -> None:
+        stuck = SystemResolver(timeout_s=0.05, max_lookups=2)
+        assert await stuck.resolve("stuck1.example") == ()  # timed out
+        assert await stuck.resolve("stuck1.example") == ()  # joins the lookup still running
+        assert await stuck.resolve("stuck2.example") == ()
+        with pytest.raises(ResolverBusy):
+            await stuck.resolve("stuck3.example")
+        other = SystemResolver(timeout_s=5)
+        assert await other.resolve("fine.example") == (ip("198.51.100.9"),)
+        release.set()
+        while stuck.running:  # the threads return, their slots come back
+            await asyncio.sleep(0.01)
+        assert await stuck.resolve("stuck3.example") == (ip("198.51.100.9"),)
+
+    try:
+        asyncio.run(run())
+    finally:
+        release.set()
+    assert asked.count("stuck1.example") == 1
 
 
 def test_localhost_from_the_system_resolver_is_loopback() -> None:

@@ -219,3 +219,41 @@ def test_an_answer_is_kept_per_sandbox_and_judged_on_every_request(base: Path) -
     ] * 2 + [b"lnk: refused (not-listed)\n"]
     assert resolver.asked == ["lan.example.com"] * 2 + ["none.example.com"] * 2
     assert log_rules(config, "sbx-a").count("internet-not-public") == 2
+
+
+def test_a_sandbox_taking_every_descriptor_leaves_another_its_share(base: Path) -> None:
+    """Room for 10 connections in all, two sandboxes: the first gets its share (5) and is then
+    refused (`too-many-descriptors`); the second still gets its 5, each one judged."""
+    config = config_for(base)
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        server = ProxyServer(config)
+        server.descriptor_limit = 20  # 10 connections at 2 descriptors each
+        await server.start()
+        paths = []
+        for sandbox in ("sbx-a", "sbx-b"):
+            path = config.run_dir / "sbx" / f"{sandbox}.sock"
+            await server.open_listener(sandbox, path, ProxyGrants(), SECRET)
+            paths.append(path)
+        held = []
+        try:
+            for _ in range(5):  # idle: each waits for its head, holding its descriptors
+                held.append(await asyncio.open_unix_connection(str(paths[0])))
+            while len(server._listeners["sbx-a"].connections) < 5:
+                await asyncio.sleep(0.01)  # until the proxy accepted all five
+            flooder = [await exchange(paths[0], b"") for _ in range(3)]
+            for _ in range(4):  # the other's share, held at once
+                held.append(await asyncio.open_unix_connection(str(paths[1])))
+            while len(server._listeners["sbx-b"].connections) < 4:
+                await asyncio.sleep(0.01)
+            other = [await exchange(paths[1], b"CONNECT 127.0.0.1:22 HTTP/1.1\r\n\r\n")]
+            return flooder, other
+        finally:
+            for _, writer in held:
+                writer.close()
+            await server.close()
+
+    flooder, other = asyncio.run(run())
+    assert [body(a) for a in flooder] == [b"lnk: refused (too-many-descriptors)\n"] * 3
+    assert [body(a) for a in other] == [b"lnk: refused (never-loopback)\n"]  # its 5th
+    assert "too-many-descriptors" in log_rules(config, "sbx-a")

@@ -126,3 +126,53 @@ def test_a_full_log_drops_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         log.write(entry())
     size = (tmp_path / "sbx-0123abcd.log").stat().st_size
     assert 0 < size <= 1000
+
+
+def lines_of(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_repeated_refusals_are_one_line_then_one_count_per_window() -> None:
+    counter = wire_log.RefusalCounter(window_s=5, max_keys=2)
+    a, b, c = ("not-listed", "CONNECT", "a:443"), ("not-listed", "GET", "a:443"), ("x", "", "c")
+    assert counter.admit(a, 0.0) is True  # the first is written at once
+    assert [counter.admit(a, t) for t in (1.0, 2.0, 3.0)] == [False] * 3
+    assert counter.admit(b, 1.0) is True  # another method is another refusal
+    assert counter.admit(c, 1.0) is False  # past max_keys: counted by rule, "many targets"
+    assert counter.admit(("x", "", "d"), 1.5) is False
+    assert counter.due(4.0) == []
+    assert counter.due(5.0) == [(a, 3)]  # b had no repeats: nothing to add
+    assert counter.due(0, every=True) == [(("x", "", wire_log.MANY_TARGETS), 2)]
+    assert counter.admit(a, 6.0) is True  # a new window
+
+
+def test_a_refusal_flood_leaves_room_for_allowed_lines(tmp_path: Path) -> None:
+    log = WireLog(tmp_path, max_bytes=64 * 1024)
+    path = tmp_path / "sbx-0123abcd.log"
+    for i in range(5000):  # every target new: aggregation cannot fold them
+        log.write(entry(decision="refused", rule="not-listed", target=f"h{i}.example:443"))
+    log.flush("sbx-0123abcd", every=True)
+    assert path.stat().st_size <= log.refusal_bytes
+    assert log.can_admit("sbx-0123abcd")
+    admitted = 0
+    while log.can_admit("sbx-0123abcd"):
+        log.write(entry())  # allowed decisions still fit, until the margin is reached
+        admitted += 1
+    assert admitted > 10
+    assert path.stat().st_size <= log.max_bytes
+    allowed = [line for line in lines_of(path) if line["decision"] == "allowed"]
+    assert len(allowed) == admitted
+
+
+def test_the_counts_of_a_closed_sandbox_are_written(tmp_path: Path) -> None:
+    log = WireLog(tmp_path)
+    for _ in range(4):
+        log.write(entry(decision="refused", rule="not-listed"))
+    log.close("sbx-0123abcd")
+    first, summary = lines_of(tmp_path / "sbx-0123abcd.log")
+    assert "repeated" not in first
+    assert (summary["rule"], summary["target"], summary["repeated"]) == (
+        "not-listed",
+        "www.example.com:443",
+        3,
+    )

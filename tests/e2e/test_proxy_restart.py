@@ -1,0 +1,113 @@
+"""A proxy restart loses no sandbox: a box of its own with the test internet behind its proxy, a
+sandbox that is running, `kill -9` of the proxy, then `lnk box up` (which starts what is down):
+the sandbox's next requests are judged and answered as before, because the controller kept the
+listening socket and handed it to the new proxy (`proxy_link.keep_listeners`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
+from net import WWW, TestInternet
+from test_proxy_wall import _as_owner, _owner_env
+
+RunningBox = Any  # tests/e2e/conftest.py
+pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+REQUESTS = 10
+DEATH_S = 10.0  # a SIGKILLed process is gone in milliseconds
+SANDBOX_S = 120  # the whole run: a launch, a restart and eleven requests
+CURL = f'curl -sS --max-time 20 -o /dev/null -w "%{{http_code}}\\n" http://{WWW}/'
+SCRIPT = f"{CURL}; read go; for i in $(seq {REQUESTS}); do {CURL}; done"
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[TestInternet]:
+    with TestInternet() as net:
+        yield net
+
+
+@pytest.fixture
+def netbox(running_box: RunningBox, private_box: Any, internet: TestInternet) -> Iterator[Any]:
+    proxy_config = (
+        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
+        f'unsafe_dns_table = "{internet.dns_file}"'
+    )
+    with private_box(proxy_config=proxy_config) as box:
+        yield box
+
+
+def _proxy_pid(box: Any) -> int:
+    return int((box.run_dir / "proxy.pid").read_text().strip())
+
+
+def _wait_dead(pid: int) -> None:
+    deadline = time.monotonic() + DEATH_S
+    while Path(f"/proc/{pid}").exists():
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return
+        assert time.monotonic() < deadline, f"the proxy {pid} did not die"
+        time.sleep(0.01)
+
+
+def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
+    running_box: RunningBox, netbox: Any, internet: TestInternet
+) -> None:
+    argv = _as_owner(
+        running_box,
+        "sandbox",
+        "run",
+        "--yes",
+        "--command=curl",
+        "--command=seq",
+        f"--internet-host={WWW}",
+        "--",
+        "/bin/sh",
+        "-c",
+        SCRIPT,
+    )
+    sandbox = subprocess.Popen(
+        argv,
+        env=_owner_env(running_box, netbox),
+        cwd=str(running_box.owner.home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sandbox.stdout is not None and sandbox.stdin is not None
+        assert sandbox.stdout.readline() == "200\n", sandbox.stderr
+        before = internet.accepted(internet.www)
+        old = _proxy_pid(netbox)
+        os.kill(old, signal.SIGKILL)
+        _wait_dead(old)
+        status = netbox.lnk("box", "status")  # says so while it is down
+        proxy_line = next(line for line in status.stdout.splitlines() if line.startswith("proxy "))
+        assert status.returncode == 1 and " down " in proxy_line, status.stdout
+        up = netbox.lnk("box", "up")
+        assert up.returncode == 0, up.stderr
+        assert _proxy_pid(netbox) != old
+        sandbox.stdin.write("go\n")
+        sandbox.stdin.flush()
+        out, err = sandbox.communicate(timeout=SANDBOX_S)
+    finally:
+        if sandbox.poll() is None:
+            sandbox.kill()
+            sandbox.communicate()
+    assert out.splitlines() == ["200"] * REQUESTS, err
+    assert internet.accepted(internet.www) > before  # by the new proxy (pooled: one or more)
+    wire = netbox.state_dir / "wire"
+    lines = [p.read_text() for p in wire.glob("*.log")]
+    assert sum(text.count('"allowed"') for text in lines) >= REQUESTS + 1  # judged, logged

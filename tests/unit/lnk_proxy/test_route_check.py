@@ -1,0 +1,89 @@
+"""The route judgement as a table: each kind of route the kernel can give for the dialed
+address, and the link it leaves by; plus the real kernel's answers for this machine's own
+loopback (the only routes a unit test can rely on)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from lnk_proxy import netlink
+from lnk_proxy.netlink import LinkAnswer, RouteAnswer
+from lnk_proxy.policy import Rule
+from lnk_proxy.route_check import RouteChecker, judge_route
+
+ADDRESS = ipaddress.ip_address("10.70.0.2")
+UNICAST = RouteAnswer(netlink.RTN_UNICAST, 3, gateway=False)
+VIA = RouteAnswer(netlink.RTN_UNICAST, 3, gateway=True)
+
+
+def link(name: str = "eth0", kind: str = "", flags: int = 0x1043, **extra: object) -> LinkAnswer:
+    master = extra.get("master")
+    port_kind = str(extra.get("port_kind", ""))
+    return LinkAnswer(3, name, flags, kind, master if isinstance(master, int) else None, port_kind)
+
+
+CASES = [
+    (
+        "local",
+        RouteAnswer(netlink.RTN_LOCAL, 1, False),
+        link("lo", flags=0x49),
+        Rule.NEVER_THIS_MACHINE,
+    ),
+    (
+        "anycast",
+        RouteAnswer(netlink.RTN_ANYCAST, 1, False),
+        link("lo", flags=0x49),
+        Rule.NEVER_THIS_MACHINE,
+    ),
+    ("broadcast", RouteAnswer(netlink.RTN_BROADCAST, 3, False), link(), Rule.NEVER_THIS_MACHINE),
+    ("multicast", RouteAnswer(netlink.RTN_MULTICAST, 3, False), link(), Rule.NEVER_THIS_MACHINE),
+    ("blackhole", RouteAnswer(6, None, False), None, Rule.NO_ROUTE),
+    ("throw", RouteAnswer(9, None, False), None, Rule.NO_ROUTE),
+    ("unicast_no_link", RouteAnswer(netlink.RTN_UNICAST, None, False), None, Rule.NO_ROUTE),
+    ("unicast_out_of_lo", UNICAST, link("lo", flags=0x49), Rule.NEVER_THIS_MACHINE),
+    ("lo_via_gateway", VIA, link("lo", flags=0x49), Rule.NEVER_THIS_MACHINE),
+    ("bridge", UNICAST, link("mynet", "bridge"), Rule.NEVER_LOCAL_NETWORK),
+    ("openvswitch", UNICAST, link("ovsbr", "openvswitch"), Rule.NEVER_LOCAL_NETWORK),
+    ("macvlan", UNICAST, link("mv0", "macvlan"), Rule.NEVER_LOCAL_NETWORK),
+    ("macvtap", UNICAST, link("macvtap0", "macvtap"), Rule.NEVER_LOCAL_NETWORK),
+    ("ipvlan", UNICAST, link("ipv0", "ipvlan"), Rule.NEVER_LOCAL_NETWORK),
+    (
+        "bridge_port",
+        UNICAST,
+        link("vport0", "veth", master=2, port_kind="bridge"),
+        Rule.NEVER_LOCAL_NETWORK,
+    ),
+    (
+        "ovs_port",
+        UNICAST,
+        link("tap0", "tun", master=2, port_kind="openvswitch"),
+        Rule.NEVER_LOCAL_NETWORK,
+    ),
+    ("calico_routed_veth", UNICAST, link("cali12ab", "veth"), Rule.NEVER_LOCAL_NETWORK),
+    ("vboxnet_by_name", UNICAST, link("vboxnet0"), Rule.NEVER_LOCAL_NETWORK),
+    ("uplink", UNICAST, link("eth0"), None),
+    ("veth", UNICAST, link("lnkn1pr", "veth"), None),
+    ("vrf_port", UNICAST, link("eth1", master=9, port_kind="vrf"), None),
+    ("wireguard", UNICAST, link("wg0", "wireguard"), None),
+    ("uplink_bridge_via_gateway", VIA, link("br0", "bridge"), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "out", "rule"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_judge_route(route: RouteAnswer, out: LinkAnswer | None, rule: Rule | None) -> None:
+    refused = judge_route(ADDRESS, route, out)
+    assert (refused.rule if refused else None) == rule
+    if refused is not None:
+        assert str(ADDRESS) in refused.reason
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.3.4.5", "::1"])
+def test_the_kernel_routes_loopback_here(address: str) -> None:
+    with RouteChecker() as checker:
+        refused = checker.check(ipaddress.ip_address(address))
+    assert refused is not None and refused.rule == Rule.NEVER_THIS_MACHINE
+    assert "local" in refused.reason
