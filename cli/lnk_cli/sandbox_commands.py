@@ -149,8 +149,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         paused = " (paused)" if r["paused"] else ""
         command = " ".join(r["command"])[:60]
-        print(f"{r['id']}  {r['state']}{paused}  uid {r['host_uid']}  {command}")
+        print(f"{r['id']}  {_state(r)}{paused}  uid {r['host_uid']}  {command}")
     return EXIT_OK
+
+
+def _state(row: dict[str, Any]) -> str:
+    """A row's state as a person reads it: a clean-up that failed says why it is retried."""
+    why = row.get("retrying")
+    return f"cleaning (retrying: {why})" if why else str(row["state"])
 
 
 def cmd_action(args: argparse.Namespace) -> int:

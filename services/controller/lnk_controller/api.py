@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -64,7 +65,10 @@ def make_app(
     store: SandboxStore,
     remembered: RememberedSpecs,
     agents: AgentRegistry | None = None,
+    *,
+    retrying: Callable[[str], str | None] = lambda _id: None,
 ) -> FastAPI:
+    """`retrying(id)`: why a sandbox's clean-up is being retried (the reaper's), or None."""
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
     if agents is not None:
         from lnk_controller.agents_api import add_agent_routes
@@ -84,7 +88,7 @@ def make_app(
         return row
 
     def out(row: SandboxRow) -> SandboxPublic:
-        return SandboxPublic.of(row)
+        return SandboxPublic.of(row, retrying=retrying(row.id) if row.state != "ended" else None)
 
     @app.get("/v1/sandboxes")
     def list_sandboxes(uid: Caller, all: bool = False) -> list[SandboxPublic]:

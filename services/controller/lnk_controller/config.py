@@ -50,6 +50,8 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+    # A test switch: the lease reaper's thread dies by an injected exception on every Nth pass.
+    unsafe_test_reaper_crash_every: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -74,6 +76,13 @@ class ControllerConfig(BaseModel):
                 "unsafe_pretend_landlock_abi=%d: sandboxes are built as if the kernel had only "
                 "that Landlock ABI (a test setting; never on a real box)",
                 self.unsafe_pretend_landlock_abi,
+            )
+        if self.unsafe_test_reaper_crash_every is not None:
+            log.warning(
+                "unsafe_test_reaper_crash_every=%d: the lease reaper's thread is killed by an "
+                "injected exception on every %d. pass (a test setting; never on a real box)",
+                self.unsafe_test_reaper_crash_every,
+                self.unsafe_test_reaper_crash_every,
             )
         return self
 

@@ -46,9 +46,10 @@ class SandboxPublic:
     lease_expires_at: str
     ended_at: str | None
     exit_status: int | None
+    retrying: str | None = None  # why its clean-up failed and is being retried
 
     @classmethod
-    def of(cls, row: SandboxRow) -> SandboxPublic:
+    def of(cls, row: SandboxRow, *, retrying: str | None = None) -> SandboxPublic:
         return cls(
             id=row.id,
             owner_uid=row.owner_uid,
@@ -60,6 +61,7 @@ class SandboxPublic:
             lease_expires_at=row.lease_expires_at.isoformat(),
             ended_at=row.ended_at.isoformat() if row.ended_at else None,
             exit_status=row.exit_status,
+            retrying=retrying,
         )
 
 

@@ -10,6 +10,8 @@ import logging
 import os
 import signal
 import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import uvicorn
@@ -23,8 +25,10 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
 from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
+from lnk_controller.reaper import Reaper
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.supervisor import supervise
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.unix import bind_socket
 
@@ -34,7 +38,6 @@ log = logging.getLogger("lnk_controller")
 # At stop, how long launches whose sandboxes were just cleaned get to tell their clients.
 DRAIN_TIMEOUT_S = 5.0
 
-REAP_INTERVAL_S = 1.0  # how late an expired lease may be noticed
 RUN_DIR_MODE = 0o755  # clients must reach the sockets in it
 SOCKET_MODE = 0o666  # any local user may ask; SO_PEERCRED says who, and each sees only its own
 STAGING_MODE = 0o711  # sandbox uids traverse to their staged mounts, never list them
@@ -86,14 +89,14 @@ def _check_kernel(cfg: ControllerConfig) -> None:
         log.error("%s", exc)
 
 
-def _reap_leases(store: SandboxStore, cfg: ControllerConfig, stop: threading.Event) -> None:
-    while not stop.wait(REAP_INTERVAL_S):
-        try:
-            for row in store.expired():
-                log.info("lease of %s expired: stopping it", row.id)
-                clean_sandbox(row.id, store, cfg)
-        except StateError as exc:
-            log.error("lease reaper: %s", exc)
+def _reaper(store: SandboxStore, cfg: ControllerConfig) -> Reaper:
+    return Reaper(
+        live_rows=lambda: store.find(live_only=True),
+        clean=lambda sandbox_id: clean_sandbox(sandbox_id, store, cfg),
+        now=lambda: datetime.now(UTC),
+        clock=time.monotonic,
+        crash_every=cfg.unsafe_test_reaper_crash_every,
+    )
 
 
 def run_controller(cfg: ControllerConfig) -> None:
@@ -118,10 +121,10 @@ def run_controller(cfg: ControllerConfig) -> None:
     server = LaunchServer(launch_sock, launcher)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
     stop = threading.Event()
-    reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
-    reaper.start()
+    reaper = _reaper(store, cfg)
+    supervise("reaper", reaper.run, stop)
 
-    app = make_app(cfg, store, remembered, agents)
+    app = make_app(cfg, store, remembered, agents, retrying=reaper.retrying)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
     # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it
@@ -133,6 +136,7 @@ def run_controller(cfg: ControllerConfig) -> None:
         api.run(sockets=[api_sock])
     finally:
         stop.set()
+        reaper.shutdown()
         server.shutdown()
         left = 0
         for row in store.find(live_only=True):
