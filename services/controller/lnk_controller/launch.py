@@ -19,6 +19,7 @@ import logging
 import os
 import pwd
 import stat
+import threading
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,7 +57,7 @@ from lnk_controller.staging import (
 )
 from lnk_controller.wall import Bind
 from lnk_shared.discovery import DEFAULT_PATH, DETECT, context_for, resolve_path, resolve_spec
-from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
+from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError, StateError
 from lnk_shared.grants import Grants
 from lnk_shared.opens import describe, describe_changes
 from lnk_shared.refusals import find_refusals, inside, judge
@@ -153,6 +154,16 @@ class Launcher:
         self.uid_range = host_users.UidRange(cfg.uid_first, cfg.uid_last)
         # Makes sandbox users while their mounts are staged (they wait on the /etc lock anyway).
         self._user_maker = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="user")
+        # The sandboxes whose launch is under way here (written, not yet cleaned): every other
+        # live record is one the reaper reconciles (`active`).
+        self._active: set[str] = set()
+        self._active_guard = threading.Lock()
+
+    def active(self) -> set[str]:
+        """The ids of the sandboxes this launcher is starting, running or cleaning. Read after
+        the records: a record is written and its id added here under one lock."""
+        with self._active_guard:
+            return set(self._active)
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -310,21 +321,23 @@ class Launcher:
                 "the spec opens [internet] or [lan] but the proxy is not running; "
                 "`lnk box up` starts it",
             )
-        row = self.store.create(
-            owner_uid=owner_uid,
-            allocate=self._allocate,
-            host_name=host_users.user_name,
-            staging_root=self.cfg.staging_root,
-            command=[judged.program, *request.argv[1:]],
-            spec_hash=judged.digest,
-            lease=timedelta(seconds=self.cfg.lease_seconds),
-            staged=TMPFS_NAMES,
-        )
+        with self._active_guard:
+            row = self.store.create(
+                owner_uid=owner_uid,
+                allocate=self._allocate,
+                host_name=host_users.user_name,
+                staging_root=self.cfg.staging_root,
+                command=[judged.program, *request.argv[1:]],
+                spec_hash=judged.digest,
+                lease=timedelta(seconds=self.cfg.lease_seconds),
+                staged=TMPFS_NAMES,
+            )
+            self._active.add(row.id)
         try:
             return self._start(request, owner_uid, fds, judged, row)
         except BaseException:
-            clean_sandbox(row.id, self.store, self.cfg)
-            if self.agents is not None and judged.agent is not None:
+            clean = self.clean_or_leave(row.id, None)
+            if clean and self.agents is not None and judged.agent is not None:
                 self.agents.stopped(row.host_uid)
             raise
 
@@ -461,6 +474,23 @@ class Launcher:
         return status if status >= 0 else 128 - status
 
     def clean(self, running: Running, status: int) -> None:
-        clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
-        if self.agents is not None:
-            self.agents.stopped(running.row.host_uid)
+        """Clean the sandbox away once its program is over. A clean-up that fails (something
+        left, or the database unwritable: a full disk) is logged and left to the reaper, which
+        retries it until it lands: the program's status is known, and its client gets it."""
+        if self.clean_or_leave(running.row.id, status) and self.agents is not None:
+            try:
+                self.agents.stopped(running.row.host_uid)
+            except StateError as exc:  # the agent's stale uid is forgotten at its next start
+                log.error("sandbox %s: %s", running.row.id, exc)
+
+    def clean_or_leave(self, sandbox_id: str, status: int | None) -> bool:
+        """Clean the sandbox, or leave it to the reaper: whether it is clean."""
+        try:
+            clean_sandbox(sandbox_id, self.store, self.cfg, exit_status=status)
+            return True
+        except StateError as exc:
+            log.error("%s; the reaper retries it", exc)
+            return False
+        finally:
+            with self._active_guard:
+                self._active.discard(sandbox_id)

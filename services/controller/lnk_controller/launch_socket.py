@@ -29,7 +29,6 @@ import threading
 import time
 from typing import Any
 
-from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import LaunchRequest, parse_launch_request
@@ -250,7 +249,4 @@ class LaunchServer:
             running.process.wait(timeout=5)
         except Exception:
             log.error("sandbox %s did not end after kill", running.row.id)
-        try:
-            clean_sandbox(running.row.id, self._launcher.store, self._launcher.cfg)
-        except StateError as exc:
-            log.error("%s", exc)
+        self._launcher.clean_or_leave(running.row.id, None)

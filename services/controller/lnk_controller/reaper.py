@@ -1,7 +1,10 @@
 """The lease reaper: ends every sandbox whose lease has run out and retries every clean-up that
 failed, row by row, so that no sandbox's fault holds up another's lease.
 
-Each pass (every REAP_INTERVAL_S) reads the live rows and plans (`plan`, a pure function):
+Each pass (every REAP_INTERVAL_S) reads the live rows and plans (`plan`, a pure function); a
+live row that no launch under way has (a ghost: its launch's last write failed on a full disk,
+or its launch thread died) is reconciled by the same clean-up, which works from the record and
+what is really there (processes, cgroup, mounts, user):
 1. kill: each sandbox whose lease is over and that was not yet killed has its processes killed
    at once, in the reaper's own thread: the recorded first process (a pidfd signal) and its
    cgroup (`cgroup.kill`, not waited on). A kill is a few writes and never waits on a clean-up,
@@ -84,18 +87,22 @@ def plan(
     retries: dict[str, Retry],
     killed: set[str],
     in_flight: set[str],
+    active: set[str],
 ) -> Plan:
-    """What one pass does. `rows` are the live records; a row is killed once its lease is over
-    (once: `killed` are those already killed); it is cleaned when its lease is over or it is
-    `stopping` (a clean-up failed, here or on a launch's own path), unless a clean-up of it is
-    running (`in_flight`) or its back-off (`retries`) has not passed at `clock`."""
+    """What one pass does. `rows` are the live records; `active` the ids of the launches under
+    way (read after the rows). A row is killed once its lease is over (once: `killed` are those
+    already killed); it is cleaned when its lease is over, when it is `stopping` (a clean-up
+    failed) or when no launch has it (a ghost: its launch's clean-up failed, or the launch died),
+    unless a clean-up of it is running (`in_flight`) or its back-off (`retries`) has not passed
+    at `clock`."""
     kill: list[SandboxRow] = []
     clean: list[SandboxRow] = []
     for row in rows:
         expired = row.lease_expires_at <= now
         if expired and row.id not in killed and row.state != "stopping":
             kill.append(row)
-        if not (expired or row.state == "stopping") or row.id in in_flight:
+        due = expired or row.state == "stopping" or row.id not in active
+        if not due or row.id in in_flight:
             continue
         retry = retries.get(row.id)
         if retry is None or retry.next_at <= clock:
@@ -124,6 +131,7 @@ class Reaper:
         self,
         *,
         live_rows: Callable[[], list[SandboxRow]],
+        active: Callable[[], set[str]],
         clean: Callable[[str], None],
         now: Callable[[], datetime],
         clock: Callable[[], float],
@@ -132,6 +140,7 @@ class Reaper:
         workers: futures.Executor | None = None,
     ) -> None:
         self._live_rows = live_rows
+        self._active = active
         self._clean = clean
         self._now = now
         self._clock = clock
@@ -168,6 +177,7 @@ class Reaper:
         except StateError as exc:  # the database unreadable: logged, tried again next pass
             log.error("lease reaper: %s", exc)
             return
+        active = self._active()  # after the rows: a launch's record is never taken for a ghost
         with self._guard:
             live = {row.id for row in rows}
             state = self._state
@@ -180,6 +190,7 @@ class Reaper:
                 retries=dict(state.retries),
                 killed=set(state.killed),
                 in_flight=set(state.in_flight),
+                active=active,
             )
             state.in_flight.update(row.id for row in todo.clean)
         for row in todo.kill:

@@ -89,9 +89,10 @@ def _check_kernel(cfg: ControllerConfig) -> None:
         log.error("%s", exc)
 
 
-def _reaper(store: SandboxStore, cfg: ControllerConfig) -> Reaper:
+def _reaper(store: SandboxStore, cfg: ControllerConfig, launcher: Launcher) -> Reaper:
     return Reaper(
         live_rows=lambda: store.find(live_only=True),
+        active=launcher.active,
         clean=lambda sandbox_id: clean_sandbox(sandbox_id, store, cfg),
         now=lambda: datetime.now(UTC),
         clock=time.monotonic,
@@ -121,7 +122,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     server = LaunchServer(launch_sock, launcher)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
     stop = threading.Event()
-    reaper = _reaper(store, cfg)
+    reaper = _reaper(store, cfg, launcher)
     supervise("reaper", reaper.run, stop)
 
     app = make_app(cfg, store, remembered, agents, retrying=reaper.retrying)

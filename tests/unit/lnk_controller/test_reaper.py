@@ -120,15 +120,48 @@ def test_plan(
     kill: bool,
     clean: bool,
 ) -> None:
-    planned = plan([row], now=NOW, clock=10.0, retries=retries, killed=killed, in_flight=in_flight)
+    planned = plan(
+        [row],
+        now=NOW,
+        clock=10.0,
+        retries=retries,
+        killed=killed,
+        in_flight=in_flight,
+        active={"a"},
+    )
     assert [r.id for r in planned.kill] == (["a"] if kill else [])
     assert [r.id for r in planned.clean] == (["a"] if clean else [])
+
+
+@pytest.mark.parametrize("state", ["starting", "running"])
+def test_a_live_record_no_launch_has_is_a_ghost_cleaned_not_killed(state: str) -> None:
+    ghost = _row("ghost", expired=False, state=state)
+    launching = _row("launching", expired=False, state=state)
+    planned = plan(
+        [ghost, launching],
+        now=NOW,
+        clock=0.0,
+        retries={},
+        killed=set(),
+        in_flight=set(),
+        active={"launching"},
+    )
+    assert planned.kill == ()
+    assert [r.id for r in planned.clean] == ["ghost"]
 
 
 def test_a_row_in_back_off_does_not_hold_up_the_rows_after_it() -> None:
     rows = [_row("stuck", expired=True), _row("next", expired=True)]
     retries = {"stuck": Retry(3, "mounted", 99.0)}
-    planned = plan(rows, now=NOW, clock=10.0, retries=retries, killed={"stuck"}, in_flight=set())
+    planned = plan(
+        rows,
+        now=NOW,
+        clock=10.0,
+        retries=retries,
+        killed={"stuck"},
+        in_flight=set(),
+        active={"stuck", "next"},
+    )
     assert [r.id for r in planned.kill] == ["next"]
     assert [r.id for r in planned.clean] == ["next"]
 
@@ -165,6 +198,7 @@ class _Box:
             now=lambda: NOW,
             clock=lambda: self.clock,
             kill=self.kill,
+            active=kw.pop("active", lambda: set(self.rows)),
             workers=kw.pop("workers", _Inline()),
             **kw,
         )
@@ -247,6 +281,7 @@ def test_an_unreadable_database_is_logged_and_the_pass_skipped(
 
     reaper = Reaper(
         live_rows=unreadable,
+        active=set,
         clean=lambda _id: None,
         now=lambda: NOW,
         clock=lambda: 0.0,
@@ -254,6 +289,20 @@ def test_an_unreadable_database_is_logged_and_the_pass_skipped(
     )
     reaper.run_pass()
     assert "disk I/O error" in caplog.text
+
+
+def test_a_ghost_whose_write_fails_is_retried_until_it_lands() -> None:
+    """A launch's last write failed (a full disk): its record says running, no launch has it;
+    each pass retries its clean-up after the back-off, and once the disk has room it ends."""
+    box = _Box([_row("ghost", expired=False)], failing={"ghost"})
+    reaper = box.reaper(active=set)
+    reaper.run_pass()
+    assert box.killed == [] and box.attempts == ["ghost"]
+    assert reaper.retrying("ghost") is not None
+    box.failing.clear()
+    box.clock = RETRY_FIRST_S
+    reaper.run_pass()
+    assert box.rows == {} and reaper.retrying("ghost") is None
 
 
 def test_the_injected_crash_raises_on_every_nth_pass_only() -> None:
