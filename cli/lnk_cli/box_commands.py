@@ -51,6 +51,13 @@ def register(groups: Any) -> None:
     commands.add_parser("status", help="each service, its socket, its pid").set_defaults(
         handler=cmd_status
     )
+    commands.add_parser(
+        "prune",
+        help="prune ended sandboxes' records and wire logs now, as the controller does hourly",
+        description="Remove the records and wire logs of sandboxes that ended more than "
+        "ended_keep_days ago (default 30), or that are past the newest ended_keep_count "
+        "(default 10000), as set in controller.toml. Live sandboxes are never pruned.",
+    ).set_defaults(handler=cmd_prune)
     from lnk_cli import authorize_command  # keys let in through the SSH gate
 
     authorize_command.register(commands)
@@ -232,6 +239,20 @@ def cmd_down(_args: argparse.Namespace) -> int:
             os.kill(pid, signal.SIGKILL)
         _pidfile(box, service).unlink(missing_ok=True)
         print(f"{service.name}: down")
+    return EXIT_OK
+
+
+def cmd_prune(_args: argparse.Namespace) -> int:
+    from lnk_shared.api_client import api_request
+
+    if os.geteuid() != 0:
+        raise StateError("lnk box prune is for root: run it with sudo")
+    box = BoxPaths.from_env()
+    status, doc = api_request(box.run_dir / "controller.sock", "POST", "/v1/box/prune", {})
+    if status >= 400:
+        detail = doc.get("detail") if isinstance(doc, dict) else doc
+        raise StateError(f"the controller refused: {detail}")
+    print(f"pruned {doc['records']} ended record(s) and {doc['logs']} wire log(s)")
     return EXIT_OK
 
 

@@ -31,6 +31,11 @@ def register(groups: Any) -> None:
         "run",
         help="run PROGRAM in a sandbox that opens only what the spec grants",
         usage="lnk sandbox run [--spec F] [flags] [--yes] -- PROGRAM [ARGS...]",
+        epilog="Lease: the sandbox is stopped and cleaned away when its lease ends, 12 hours "
+        "after its start by default (the box's lease_seconds in controller.toml); its "
+        "processes are killed and this command exits 137. Extend it from now with "
+        "`lnk sandbox lease ID --seconds N` (ID from `lnk sandbox list`; at most the box's "
+        "max_lease_seconds, 7 days by default).",
     )
     add_spec_arguments(run)
     run.add_argument("--yes", action="store_true", help="approve a new or changed spec")

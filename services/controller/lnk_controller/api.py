@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Engine
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lnk_controller.agents import AgentRegistry
@@ -25,6 +27,7 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
 from lnk_controller.proxy_link import set_flag
 from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.retention import prune
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
 from lnk_shared.errors import LnkError
 from lnk_shared.unix import peer_cred
@@ -67,6 +70,7 @@ def make_app(
     agents: AgentRegistry | None = None,
     *,
     retrying: Callable[[str], str | None] = lambda _id: None,
+    engine: Engine | None = None,
 ) -> FastAPI:
     """`retrying(id)`: why a sandbox's clean-up is being retried (the reaper's), or None."""
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
@@ -145,7 +149,7 @@ def make_app(
         row = own(sandbox_id, uid)
         if offset < 0:
             raise HTTPException(status_code=422, detail="offset must not be negative")
-        path = cfg.state_dir / "wire" / f"{row.id}.log"
+        path = cfg.wire_dir / f"{row.id}.log"
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -157,6 +161,20 @@ def make_app(
         whole = data[: data.rfind(b"\n") + 1]
         lines = [line.decode("ascii", "replace") for line in whole.splitlines()]
         return {"lines": lines, "offset": offset + len(whole), "ended": row.state == "ended"}
+
+    @app.post("/v1/box/prune")
+    def prune_now(uid: Caller) -> dict[str, int]:
+        """`lnk box prune`: root only, the box's retention applied now."""
+        if uid != 0 or engine is None:
+            raise HTTPException(status_code=403, detail="only root prunes the box's history")
+        done = prune(
+            engine,
+            cfg.wire_dir,
+            now=datetime.now(UTC),
+            keep_days=cfg.ended_keep_days,
+            keep_count=cfg.ended_keep_count,
+        )
+        return {"records": done.records, "logs": done.logs}
 
     @app.get("/v1/specs")
     def specs(uid: Caller) -> list[dict[str, Any]]:

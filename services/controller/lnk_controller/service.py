@@ -27,6 +27,7 @@ from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
 from lnk_controller.reaper import Reaper
 from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.retention import prune_every
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.supervisor import supervise
 from lnk_shared.errors import LaunchRefused, StateError
@@ -124,8 +125,10 @@ def run_controller(cfg: ControllerConfig) -> None:
     stop = threading.Event()
     reaper = _reaper(store, cfg, launcher)
     supervise("reaper", reaper.run, stop)
+    keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
+    supervise("retention", prune_every(engine, cfg.wire_dir, **keep), stop)
 
-    app = make_app(cfg, store, remembered, agents, retrying=reaper.retrying)
+    app = make_app(cfg, store, remembered, agents, retrying=reaper.retrying, engine=engine)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
     # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it
