@@ -20,6 +20,7 @@ from lnk_controller import idmap_mounts, landlock, seccomp
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.bridge_reconcile import reconcile_every
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
@@ -127,6 +128,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     supervise("reaper", reaper.run, stop)
     keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
     supervise("retention", prune_every(engine, cfg.wire_dir, **keep), stop)
+    supervise("bridge-reconcile", reconcile_every(cfg, store), stop)
 
     app = make_app(cfg, store, remembered, agents, retrying=reaper.retrying, engine=engine)
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
