@@ -316,10 +316,9 @@ class Launcher:
         self, request: LaunchRequest, owner_uid: int, fds: list[int], judged: Judged
     ) -> Running:
         if judged.grants.spec.has_proxy and not self.cfg.proxy_admin_socket.exists():
-            raise LaunchRefused(
-                "the filtering proxy",
-                "the spec opens [internet] or [lan] but the proxy is not running; "
-                "`lnk box up` starts it",
+            raise StateError(  # the box's state, as a store bridge not running is: exit 1
+                "the spec opens [internet] or [lan] but the filtering proxy is not running; "
+                "`lnk box up` starts it"
             )
         with self._active_guard:
             row = self.store.create(
