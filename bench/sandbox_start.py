@@ -1,6 +1,10 @@
 """Sandbox start, end to end, against a bare bwrap baseline in the same run.
 
     sudo /opt/lnk/venv/bin/python bench/sandbox_start.py [--runs 30] [--concurrent 20]
+    sudo /opt/lnk/venv/bin/python bench/sandbox_start.py --history 200000
+
+With --history N: two boxes at once, one with an empty database and one with N ended records,
+their launches interleaved, side by side (the cost must stay flat in history: within 10 %).
 
 Starts a private box (its own run/state dirs, `lnk box up`), then measures:
 - `lnk sandbox run --yes -- /bin/true` end to end (client start, judging, fresh user, idmapped
@@ -205,11 +209,88 @@ def _rss_kib(pid: int) -> int:
         return 0
 
 
+HISTORY_UID = 1_999_000_000  # ended records' uids: below every bench block, never allocated
+HISTORY_BATCH = 10_000  # ended records per insert transaction
+CONCURRENT_ROUNDS = 3  # bursts of --concurrent launches per box, alternating boxes
+
+
+def add_history(database: Path, count: int) -> None:
+    """`count` ended sandbox records, as months of use leave them, written beside the running
+    controller (WAL: it sees them at its next read)."""
+    import sqlite3
+
+    ended = "2026-01-01 00:00:00"
+    with sqlite3.connect(database, timeout=30) as db:
+        for start in range(0, count, HISTORY_BATCH):
+            db.executemany(
+                "INSERT INTO sandboxes (id, owner_uid, host_uid, host_name, state, paused,"
+                " stop_requested, staging_dir, mounts_json, command_json, spec_hash, created_at,"
+                " lease_expires_at, ended_at, exit_status) VALUES (?, 0, ?, 'lnk-sbx-old',"
+                " 'ended', 0, 0, '/gone', '[]', '[\"/bin/true\"]', '', ?, ?, ?, 0)",
+                [
+                    (f"sbx-h{n:011d}", HISTORY_UID + n % 1000, ended, ended, ended)
+                    for n in range(start, min(count, start + HISTORY_BATCH))
+                ],
+            )
+            db.commit()
+        db.execute("ANALYZE")
+
+
+def launch_rounds(
+    envs: tuple[dict[str, str], dict[str, str]], runs: int, concurrent: int
+) -> tuple[list[list[float]], list[list[float]]]:
+    """For each of the two boxes, `runs` single launches and `concurrent` launches at once (each
+    one's time), interleaved box by box so both see the same machine at the same moments."""
+    run = [LNK, "sandbox", "run", "--", "/bin/true"]
+    alone: list[list[float]] = [[], []]
+    together: list[list[float]] = [[], []]
+    for _ in range(runs):
+        for n, env in enumerate(envs):
+            alone[n].append(timed(run, env))
+    for _ in range(CONCURRENT_ROUNDS):
+        for n, env in enumerate(envs):
+            with ThreadPoolExecutor(max_workers=concurrent) as pool:
+                together[n] += pool.map(lambda _, e=env: timed(run, e), range(concurrent))
+    return alone, together
+
+
+def history_main(args: argparse.Namespace) -> int:
+    """Launch times on a box with an empty database and on one with `--history` ended records,
+    side by side: two boxes up at once, their launches interleaved."""
+    with (
+        private_box(UID_BASE, UID_BLOCKS) as empty,
+        private_box(UID_BASE, UID_BLOCKS) as full,
+    ):
+        envs = (empty.env, full.env)
+        for env in envs:
+            timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
+        add_history(Path(full.env["LNK_STATE_DIR"]) / "controller.db", args.history)
+        alone, together = launch_rounds(envs, args.runs, args.concurrent)
+    print(
+        f"runs: {args.runs}, {args.concurrent} at once x {CONCURRENT_ROUNDS}; history: "
+        f"{args.history} ended records"
+    )
+    print(f"{'':30} {'empty':>10} {'history':>10} {'ratio':>7}")
+    for name, series, stat in (
+        ("one launch, median (ms)", alone, statistics.median),
+        ("one launch, p95 (ms)", alone, p95),
+        (f"{args.concurrent} at once, median (ms)", together, statistics.median),
+    ):
+        a, b = stat(series[0]), stat(series[1])
+        print(f"{name:30} {a:10.1f} {b:10.1f} {b / a:7.2f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--concurrent", type=int, default=20)
+    parser.add_argument(
+        "--history", type=int, default=0, help="compare with this many ended records (200000)"
+    )
     args = parser.parse_args()
+    if args.history:
+        return history_main(args)
     with private_box(UID_BASE, UID_BLOCKS) as box:
         env, uids = box.env, box.uids
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once

@@ -51,6 +51,13 @@ def register(groups: Any) -> None:
     commands.add_parser("status", help="each service, its socket, its pid").set_defaults(
         handler=cmd_status
     )
+    commands.add_parser(
+        "prune",
+        help="prune ended sandboxes' records and wire logs now, as the controller does hourly",
+        description="Remove the records and wire logs of sandboxes that ended more than "
+        "ended_keep_days ago (default 30), or that are past the newest ended_keep_count "
+        "(default 10000), as set in controller.toml. Live sandboxes are never pruned.",
+    ).set_defaults(handler=cmd_prune)
     from lnk_cli import authorize_command  # keys let in through the SSH gate
 
     authorize_command.register(commands)
@@ -171,49 +178,117 @@ def _require_root() -> None:
 
 
 def cmd_up(_args: argparse.Namespace) -> int:
+    """Start each service not running yet, in order. If one fails, those started here are
+    stopped again (a box half up is not left behind) and the error says why, from its log."""
     _require_root()
     box = BoxPaths.from_env()
     box.run_dir.mkdir(parents=True, exist_ok=True)
     logs = box.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     os.chmod(logs, 0o700)
-    for service in SERVICES:
-        if _running_pid(box, service) is not None:
-            print(f"{service.name}: already running")
-            continue
-        log_path = logs / f"{service.name}.log"
-        prepare = {"proxy": _prepare_proxy, "bridge-store": _prepare_bridge_store}.get(service.name)
-        as_user = prepare(box) if prepare else []
-        box.state_dir.chmod(0o755)  # the proxy reaches its wire folder through it
-        with open(log_path, "ab") as log:
-            os.fchmod(log.fileno(), 0o600)
-            process = subprocess.Popen(
-                [*as_user, sys.executable, "-m", service.module],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-                cwd="/",
-            )
-        _pidfile(box, service).write_text(f"{process.pid}\n")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(box, service):
-            if process.poll() is not None:
-                raise StateError(
-                    f"{service.name} exited with status {process.returncode}; see {log_path}"
-                )
-            if time.monotonic() > deadline:
-                raise StateError(
-                    f"{service.name} did not answer in {START_TIMEOUT_S:.0f} s; see {log_path}"
-                )
-            time.sleep(0.05)
-        print(f"{service.name}: up (pid {process.pid}, {box.run_dir / service.socket})")
+    started: list[tuple[Service, subprocess.Popen[bytes]]] = []
+    try:
+        for service in SERVICES:
+            if _running_pid(box, service) is not None:
+                print(f"{service.name}: already running")
+                continue
+            started.append((service, _start(box, service, logs)))
+    except BaseException:
+        for service, process in reversed(started):
+            _stop_started(box, service, process)
+        raise
     from lnk_ssh_gate.sshd_dropin import harden_local_sshd  # the SSH gate's sshd hardening
 
     for line in harden_local_sshd():
         print(f"ssh gate: {line}")
     return EXIT_OK
+
+
+LOG_MIN_FREE = 1024 * 1024  # bytes a service's log needs to say why it failed
+LOG_TAIL_LINES = 1  # of a failed service's output, shown in the error: its last word, the why
+
+
+def _log_target(log_path: Path) -> tuple[Any, int, str | None]:
+    """The open log (its offset now), or None (stderr) and why, when it cannot be written."""
+    try:
+        free = os.statvfs(log_path.parent)
+        if free.f_bavail * free.f_frsize < LOG_MIN_FREE:
+            return None, 0, f"{log_path.parent} is full"
+        log = open(log_path, "ab")  # noqa: SIM115 (closed by _start)
+    except OSError as exc:
+        return None, 0, f"{log_path}: {exc.strerror}"
+    os.fchmod(log.fileno(), 0o600)
+    return log, log.tell(), None
+
+
+def _tail(log_path: Path, offset: int) -> str:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-LOG_TAIL_LINES:])
+
+
+def _start(box: BoxPaths, service: Service, logs: Path) -> subprocess.Popen[bytes]:
+    log_path = logs / f"{service.name}.log"
+    prepare = {"proxy": _prepare_proxy, "bridge-store": _prepare_bridge_store}.get(service.name)
+    as_user = prepare(box) if prepare else []
+    box.state_dir.chmod(0o755)  # the proxy reaches its wire folder through it
+    log, offset, unwritable = _log_target(log_path)
+    if unwritable:
+        print(
+            f"{service.name}: its log cannot be written ({unwritable}): its output goes here",
+            file=sys.stderr,
+        )
+    try:
+        process = subprocess.Popen(
+            [*as_user, sys.executable, "-m", service.module],
+            stdin=subprocess.DEVNULL,
+            stdout=log,  # None: this command's own stdout and stderr
+            stderr=log if log is not None else None,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+        )
+    finally:
+        if log is not None:
+            log.close()
+    where = "the output above" if unwritable else str(log_path)
+    _pidfile(box, service).write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(box, service):
+        if process.poll() is not None:
+            said = "" if unwritable else _tail(log_path, offset)
+            _pidfile(box, service).unlink(missing_ok=True)
+            raise StateError(
+                f"{service.name} exited with status {process.returncode}"
+                + (f": {said}" if said else "")
+                + f"; see {where}"
+            )
+        if time.monotonic() > deadline:
+            _stop_started(box, service, process)
+            raise StateError(
+                f"{service.name} did not answer in {START_TIMEOUT_S:.0f} s; see {where}"
+            )
+        time.sleep(0.05)
+    print(f"{service.name}: up (pid {process.pid}, {box.run_dir / service.socket})")
+    return process
+
+
+def _stop_started(box: BoxPaths, service: Service, process: subprocess.Popen[bytes]) -> None:
+    """Stop a service this command started (its whole session), and forget its pid."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT_S)
+        print(f"{service.name}: stopped again", file=sys.stderr)
+    _pidfile(box, service).unlink(missing_ok=True)
 
 
 def cmd_down(_args: argparse.Namespace) -> int:
@@ -232,6 +307,20 @@ def cmd_down(_args: argparse.Namespace) -> int:
             os.kill(pid, signal.SIGKILL)
         _pidfile(box, service).unlink(missing_ok=True)
         print(f"{service.name}: down")
+    return EXIT_OK
+
+
+def cmd_prune(_args: argparse.Namespace) -> int:
+    from lnk_shared.api_client import api_request
+
+    if os.geteuid() != 0:
+        raise StateError("lnk box prune is for root: run it with sudo")
+    box = BoxPaths.from_env()
+    status, doc = api_request(box.run_dir / "controller.sock", "POST", "/v1/box/prune", {})
+    if status >= 400:
+        detail = doc.get("detail") if isinstance(doc, dict) else doc
+        raise StateError(f"the controller refused: {detail}")
+    print(f"pruned {doc['records']} ended record(s) and {doc['logs']} wire log(s)")
     return EXIT_OK
 
 

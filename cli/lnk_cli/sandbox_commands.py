@@ -31,6 +31,11 @@ def register(groups: Any) -> None:
         "run",
         help="run PROGRAM in a sandbox that opens only what the spec grants",
         usage="lnk sandbox run [--spec F] [flags] [--yes] -- PROGRAM [ARGS...]",
+        epilog="Lease: the sandbox is stopped and cleaned away when its lease ends, 12 hours "
+        "after its start by default (the box's lease_seconds in controller.toml); its "
+        "processes are killed and this command exits 137. Extend it from now with "
+        "`lnk sandbox lease ID --seconds N` (ID from `lnk sandbox list`; at most the box's "
+        "max_lease_seconds, 7 days by default).",
     )
     add_spec_arguments(run)
     run.add_argument("--yes", action="store_true", help="approve a new or changed spec")
@@ -149,8 +154,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         paused = " (paused)" if r["paused"] else ""
         command = shown(" ".join(r.get("command") or []))[:60]
-        print(f"{shown(r['id'])}  {shown(r['state'])}{paused}  uid {r['host_uid']}  {command}")
+        print(f"{shown(r['id'])}  {shown(_state(r))}{paused}  uid {r['host_uid']}  {command}")
     return EXIT_OK
+
+
+def _state(row: dict[str, Any]) -> str:
+    """A row's state as a person reads it: a clean-up that failed says why it is retried."""
+    why = row.get("retrying")
+    return f"cleaning (retrying: {why})" if why else str(row["state"])
 
 
 def cmd_action(args: argparse.Namespace) -> int:

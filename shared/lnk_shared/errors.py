@@ -15,7 +15,8 @@
     │   ├── CloudLanRefused           every private range, on a cloud's machine
     │   └── LaunchRefused             a capability the wall needs is missing
     ├── NotConfirmedError         exit 1: what a spec opens was not accepted
-    └── StateError                exit 1: the box's state (database, run dir) is unusable
+    └── StateError                exit 1: the box's state (database, run dir) is unusable,
+                                          or a service of it (proxy, store bridge) does not answer
 
 Services and the CLI raise these; third-party exceptions are translated at the adapter that
 calls the library, and the CLI catches `LnkError` in exactly one place. A spec error's file and

@@ -290,7 +290,9 @@ for user in host_users.list_lnk_users():
 
 
 @contextmanager
-def _private_box(config: str = "", proxy_config: str = "") -> Iterator[PrivateBox]:
+def _private_box(
+    config: str = "", proxy_config: str = "", *, state_tmpfs_mb: int | None = None
+) -> Iterator[PrivateBox]:
     tag = secrets.token_hex(4)
     first = UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
     box = PrivateBox(
@@ -313,6 +315,12 @@ def _private_box(config: str = "", proxy_config: str = "") -> Iterator[PrivateBo
     )
     if proxy_config:
         (box.config_dir / "proxy.toml").write_text(proxy_config + "\n")
+    if state_tmpfs_mb is not None:  # a small disk of its own, for a test to fill
+        box.state_dir.mkdir(mode=0o755)
+        size = f"size={state_tmpfs_mb}m,mode=0755"
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", size, "lnk-test", str(box.state_dir)], check=True
+        )
     try:
         up = box.lnk("box", "up")
         if up.returncode != 0:
@@ -340,6 +348,8 @@ def _private_box(config: str = "", proxy_config: str = "") -> Iterator[PrivateBo
             capture_output=True,
             check=False,
         )
+        if state_tmpfs_mb is not None:
+            subprocess.run(["umount", "-l", str(box.state_dir)], capture_output=True, check=False)
         for path in (box.run_dir, box.state_dir, box.config_dir):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -347,5 +357,6 @@ def _private_box(config: str = "", proxy_config: str = "") -> Iterator[PrivateBo
 @pytest.fixture
 def private_box() -> Callable[..., AbstractContextManager[PrivateBox]]:
     """`with private_box("lease_seconds = 2") as box:` a box of its own with that controller
-    config (and `proxy_config=` for its proxy's)."""
+    config (and `proxy_config=` for its proxy's; `state_tmpfs_mb=` puts its state folder on a
+    tmpfs of that size)."""
     return _private_box

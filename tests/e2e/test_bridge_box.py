@@ -36,7 +36,11 @@ def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
             assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (user.pw_uid, 0o700)
         store = (box.state_dir / "bridge-store" / "store.db").stat()
         assert stat.S_IMODE(store.st_mode) == 0o600
-        assert bridge_admin(box.run_dir, {"op": "ping"}) == {"ok": True, "driver": "sqlite"}
+        assert bridge_admin(box.run_dir, {"op": "ping"}) == {
+            "ok": True,
+            "driver": "sqlite",
+            "open": [],
+        }
 
         def reach_admin() -> str:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -13,7 +13,8 @@ with no answer. Then JSON frames (`lnk_shared.unix`), one reply per command:
 
 and `{"ok": true, ...}` (open adds `"socket": PATH`; forget adds `"removed": ROWS`; ping adds
 `"driver"`, the store's database driver, e.g. "sqlite", which an agent's `[store] driver` must
-name) or `{"ok": false, "error": "..."}`. Every
+name, and `"open"`, the agents whose sockets are open, which the controller closes when no live
+sandbox has them) or `{"ok": false, "error": "..."}`. Every
 field is checked as hostile (`parse_command`, pure); a public key goes through
 `lnk_shared.proofs.enroll_public_key`, so a small-order or non-canonical key is never used.
 
@@ -142,7 +143,8 @@ def run_command(server: BridgeServer, command: Command) -> dict[str, Any]:
             sent = server.store.send(command.agent, command.sender, command.message)
             return {"ok": True, "id": sent}
         elif isinstance(command, Ping):
-            return {"ok": True, "driver": server.store.engine.url.get_backend_name()}
+            driver = server.store.engine.url.get_backend_name()
+            return {"ok": True, "driver": driver, "open": server.open_agents()}
     except StoreRefused as exc:
         return {"ok": False, "error": str(exc)}
     except (OSError, LnkError) as exc:

@@ -144,6 +144,11 @@ class BridgeServer:
         with contextlib.suppress(OSError):
             self.socket_path(agent).parent.rmdir()
 
+    def open_agents(self) -> list[str]:
+        """The agents whose sockets are open now (the controller reconciles them)."""
+        with self._lock:
+            return sorted(self._agents)
+
     def reopen_all(self) -> None:
         """At start: open again every agent the controller left open."""
         for agent, public_key, host_uid in self.store.opened():

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Engine
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lnk_controller.accounts import Accounts
@@ -28,6 +31,7 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
 from lnk_controller.proxy_link import set_flag
 from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.retention import prune
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
 from lnk_shared.errors import LnkError
 from lnk_shared.unix import peer_cred
@@ -73,7 +77,11 @@ def make_app(
     remembered: RememberedSpecs,
     agents: AgentRegistry | None = None,
     accounts: Accounts | None = None,
+    *,
+    retrying: Callable[[str], str | None] = lambda _id: None,
+    engine: Engine | None = None,
 ) -> FastAPI:
+    """`retrying(id)`: why a sandbox's clean-up is being retried (the reaper's), or None."""
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.accounts = accounts
     if agents is not None:
@@ -93,14 +101,18 @@ def make_app(
             raise HTTPException(status_code=404, detail="no such sandbox")
         return row
 
+    def out(row: SandboxRow, viewer: int) -> SandboxPublic:
+        why = retrying(row.id) if row.state != "ended" else None
+        return SandboxPublic.of(row, viewer=viewer, retrying=why)
+
     @app.get("/v1/sandboxes")
     def list_sandboxes(uid: Caller, all: bool = False) -> list[SandboxPublic]:
         rows = store.find(owner_uid=None if uid == 0 else uid, live_only=not all)
-        return [SandboxPublic.of(r, viewer=uid) for r in rows]
+        return [out(r, uid) for r in rows]
 
     @app.get("/v1/sandboxes/{sandbox_id}")
     def show(sandbox_id: str, uid: Caller) -> SandboxPublic:
-        return SandboxPublic.of(own(sandbox_id, uid), viewer=uid)
+        return out(own(sandbox_id, uid), uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/stop")
     def stop(sandbox_id: str, uid: Caller) -> SandboxPublic:
@@ -108,7 +120,7 @@ def make_app(
         store.set(sandbox_id, stop_requested=True)
         set_flag(cfg, sandbox_id, "stop", True)  # the proxy ends tunnels in flight
         clean_sandbox(sandbox_id, store, cfg)
-        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
+        return out(store.get(sandbox_id) or row, uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/pause")
     def pause(sandbox_id: str, uid: Caller) -> SandboxPublic:
@@ -118,7 +130,7 @@ def make_app(
         store.set(sandbox_id, paused=True)
         set_flag(cfg, sandbox_id, "pause", True)
         freeze(sandbox_id, True)
-        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
+        return out(store.get(sandbox_id) or row, uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/resume")
     def resume(sandbox_id: str, uid: Caller) -> SandboxPublic:
@@ -128,7 +140,7 @@ def make_app(
         freeze(sandbox_id, False)
         set_flag(cfg, sandbox_id, "pause", False)
         store.set(sandbox_id, paused=False)
-        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
+        return out(store.get(sandbox_id) or row, uid)
 
     @app.post("/v1/sandboxes/{sandbox_id}/lease")
     def lease(sandbox_id: str, body: LeaseRequest, uid: Caller) -> SandboxPublic:
@@ -140,7 +152,7 @@ def make_app(
                 status_code=422, detail=f"a lease is at most {cfg.max_lease_seconds} seconds"
             )
         store.extend_lease(sandbox_id, body.seconds)
-        return SandboxPublic.of(store.get(sandbox_id) or row, viewer=uid)
+        return out(store.get(sandbox_id) or row, uid)
 
     @app.get("/v1/sandboxes/{sandbox_id}/wire")
     def wire(sandbox_id: str, uid: Caller, offset: int = 0) -> dict[str, Any]:
@@ -148,7 +160,7 @@ def make_app(
         row = own(sandbox_id, uid)
         if offset < 0:
             raise HTTPException(status_code=422, detail="offset must not be negative")
-        path = cfg.state_dir / "wire" / f"{row.id}.log"
+        path = cfg.wire_dir / f"{row.id}.log"
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -160,6 +172,20 @@ def make_app(
         whole = data[: data.rfind(b"\n") + 1]
         lines = [line.decode("ascii", "replace") for line in whole.splitlines()]
         return {"lines": lines, "offset": offset + len(whole), "ended": row.state == "ended"}
+
+    @app.post("/v1/box/prune")
+    def prune_now(uid: Caller) -> dict[str, int]:
+        """`lnk box prune`: root only, the box's retention applied now."""
+        if uid != 0 or engine is None:
+            raise HTTPException(status_code=403, detail="only root prunes the box's history")
+        done = prune(
+            engine,
+            cfg.wire_dir,
+            now=datetime.now(UTC),
+            keep_days=cfg.ended_keep_days,
+            keep_count=cfg.ended_keep_count,
+        )
+        return {"records": done.records, "logs": done.logs}
 
     @app.get("/v1/specs")
     def specs(uid: Caller) -> list[dict[str, Any]]:

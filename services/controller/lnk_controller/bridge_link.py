@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.errors import StateError
+from lnk_shared.proofs import AGENT_ID
 from lnk_shared.unix import recv_frame, send_frame
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "close_agent",
     "forget_agent",
     "open_agent",
+    "open_agents",
     "send_message",
 ]
 
@@ -57,6 +59,16 @@ def store_driver(run_dir: Path) -> str:
     if not isinstance(driver, str) or not driver:
         raise StateError("the store bridge did not say which database driver it runs")
     return driver
+
+
+def open_agents(run_dir: Path) -> list[str]:
+    """The agents whose sockets the bridge holds open now."""
+    untrusted = _call(run_dir, {"op": "ping"}).get("open")
+    if not isinstance(untrusted, list) or not all(
+        isinstance(a, str) and AGENT_ID.fullmatch(a) for a in untrusted
+    ):
+        raise StateError("the store bridge did not say which agents' sockets are open")
+    return list(untrusted)
 
 
 def send_message(run_dir: Path, agent_id: str, sender: str, message: str) -> int:

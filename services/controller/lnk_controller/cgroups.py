@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lnk_shared.errors import LaunchRefused, StateError
 
-__all__ = ["PARENT", "create", "freeze", "group_of", "remove", "root"]
+__all__ = ["PARENT", "create", "freeze", "group_of", "kill", "remove", "root"]
 
 # The groups' common parent under the cgroup v2 root. Boxes on one machine share it: each group
 # is named by its sandbox's id, which no other sandbox has.
@@ -115,4 +115,16 @@ def remove(sandbox_id: str) -> bool:
         raise StateError(
             f"cannot remove the cgroup {group}: {os.strerror(exc.errno or 0)}"
         ) from exc
+    return True
+
+
+def kill(sandbox_id: str) -> bool:
+    """SIGKILL every process of the sandbox's group at once, without waiting for them to exit
+    (`remove` waits and removes the group): whether there was a group to kill."""
+    try:
+        (group_of(sandbox_id) / "cgroup.kill").write_text("1")
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StateError(f"cannot kill the cgroup of {sandbox_id}: {exc.strerror}") from exc
     return True

@@ -84,6 +84,10 @@ class ControllerConfig(BaseModel):
     lease_seconds: int = Field(default=12 * 3600, ge=1, le=30 * DAY)
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
+    # Retention (lnk_controller.retention): an ended sandbox's record and wire log are kept this
+    # many days, and only the newest this many; `lnk box prune` prunes now.
+    ended_keep_days: int = Field(default=30, ge=0, le=10 * 365)
+    ended_keep_count: int = Field(default=10_000, ge=0, le=10_000_000)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
     # Test boxes only, each reopening one class (UNSAFE_SWITCHES says which).
     unsafe_allow_set_id_modes: bool = False
@@ -101,6 +105,8 @@ class ControllerConfig(BaseModel):
     unsafe_placeholders_visible: bool = False
     unsafe_protected_names_unguarded: bool = False
     unsafe_login_path_unjudged: bool = False
+    # A test switch: the lease reaper's thread dies by an injected exception on every Nth pass.
+    unsafe_test_reaper_crash_every: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -128,6 +134,13 @@ class ControllerConfig(BaseModel):
             )
         if self.unsafe_switches:
             self.warn_unsafe()
+        if self.unsafe_test_reaper_crash_every is not None:
+            log.warning(
+                "unsafe_test_reaper_crash_every=%d: the lease reaper's thread is killed by an "
+                "injected exception on every %d. pass (a test setting; never on a real box)",
+                self.unsafe_test_reaper_crash_every,
+                self.unsafe_test_reaper_crash_every,
+            )
         return self
 
     def unsafe_wall_switches(self) -> list[str]:
@@ -185,6 +198,11 @@ class ControllerConfig(BaseModel):
     @property
     def staging_root(self) -> Path:
         return self.run_dir / "sandboxes"
+
+    @property
+    def wire_dir(self) -> Path:
+        """The proxy's wire logs, one `<sandbox id>.log` each."""
+        return self.state_dir / "wire"
 
     @property
     def database(self) -> Path:

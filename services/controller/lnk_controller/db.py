@@ -84,11 +84,16 @@ def open_database(path: Path) -> Engine:
     Safe for several processes to call at once on the same fresh path. Raises `StateError`.
     """
     _prepare_directory(path)
-    _prepare_file(path)
+    created = _prepare_file(path)
+    if not created:
+        _refuse_empty(path)
     engine = _make_engine(path)
     try:
-        with database_errors(path, "open"), engine.connect():
-            pass  # the first connection checks the file and switches it to WAL
+        with database_errors(path, "open"), engine.connect() as conn:
+            # The first connection checks the file and switches it to WAL; quick_check reads
+            # every page (milliseconds at the size retention keeps it), so a damaged file is
+            # refused here, naming it, rather than failing every launch later.
+            _quick_check(path, conn)
         upgrade(engine)
     except BaseException:
         engine.dispose()
@@ -199,14 +204,17 @@ def _prepare_directory(path: Path) -> None:
     _check_owner_and_mode(directory, st, allowed_bits=0o755, others_may_own=True)
 
 
-def _prepare_file(path: Path) -> None:
+def _prepare_file(path: Path) -> bool:
+    """Create the file if missing (whether it did), and check it and its sidecars."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    created = False
     with database_errors(path, "create"):
         try:
             fd = os.open(path, flags, DB_FILE_MODE)
         except FileExistsError:
             pass
         else:
+            created = True
             try:
                 os.fchmod(fd, DB_FILE_MODE)  # os.open's mode is filtered by the umask
             finally:
@@ -224,6 +232,57 @@ def _prepare_file(path: Path) -> None:
                 "or a device): remove it, or set the database path to a regular file"
             )
         _check_owner_and_mode(candidate, st, allowed_bits=DB_FILE_MODE, others_may_own=False)
+    return created
+
+
+def _restore_hint(path: Path) -> str:
+    sidecars = " and ".join(f"{path.name}{suffix}" for suffix in _SIDECAR_SUFFIXES)
+    return (
+        f"Stop the box (`lnk box down`), then restore {path} from a backup, or move it aside "
+        f"(with any {sidecars} next to it) to start with an empty database: approved specs, "
+        "agents and sandbox history are then lost"
+    )
+
+
+# Another process that made the file just now writes its header within milliseconds: an
+# empty file is looked at this long before it is refused.
+EMPTY_GRACE_S = 2.0
+_EMPTY_POLL_S = 0.01
+
+
+def _refuse_empty(path: Path) -> None:
+    """An existing 0-byte database is not taken as a new one: its approvals would be lost
+    silently (a disk that filled, a copy cut short). A fresh database is made by this module,
+    and only when no file is there (or by another process that made it this moment)."""
+    wal = Path(f"{path}-wal")
+    deadline = time.monotonic() + EMPTY_GRACE_S
+    while True:
+        with database_errors(path, "check"):
+            size = os.stat(path, follow_symlinks=False).st_size
+            wal_size = wal.stat().st_size if wal.exists() else 0
+        if size or wal_size:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(_EMPTY_POLL_S)
+    if size == 0 and wal_size == 0:
+        raise StateError(
+            f"the controller database {path} is empty (0 bytes), so its approvals, agents and "
+            f"history are gone, and it is not taken for a new database. {_restore_hint(path)}"
+        )
+
+
+QUICK_CHECK_ERRORS = 5  # problems quick_check lists: the first few say enough
+
+
+def _quick_check(path: Path, conn: Connection) -> None:
+    rows = conn.exec_driver_sql(f"PRAGMA quick_check({QUICK_CHECK_ERRORS})")
+    found = [" ".join(str(r[0]).split()) for r in rows]  # one line, for logs and errors
+    if found != ["ok"]:
+        raise StateError(
+            f"the controller database {path} is damaged (SQLite's quick_check: "
+            f"{'; '.join(found)}). {_restore_hint(path)}"
+        )
 
 
 def _check_owner_and_mode(

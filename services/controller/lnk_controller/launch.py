@@ -19,6 +19,7 @@ import logging
 import os
 import pwd
 import stat
+import threading
 from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ from lnk_shared.discovery import (
     resolve_path,
     resolve_spec,
 )
-from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError
+from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError, StateError
 from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
 from lnk_shared.opens import describe, describe_changes
 from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
@@ -168,6 +169,16 @@ class Launcher:
         self.uid_range = host_users.UidRange(cfg.uid_first, cfg.uid_last)
         # Makes sandbox users while their mounts are staged (they wait on the /etc lock anyway).
         self._user_maker = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="user")
+        # The sandboxes whose launch is under way here (written, not yet cleaned): every other
+        # live record is one the reaper reconciles (`active`).
+        self._active: set[str] = set()
+        self._active_guard = threading.Lock()
+
+    def active(self) -> set[str]:
+        """The ids of the sandboxes this launcher is starting, running or cleaning. Read after
+        the records: a record is written and its id added here under one lock."""
+        with self._active_guard:
+            return set(self._active)
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -389,10 +400,9 @@ class Launcher:
         self, request: LaunchRequest, owner_uid: int, fds: list[int], judged: Judged
     ) -> Running:
         if judged.grants.spec.has_proxy and not self.cfg.proxy_admin_socket.exists():
-            raise LaunchRefused(
-                "the filtering proxy",
-                "the spec opens [internet] or [lan] but the proxy is not running; "
-                "`lnk box up` starts it",
+            raise StateError(  # the box's state, as a store bridge not running is: exit 1
+                "the spec opens [internet] or [lan] but the filtering proxy is not running; "
+                "`lnk box up` starts it"
             )
         # The objects judged, opened (as the owner, without links) and compared before anything
         # of the sandbox exists: a swap since judging refuses here, leaving nothing behind.
@@ -425,21 +435,23 @@ class Launcher:
         judged: Judged,
         sources: Mapping[str, int],
     ) -> Running:
-        row = self.store.create(
-            owner_uid=owner_uid,
-            allocate=self._allocate,
-            host_name=host_users.user_name,
-            staging_root=self.cfg.staging_root,
-            command=[judged.program, *request.argv[1:]],
-            spec_hash=judged.digest,
-            lease=timedelta(seconds=self.cfg.lease_seconds),
-            staged=TMPFS_NAMES,
-        )
+        with self._active_guard:
+            row = self.store.create(
+                owner_uid=owner_uid,
+                allocate=self._allocate,
+                host_name=host_users.user_name,
+                staging_root=self.cfg.staging_root,
+                command=[judged.program, *request.argv[1:]],
+                spec_hash=judged.digest,
+                lease=timedelta(seconds=self.cfg.lease_seconds),
+                staged=TMPFS_NAMES,
+            )
+            self._active.add(row.id)
         try:
             return self._start(request, owner_uid, fds, judged, row, sources=sources)
         except BaseException:
-            clean_sandbox(row.id, self.store, self.cfg)
-            if self.agents is not None and judged.agent is not None:
+            clean = self.clean_or_leave(row.id, None)
+            if clean and self.agents is not None and judged.agent is not None:
                 self.agents.stopped(row.host_uid)
             raise
 
@@ -607,6 +619,23 @@ class Launcher:
         return status if status >= 0 else 128 - status
 
     def clean(self, running: Running, status: int) -> None:
-        clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
-        if self.agents is not None:
-            self.agents.stopped(running.row.host_uid)
+        """Clean the sandbox away once its program is over. A clean-up that fails (something
+        left, or the database unwritable: a full disk) is logged and left to the reaper, which
+        retries it until it lands: the program's status is known, and its client gets it."""
+        if self.clean_or_leave(running.row.id, status) and self.agents is not None:
+            try:
+                self.agents.stopped(running.row.host_uid)
+            except StateError as exc:  # the agent's stale uid is forgotten at its next start
+                log.error("sandbox %s: %s", running.row.id, exc)
+
+    def clean_or_leave(self, sandbox_id: str, status: int | None) -> bool:
+        """Clean the sandbox, or leave it to the reaper: whether it is clean."""
+        try:
+            clean_sandbox(sandbox_id, self.store, self.cfg, exit_status=status)
+            return True
+        except StateError as exc:
+            log.error("%s; the reaper retries it", exc)
+            return False
+        finally:
+            with self._active_guard:
+                self._active.discard(sandbox_id)

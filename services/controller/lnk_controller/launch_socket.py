@@ -37,7 +37,6 @@ from typing import Any
 
 from lnk_controller.accounts import Accounts
 from lnk_controller.as_caller import CallerCredentials, peer_credentials
-from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import LaunchRequest, parse_launch_request
@@ -268,7 +267,4 @@ class LaunchServer:
             running.process.wait(timeout=5)
         except Exception:
             log.error("sandbox %s did not end after kill", running.row.id)
-        try:
-            clean_sandbox(running.row.id, self._launcher.store, self._launcher.cfg)
-        except StateError as exc:
-            log.error("%s", exc)
+        self._launcher.clean_or_leave(running.row.id, None)

@@ -111,6 +111,15 @@ class SandboxRow(Base):
             sqlite_where=text("state != 'ended'"),
         ),
         Index("ix_sandboxes_owner_uid", "owner_uid"),
+        # Live rows only (migration 0005): the launch path's and the reaper's queries.
+        Index("ix_sandboxes_live_created_at", "created_at", sqlite_where=text("state != 'ended'")),
+        Index(
+            "ix_sandboxes_live_owner_uid",
+            "owner_uid",
+            "created_at",
+            sqlite_where=text("state != 'ended'"),
+        ),
+        Index("ix_sandboxes_ended_ended_at", "ended_at", sqlite_where=text("state = 'ended'")),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -106,9 +106,11 @@ def _call_with_fds(
         send_frame(sock, message, fds)
         answer, received = recv_frame(sock, want_fds=True)
     except (OSError, EOFError, ValueError) as exc:
-        raise LaunchRefused(
-            "the filtering proxy",
-            f"it does not answer at {cfg.proxy_admin_socket} ({exc}); `lnk box up` starts it",
+        # A service of the box that does not answer is the box's state (exit 1), as the store
+        # bridge's is (bridge_link): not a rule's refusal.
+        raise StateError(
+            f"the filtering proxy does not answer at {cfg.proxy_admin_socket} ({exc}); "
+            "`lnk box up` starts it"
         ) from None
     finally:
         sock.close()
@@ -187,7 +189,7 @@ def close_listener(cfg: ControllerConfig, sandbox_id: str) -> None:
         answer = _call(cfg, {"op": "close", "sandbox": sandbox_id})
         if answer.get("ok") is not True:
             problem = str(answer.get("error"))
-    except LaunchRefused as exc:
+    except (LaunchRefused, StateError) as exc:
         problem = str(exc)
     with contextlib.suppress(FileNotFoundError):
         (cfg.proxy_dir / f"{sandbox_id}.sock").unlink()

@@ -13,12 +13,31 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    Engine,
+    Select,
+    Table,
+    bindparam,
+    delete,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 
 from lnk_controller.db import begin_write, database_errors, database_path
 from lnk_controller.models import SandboxRow
 
-__all__ = ["SandboxPublic", "SandboxStore", "new_sandbox_id"]
+__all__ = [
+    "ENDED",
+    "LIVE",
+    "LIVE_STATES",
+    "LIVE_UIDS",
+    "SandboxPublic",
+    "SandboxStore",
+    "find_query",
+    "new_sandbox_id",
+]
 
 ID_BYTES = 6  # 12 hex digits: unguessable enough among one box's sandboxes, short to type
 LIVE_STATES = ("starting", "running", "stopping")
@@ -47,9 +66,10 @@ class SandboxPublic:
     lease_expires_at: str
     ended_at: str | None
     exit_status: int | None
+    retrying: str | None = None  # why its clean-up failed and is being retried
 
     @classmethod
-    def of(cls, row: SandboxRow, *, viewer: int) -> SandboxPublic:
+    def of(cls, row: SandboxRow, *, viewer: int, retrying: str | None = None) -> SandboxPublic:
         return cls(
             id=row.id,
             owner_uid=row.owner_uid,
@@ -61,6 +81,7 @@ class SandboxPublic:
             lease_expires_at=row.lease_expires_at.isoformat(),
             ended_at=row.ended_at.isoformat() if row.ended_at else None,
             exit_status=row.exit_status,
+            retrying=retrying,
         )
 
 
@@ -70,10 +91,28 @@ class SandboxPublic:
 _TABLE = cast(Table, SandboxRow.__table__)
 _BY_ID = _TABLE.c.id == bindparam("sandbox_id")
 _GET = select(_TABLE).where(_BY_ID)
-_LIVE_UIDS = select(_TABLE.c.host_uid).where(_TABLE.c.state.in_(LIVE_STATES))
+# "Not over", spelled as the partial indexes' WHERE (migration 0005): a literal, never a bound
+# parameter or `IN (...)`, so SQLite sees that the query implies the index's WHERE and reads
+# only the live rows however many ended ones there are. Equal to `state IN LIVE_STATES`.
+LIVE = _TABLE.c.state != literal_column("'ended'")
+ENDED = _TABLE.c.state == literal_column("'ended'")
+_LIVE_UIDS = select(_TABLE.c.host_uid).where(LIVE)
 _INSERT = insert(_TABLE)
 _UPDATE = update(_TABLE).where(_BY_ID)
 _MOUNTS = select(_TABLE.c.mounts_json).where(_BY_ID)
+
+
+def find_query(*, owner_uid: int | None, live_only: bool) -> Select[Any]:
+    """The records of one owner (or all), live ones only or all, oldest first."""
+    query = select(_TABLE).order_by(_TABLE.c.created_at)
+    if owner_uid is not None:
+        query = query.where(_TABLE.c.owner_uid == owner_uid)
+    if live_only:
+        query = query.where(LIVE)
+    return query
+
+
+LIVE_UIDS = _LIVE_UIDS  # what a launch reads to pick a free uid
 
 
 def _row(values: Mapping[Any, Any]) -> SandboxRow:
@@ -134,11 +173,7 @@ class SandboxStore:
         return None if found is None else _row(found)
 
     def find(self, *, owner_uid: int | None = None, live_only: bool = True) -> list[SandboxRow]:
-        query = select(_TABLE).order_by(_TABLE.c.created_at)
-        if owner_uid is not None:
-            query = query.where(_TABLE.c.owner_uid == owner_uid)
-        if live_only:
-            query = query.where(_TABLE.c.state.in_(LIVE_STATES))
+        query = find_query(owner_uid=owner_uid, live_only=live_only)
         with database_errors(self._path, "read"), self._engine.connect() as conn:
             return [_row(found) for found in conn.execute(query).mappings()]
 

@@ -10,6 +10,8 @@ import logging
 import os
 import signal
 import threading
+import time
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
@@ -20,14 +22,18 @@ from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.bridge_reconcile import reconcile_every
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
 from lnk_controller.forget_account import forget_account
 from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
+from lnk_controller.reaper import Reaper
 from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.retention import prune_every
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.supervisor import supervise
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.unix import bind_socket
 
@@ -37,7 +43,6 @@ log = logging.getLogger("lnk_controller")
 # At stop, how long launches whose sandboxes were just cleaned get to tell their clients.
 DRAIN_TIMEOUT_S = 5.0
 
-REAP_INTERVAL_S = 1.0  # how late an expired lease may be noticed
 RUN_DIR_MODE = 0o755  # clients must reach the sockets in it
 SOCKET_MODE = 0o666  # any local user may ask; SO_PEERCRED says who, and each sees only its own
 STAGING_MODE = 0o711  # sandbox uids traverse to their staged mounts, never list them
@@ -89,14 +94,15 @@ def _check_kernel(cfg: ControllerConfig) -> None:
         log.error("%s", exc)
 
 
-def _reap_leases(store: SandboxStore, cfg: ControllerConfig, stop: threading.Event) -> None:
-    while not stop.wait(REAP_INTERVAL_S):
-        try:
-            for row in store.expired():
-                log.info("lease of %s expired: stopping it", row.id)
-                clean_sandbox(row.id, store, cfg)
-        except StateError as exc:
-            log.error("lease reaper: %s", exc)
+def _reaper(store: SandboxStore, cfg: ControllerConfig, launcher: Launcher) -> Reaper:
+    return Reaper(
+        live_rows=lambda: store.find(live_only=True),
+        active=launcher.active,
+        clean=lambda sandbox_id: clean_sandbox(sandbox_id, store, cfg),
+        now=lambda: datetime.now(UTC),
+        clock=time.monotonic,
+        crash_every=cfg.unsafe_test_reaper_crash_every,
+    )
 
 
 def run_controller(cfg: ControllerConfig) -> None:
@@ -126,14 +132,19 @@ def run_controller(cfg: ControllerConfig) -> None:
     server = LaunchServer(launch_sock, launcher, accounts)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
     stop = threading.Event()
-    reaper = threading.Thread(target=_reap_leases, args=(store, cfg, stop), daemon=True)
-    reaper.start()
+    reaper = _reaper(store, cfg, launcher)
+    supervise("reaper", reaper.run, stop)
+    keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
+    supervise("retention", prune_every(engine, cfg.wire_dir, **keep), stop)
+    supervise("bridge-reconcile", reconcile_every(cfg, store), stop)
     keeper = threading.Thread(  # a restarted proxy gets every running sandbox's listener
         target=proxy_link.keep_listeners, args=(cfg, stop), name="proxy-listeners", daemon=True
     )
     keeper.start()
 
-    app = make_app(cfg, store, remembered, agents, accounts)
+    app = make_app(
+        cfg, store, remembered, agents, accounts, retrying=reaper.retrying, engine=engine
+    )
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
     # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it
@@ -145,6 +156,7 @@ def run_controller(cfg: ControllerConfig) -> None:
         api.run(sockets=[api_sock])
     finally:
         stop.set()
+        reaper.shutdown()
         server.shutdown()
         left = 0
         for row in store.find(live_only=True):

@@ -1,0 +1,128 @@
+"""Retention: ended sandboxes' records and their wire logs are pruned once they are older than
+`ended_keep_days`, or beyond the newest `ended_keep_count`, so the database and the wire folder
+stay the size of recent use, not of the box's whole history.
+
+Pruned at the controller's start, every PRUNE_INTERVAL_S after, and when the admin runs
+`lnk box prune`. Records go in batches of PRUNE_BATCH, each its own short write transaction,
+so a launch never waits long behind a prune; the wire log of each pruned record goes with it,
+and a wire log whose record is gone (pruned before, or never written) goes too. Idempotent: a
+second prune with nothing new to prune removes nothing.
+
+Does NOT: prune a live sandbox's record or log (only `state = 'ended'`, whatever its age); keep a
+copy of what it prunes (an admin who wants the history backs the database and the wire folder
+up); bound a live sandbox's own wire log (the proxy caps it: lnk_proxy.wire_log).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import astuple, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import cast
+
+from sqlalchemy import Engine, Table, bindparam, delete, select
+
+from lnk_controller.db import begin_write, database_errors, database_path
+from lnk_controller.models import SandboxRow
+from lnk_controller.sandbox_store import ENDED
+from lnk_shared.errors import StateError
+
+__all__ = ["PRUNE_BATCH", "PRUNE_INTERVAL_S", "Pruned", "prune", "prune_every"]
+
+log = logging.getLogger(__name__)
+
+PRUNE_INTERVAL_S = 3600.0  # an hour: history grows by at most an hour's sandboxes in between
+PRUNE_BATCH = 2000  # records per write transaction: ~10 ms of lock, a launch barely waits
+WIRE_SUFFIX = ".log"
+
+_TABLE = cast(Table, SandboxRow.__table__)
+_OLDEST_ENDED = (
+    select(_TABLE.c.id, _TABLE.c.ended_at).where(ENDED).order_by(_TABLE.c.ended_at.desc())
+)
+_DELETE = delete(_TABLE).where(ENDED, _TABLE.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@dataclass(frozen=True)
+class Pruned:
+    records: int
+    logs: int
+
+
+def _due(engine: Engine, *, before: datetime, keep_count: int) -> list[str]:
+    """The ids of the ended records to prune: ended before `before`, or past the newest
+    `keep_count` (both read through the ended rows' partial index, newest first)."""
+    with engine.connect() as conn:
+        rows = conn.execute(_OLDEST_ENDED).all()
+    return [row.id for n, row in enumerate(rows) if n >= keep_count or row.ended_at < before]
+
+
+def prune(
+    engine: Engine, wire_dir: Path, *, now: datetime, keep_days: int, keep_count: int
+) -> Pruned:
+    """Prune the ended records (and their wire logs) older than `keep_days` or past the newest
+    `keep_count`, then every wire log whose record is gone. Raises StateError."""
+    path = database_path(engine)
+    with database_errors(path, "prune"):
+        ids = _due(engine, before=now - timedelta(days=keep_days), keep_count=keep_count)
+        records = 0
+        for start in range(0, len(ids), PRUNE_BATCH):
+            batch = ids[start : start + PRUNE_BATCH]
+            with begin_write(engine) as conn:
+                records += conn.execute(_DELETE, {"ids": batch}).rowcount
+        with engine.connect() as conn:
+            kept = set(conn.execute(select(_TABLE.c.id)).scalars())
+    logs = _prune_wire(wire_dir, kept)
+    return Pruned(records, logs)
+
+
+def _prune_wire(wire_dir: Path, kept: set[str]) -> int:
+    """Remove each `<id>.log` in `wire_dir` whose record is not in `kept`."""
+    removed = 0
+    try:
+        names = os.listdir(wire_dir)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise StateError(f"cannot list the wire logs in {wire_dir}: {exc.strerror}") from exc
+    for name in names:
+        if not name.endswith(WIRE_SUFFIX) or name[: -len(WIRE_SUFFIX)] in kept:
+            continue
+        try:
+            os.unlink(wire_dir / name)  # a link is removed, never followed
+            removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.error("retention: cannot remove the wire log %s: %s", wire_dir / name, exc)
+    return removed
+
+
+def prune_every(
+    engine: Engine, wire_dir: Path, *, keep_days: int, keep_count: int
+) -> Callable[[threading.Event], None]:
+    """The body of the retention thread (for `supervisor.supervise`): a prune now, then every
+    PRUNE_INTERVAL_S until stopped; a failed prune is logged and tried again at the next."""
+
+    def body(stop: threading.Event) -> None:
+        while True:
+            try:
+                done = prune(
+                    engine,
+                    wire_dir,
+                    now=datetime.now(UTC),
+                    keep_days=keep_days,
+                    keep_count=keep_count,
+                )
+            except StateError as exc:
+                log.error("retention: %s", exc)
+            else:
+                if done.records or done.logs:
+                    log.info("retention: pruned %d record(s), %d wire log(s)", *astuple(done))
+            if stop.wait(PRUNE_INTERVAL_S):
+                return
+
+    return body
