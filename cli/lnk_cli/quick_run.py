@@ -265,6 +265,8 @@ def _ended(message: dict[str, Any]) -> int:
     kind = message.get("type")
     if kind == "exit":
         status = message.get("status")
+        if isinstance(message.get("message"), str):  # a limit the sandbox met
+            print(f"lnk: {message['message']}", file=sys.stderr)
         return status if type(status) is int else 1
     if kind == "error":
         code = message.get("exit")

@@ -14,8 +14,8 @@ leave it: the sandbox sees no cgroup file system (bwrap mounts none in) and its 
 cgroup file.
 
 Trusts: the kernel's cgroup v2 (`cgroup.kill` needs Linux 5.14). Does NOT limit resources
-(memory, pids): on hosts where those controllers are bound to cgroup v1 the group has none;
-limits would be a separate setting.
+itself: cgroup_limits.py writes the limits, in this group when the host gives it controllers,
+in v1 groups on a hybrid host.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lnk_shared.errors import LaunchRefused, StateError
 
-__all__ = ["PARENT", "create", "freeze", "group_of", "remove", "root"]
+__all__ = ["PARENT", "create", "freeze", "group_of", "kill", "remove", "root"]
 
 # The groups' common parent under the cgroup v2 root. Boxes on one machine share it: each group
 # is named by its sandbox's id, which no other sandbox has.
@@ -96,6 +96,17 @@ def freeze(sandbox_id: str, frozen: bool) -> None:
         _wait(group, "frozen", "1" if frozen else "0", FREEZE_TIMEOUT_S, "freeze or thaw")
     except FileNotFoundError:
         raise StateError(f"sandbox {sandbox_id} has no cgroup: it is not running") from None
+
+
+def kill(sandbox_id: str) -> None:
+    """Kill every process of the sandbox at once (its memory limit met: see sandbox_limits)."""
+    group = group_of(sandbox_id)
+    try:
+        (group / "cgroup.kill").write_text("1")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StateError(f"cannot kill the cgroup {group}: {exc.strerror}") from None
 
 
 def remove(sandbox_id: str) -> bool:

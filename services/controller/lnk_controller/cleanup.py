@@ -16,7 +16,14 @@ import os
 import threading
 from pathlib import Path
 
-from lnk_controller import bridge_link, cgroups, host_users, idmap_mounts, proxy_link
+from lnk_controller import (
+    bridge_link,
+    cgroups,
+    host_users,
+    idmap_mounts,
+    proxy_link,
+    sandbox_limits,
+)
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.staging import PLACEHOLDER, remove_placeholder
@@ -73,6 +80,11 @@ def _clean(
         try:
             host_users.kill_uid_processes(row.host_uid)
             killed = True
+        except StateError as exc:
+            problems.append(str(exc))
+    if killed:  # its limits' v1 groups, empty now (every process was in the v2 group too)
+        try:
+            sandbox_limits.remove_leftovers(sandbox_id)
         except StateError as exc:
             problems.append(str(exc))
     for target in reversed(json.loads(row.mounts_json)):

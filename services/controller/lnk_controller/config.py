@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lnk_controller.limits import BoxLimits
 from lnk_shared.paths import BoxPaths
 from lnk_shared.service_config import load_service_config
 from lnk_shared.service_identity import MIN_SANDBOX_UID
@@ -50,6 +51,8 @@ class ControllerConfig(BaseModel):
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
+    # Each sandbox's limits and each owner's (`[limits]`, lnk_controller.limits.BoxLimits).
+    limits: BoxLimits = Field(default_factory=BoxLimits)
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -74,6 +77,16 @@ class ControllerConfig(BaseModel):
                 "unsafe_pretend_landlock_abi=%d: sandboxes are built as if the kernel had only "
                 "that Landlock ABI (a test setting; never on a real box)",
                 self.unsafe_pretend_landlock_abi,
+            )
+        if self.limits.unsafe_no_limits:
+            log.warning(
+                "limits.unsafe_no_limits: sandboxes run with NO process, memory, CPU or "
+                "open-file limit (a test setting; never on a real box)"
+            )
+        if self.limits.unsafe_allow_unlimited:
+            log.warning(
+                "limits.unsafe_allow_unlimited: sandboxes start even where no cgroup limit "
+                "can be applied"
             )
         return self
 

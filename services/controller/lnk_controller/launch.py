@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import bridge_link, host_users, idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller import (
+    bridge_link,
+    host_users,
+    idmap_mounts,
+    landlock,
+    proxy_link,
+    sandbox_limits,
+    seccomp,
+)
 from lnk_controller.agent_launch import (
     AGENT_DIR_INSIDE,
     BRIDGE_PORT,
@@ -37,6 +45,7 @@ from lnk_controller.agents import AgentRegistry
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
+from lnk_controller.limits import Limits, requested, tmpfs_size
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
@@ -153,6 +162,9 @@ class Launcher:
         self.uid_range = host_users.UidRange(cfg.uid_first, cfg.uid_last)
         # Makes sandbox users while their mounts are staged (they wait on the /etc lock anyway).
         self._user_maker = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="user")
+        self.ledger = sandbox_limits.Ledger()  # what each owner runs now (their limits)
+        self._places: dict[str, int] = {}  # sandbox id -> its owner's place in the ledger
+        self._limits: dict[str, sandbox_limits.Applied] = {}  # sandbox id -> its limits
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -310,20 +322,32 @@ class Launcher:
                 "the spec opens [internet] or [lan] but the proxy is not running; "
                 "`lnk box up` starts it",
             )
-        row = self.store.create(
-            owner_uid=owner_uid,
-            allocate=self._allocate,
-            host_name=host_users.user_name,
-            staging_root=self.cfg.staging_root,
-            command=[judged.program, *request.argv[1:]],
-            spec_hash=judged.digest,
-            lease=timedelta(seconds=self.cfg.lease_seconds),
-            staged=TMPFS_NAMES,
-        )
+        limits = None if self.cfg.limits.unsafe_no_limits else requested(self.cfg.limits)
+        # The owner's place is taken before anything of the sandbox exists: over their count
+        # or their memory, nothing is recorded, made or run.
+        place = self.ledger.admit(self.cfg.limits, owner_uid, limits or requested(self.cfg.limits))
         try:
-            return self._start(request, owner_uid, fds, judged, row)
+            row = self.store.create(
+                owner_uid=owner_uid,
+                allocate=self._allocate,
+                host_name=host_users.user_name,
+                staging_root=self.cfg.staging_root,
+                command=[judged.program, *request.argv[1:]],
+                spec_hash=judged.digest,
+                lease=timedelta(seconds=self.cfg.lease_seconds),
+                staged=TMPFS_NAMES,
+            )
         except BaseException:
-            clean_sandbox(row.id, self.store, self.cfg)
+            self.ledger.release(place)
+            raise
+        self._places[row.id] = place
+        try:
+            return self._start(request, owner_uid, fds, judged, row, limits=limits)
+        except BaseException:
+            try:
+                clean_sandbox(row.id, self.store, self.cfg)
+            finally:
+                self._release(row.id)
             if self.agents is not None and judged.agent is not None:
                 self.agents.stopped(row.host_uid)
             raise
@@ -338,6 +362,8 @@ class Launcher:
         fds: list[int],
         judged: Judged,
         row: SandboxRow,
+        *,
+        limits: Limits | None,
     ) -> Running:
         cfg = self.cfg
         grants = judged.grants
@@ -365,7 +391,11 @@ class Launcher:
                 read_only_inside=grants.read_only_inside,
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
-                tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+                tmp_size=(
+                    tmpfs_size(cfg.tmp_size_mb * 1024 * 1024, limits)
+                    if limits is not None
+                    else cfg.tmp_size_mb * 1024 * 1024
+                ),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
@@ -449,11 +479,32 @@ class Launcher:
             policy=policy,
             stdio=(fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]]),
             terminal=request.terminal,
+            limiter=lambda group: self._apply_limits(row.id, group, limits),
         )
         running = Running(row=row, process=process, terminal_master=master)
         watch_status(status_r, running)
         self.store.set(row.id, state="running", pid=process.pid, pid_start=start_time(process.pid))
         return running
+
+    def _apply_limits(self, sandbox_id: str, group: Path, limits: Limits | None) -> list[str]:
+        applied = sandbox_limits.apply(self.cfg.limits, sandbox_id, group, limits)
+        self._limits[sandbox_id] = applied
+        return applied.launcher_args()
+
+    def limits_outcome(self, running: Running) -> str | None:
+        """The limit the sandbox met, said to its client (read before its clean-up)."""
+        applied = self._limits.get(running.row.id)
+        return sandbox_limits.outcome(applied) if applied is not None else None
+
+    def _release(self, sandbox_id: str) -> None:
+        """Give back the owner's place and remove the limits' groups (after the clean-up
+        emptied the sandbox's cgroup)."""
+        place = self._places.pop(sandbox_id, None)
+        if place is not None:
+            self.ledger.release(place)
+        applied = self._limits.pop(sandbox_id, None)
+        if applied is not None:
+            sandbox_limits.release(applied)
 
     def waited(self, running: Running) -> int:
         """Wait for the sandbox's program; its exit status (128+N for a signal, as shells do)."""
@@ -461,6 +512,9 @@ class Launcher:
         return status if status >= 0 else 128 - status
 
     def clean(self, running: Running, status: int) -> None:
-        clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
+        try:
+            clean_sandbox(running.row.id, self.store, self.cfg, exit_status=status)
+        finally:
+            self._release(running.row.id)
         if self.agents is not None:
             self.agents.stopped(running.row.host_uid)

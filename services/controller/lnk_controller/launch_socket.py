@@ -12,7 +12,9 @@ A "check" request (`lnk sandbox check`) skips the question and remembers nothing
 only the arguments of the box's own probe program, which the controller puts in front.
     server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
     client -> {"type": "signal", "signal": N}        (any number of times)
-    server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
+    server -> {"type": "exit", "status": N[, "message": M]}
+            |  {"type": "error", "exit": N, "message": M}
+(an exit's message names a limit the sandbox met; the client says it, then exits with N)
 A client that goes away stops its sandbox. Callers are known by SO_PEERCRED only; sandbox uids
 are refused (a sandbox never sees this socket, this is a second lock).
 """
@@ -156,6 +158,7 @@ class LaunchServer:
             watcher.start()
             status = launcher.waited(running)
             t4 = time.perf_counter()
+            met = launcher.limits_outcome(running)
             launcher.clean(running, status)
             t5 = time.perf_counter()
         except BaseException:
@@ -169,7 +172,9 @@ class LaunchServer:
             (t4 - t3) * 1e3,
             (t5 - t4) * 1e3,
         )
-        send_frame(conn, {"type": "exit", "status": status})
+        # `message`: the limit the sandbox met, which the client says before it exits with the
+        # sandbox's own status.
+        send_frame(conn, {"type": "exit", "status": status, **({"message": met} if met else {})})
 
     @staticmethod
     def _approved(conn: socket.socket, judged: Any) -> None:
