@@ -282,3 +282,43 @@ def test_the_launcher_sets_the_rlimit_floor(running_box: RunningBox, private_box
         rows = {line[:26].strip(): line[26:].split() for line in result.stdout.splitlines()}
         assert rows["Max processes"][:2] == [str(PROCESSES), str(PROCESSES)]
         assert rows["Max open files"][:2] == ["100", "100"]
+
+
+def _check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str]:
+    owner = running_box.owner
+    result = subprocess.run(
+        as_user(owner.uid, owner.gid, LNK, "sandbox", "check", "--json"),
+        env=_env(running_box, box),
+        cwd=str(owner.home),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S * 2,
+        check=False,
+    )
+    doc = json.loads(result.stdout) if result.stdout.startswith("{") else {}
+    return result.returncode, doc, result.stderr
+
+
+def _limit_verdicts(doc: dict[str, Any]) -> dict[str, str]:
+    return {p["id"]: p["verdict"] for p in doc["probes"] if p["id"].startswith("limits:")}
+
+
+def test_check_tries_the_limits_and_reports_them(running_box: RunningBox, private_box: Any) -> None:
+    with private_box(f"[limits]\nprocesses = {PROCESSES}\n") as box:
+        code, doc, err = _check(running_box, box)
+    assert code == 0, err
+    assert _limit_verdicts(doc) == {"limits:processes": "refused", "limits:open_files": "refused"}
+    assert doc["limits"].startswith(f"{PROCESSES} processes, 1 GiB memory"), doc["limits"]
+    assert "v1 pids" in doc["limits"] and "v1 memory" in doc["limits"]
+
+
+def test_check_reports_a_sandbox_without_limits_as_leaked(
+    running_box: RunningBox, private_box: Any
+) -> None:
+    with private_box("[limits]\nunsafe_no_limits = true\n") as box:
+        code, doc, err = _check(running_box, box)
+        log = (box.state_dir / "logs" / "controller.log").read_text()
+    assert code == 1, err  # leaked
+    assert _limit_verdicts(doc) == {"limits:processes": "leaked", "limits:open_files": "leaked"}
+    assert doc["limits"].startswith("none")
+    assert "unsafe_no_limits" in log  # the switch says so at each launch

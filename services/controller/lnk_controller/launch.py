@@ -46,6 +46,7 @@ from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.limits import Limits, requested, tmpfs_size
+from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
@@ -495,6 +496,15 @@ class Launcher:
         """The limit the sandbox met, said to its client (read before its clean-up)."""
         applied = self._limits.get(running.row.id)
         return sandbox_limits.outcome(applied) if applied is not None else None
+
+    def limits_said(self, running: Running) -> str:
+        """The sandbox's limits as a person reads them (`lnk sandbox check` reports them)."""
+        applied = self._limits.get(running.row.id)
+        if applied is None or applied.limits is None:
+            return "none (limits.unsafe_no_limits)"
+        held = [f"v2 {c}" for c in applied.v2] + [f"v1 {c}" for c in applied.v1]
+        where = ", ".join(held) or "none, rlimits only"
+        return f"{describe_limits(applied.limits)} (cgroups: {where})"
 
     def _release(self, sandbox_id: str) -> None:
         """Give back the owner's place and remove the limits' groups (after the clean-up

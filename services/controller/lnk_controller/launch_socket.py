@@ -10,7 +10,8 @@ The dialogue, one JSON frame at a time:
     server -> {"type": "approved", "hash": H, "already": B}   (a "dry" request: nothing runs)
 A "check" request (`lnk sandbox check`) skips the question and remembers nothing: its argv is
 only the arguments of the box's own probe program, which the controller puts in front.
-    server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
+    server -> {"type": "started", "id": ID, "limits": L}  (+ the pty's master with a terminal;
+                                                       L: the sandbox's limits, as words)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N[, "message": M]}
             |  {"type": "error", "exit": N, "message": M}
@@ -148,7 +149,11 @@ class LaunchServer:
             master = running.terminal_master
             send_frame(
                 conn,
-                {"type": "started", "id": running.row.id},
+                {
+                    "type": "started",
+                    "id": running.row.id,
+                    "limits": launcher.limits_said(running),
+                },
                 [master] if master is not None else None,
             )
             if master is not None:

@@ -204,3 +204,33 @@ def test_the_confiner_probe_destroys_nothing_even_when_it_gets_through(tmp_path:
     assert sorted(os.listdir(folder)) == ["confiner.py"]
     assert sorted(os.listdir(folder.parent)) == ["lnk_controller"]
     assert (folder / "confiner.py").read_text() == "confine()\n"
+
+
+def test_limits_steps_go_through_below_a_limit() -> None:
+    for what in ("processes", "open_files"):
+        outcome = run_step({"kind": "limits", "what": what, "count": 16})
+        assert outcome["outcome"] == "through", outcome
+
+
+# In a child whose open-file limit is lowered (hard, so the probe cannot raise it): refused.
+# (The processes step is refused in a sandbox: e2e test_limits; RLIMIT_NPROC spares root.)
+LIMITED = """
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from lnk_cli.check.probes import run_step
+print(json.dumps(run_step({"kind": "limits", "what": "open_files", "count": 4096})))
+"""
+
+
+def test_limits_steps_are_stopped_at_a_limit() -> None:
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", LIMITED, CLI_DIR],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    files = json.loads(result.stdout)
+    assert files["outcome"] == "stopped"
+    assert "refused after" in files["detail"] and "EMFILE" in files["detail"]
