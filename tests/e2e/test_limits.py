@@ -8,6 +8,7 @@ nothing of the sandbox is left (no process of its uid, no cgroup of its id)."""
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import secrets
 import subprocess
@@ -322,3 +323,50 @@ def test_check_reports_a_sandbox_without_limits_as_leaked(
     assert _limit_verdicts(doc) == {"limits:processes": "leaked", "limits:open_files": "leaked"}
     assert doc["limits"].startswith("none")
     assert "unsafe_no_limits" in log  # the switch says so at each launch
+
+
+def test_a_launch_may_ask_for_less_never_for_more(
+    running_box: RunningBox, private_box: Any
+) -> None:
+    config = f"[limits]\nprocesses = {PROCESSES}\nopen_files = 100\n"
+    with private_box(config) as box:
+        spec = running_box.owner.home / "limits.toml"
+        spec.write_text('[limits]\nopen_files = 50\n[commands]\nallow = ["cat"]\n')
+        os.chown(spec, running_box.owner.uid, running_box.owner.gid)
+        try:
+            argv = _owner_run(
+                running_box, f"--spec={spec}", "--processes=32", "--", "cat", "/proc/self/limits"
+            )
+            less = subprocess.run(
+                argv,
+                env=_env(running_box, box),
+                cwd=str(running_box.owner.home),
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+                check=False,
+            )
+        finally:
+            spec.unlink()
+        assert less.returncode == 0, less.stderr
+        rows = {line[:26].strip(): line[26:].split() for line in less.stdout.splitlines()}
+        assert rows["Max processes"][:2] == ["32", "32"]  # the flag
+        assert rows["Max open files"][:2] == ["50", "50"]  # the spec's [limits]
+        for asked, named in (
+            (f"--processes={PROCESSES + 1}", "the process limit"),
+            ("--memory=2G", "the memory limit"),
+            ("--open-files=101", "the open-file limit"),
+        ):
+            more = subprocess.run(
+                _owner_run(running_box, asked, "--", "/bin/true"),
+                env=_env(running_box, box),
+                cwd=str(running_box.owner.home),
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+                check=False,
+            )
+            assert more.returncode == 3, more.stderr
+            assert named in more.stderr and "more than this box allows" in more.stderr
+            assert "Traceback" not in more.stderr
+            assert box.user_lines() == []  # nothing was made for it

@@ -45,7 +45,7 @@ from lnk_controller.agents import AgentRegistry
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
-from lnk_controller.limits import Limits, requested, tmpfs_size
+from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
@@ -104,6 +104,7 @@ class Judged:
     execute: tuple[str, ...]
     approval_lines: tuple[str, ...] | None  # None: already approved
     agent: AgentLaunch | None = None  # `lnk agent start`: the agent this sandbox runs as
+    limits: Limits | None = None  # the box's, or less where the spec asked ([limits], flags)
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -186,6 +187,8 @@ class Launcher:
                 raise SpecError(f"descriptor {grant.fd} was not passed", source="--with-fd")
             with_fds.append(FdGrant(fds[request.with_fds[grant.fd]], grant.write))
         spec = dataclasses.replace(spec, with_fds=tuple(with_fds))
+        # Over the box's limit: refused (exit 3, the limit named) before anything is asked.
+        limits = requested_by_spec(self.cfg.limits, dict(spec.limits))
         env = {"PATH": request.path_env or DEFAULT_PATH}
         ctx = context_for(
             owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=DETECT
@@ -237,7 +240,9 @@ class Launcher:
                 "it was approved:",
                 *describe_changes(known.grants_json, grants),
             )
-        return Judged(grants, digest, key, program_path, tuple(sorted(execute)), lines, agent)
+        return Judged(
+            grants, digest, key, program_path, tuple(sorted(execute)), lines, agent, limits
+        )
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
@@ -323,10 +328,11 @@ class Launcher:
                 "the spec opens [internet] or [lan] but the proxy is not running; "
                 "`lnk box up` starts it",
             )
-        limits = None if self.cfg.limits.unsafe_no_limits else requested(self.cfg.limits)
+        wanted = judged.limits or requested(self.cfg.limits)
+        limits = None if self.cfg.limits.unsafe_no_limits else wanted
         # The owner's place is taken before anything of the sandbox exists: over their count
         # or their memory, nothing is recorded, made or run.
-        place = self.ledger.admit(self.cfg.limits, owner_uid, limits or requested(self.cfg.limits))
+        place = self.ledger.admit(self.cfg.limits, owner_uid, wanted)
         try:
             row = self.store.create(
                 owner_uid=owner_uid,

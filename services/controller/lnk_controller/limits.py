@@ -13,13 +13,13 @@ kernel memory a hybrid host's v1 memory controller does not count.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lnk_shared.errors import LaunchRefused
+from lnk_shared.limit_requests import MIB, parse_size
 
 __all__ = [
     "BoxLimits",
@@ -30,10 +30,10 @@ __all__ = [
     "outcome_message",
     "parse_size",
     "requested",
+    "requested_by_spec",
     "tmpfs_size",
 ]
 
-MIB = 1024 * 1024
 # The smallest memory a sandbox may ask for: bwrap, the confiner and a shell start in ~8 MiB;
 # below this a sandbox would die before its program runs, which reads as a bug, not a limit.
 MIN_MEMORY_MB = 16
@@ -42,8 +42,6 @@ MIN_PROCESSES = 8
 # The fewest open files: the three streams, bwrap's status and the program's own few.
 MIN_OPEN_FILES = 32
 MAX_CPU_PERCENT = 100 * 1024  # one hundred percent per core, cores up to 1024
-_SIZE = re.compile(r"^([0-9]{1,9})([KMG]i?B?|B)?$", re.IGNORECASE)
-_UNITS = {"": MIB, "b": 1, "k": 1024, "m": MIB, "g": 1024 * MIB}
 
 
 class BoxLimits(BaseModel):
@@ -100,15 +98,6 @@ def mib(size: int) -> str:
     if size >= 1024 * MIB:
         return f"{size / (1024 * MIB):.1f} GiB"
     return f"{size // MIB} MiB"
-
-
-def parse_size(text: str) -> int:
-    """`512M`, `2G`, `512MiB`, `1048576B`, `512` (MiB): bytes; ValueError naming the form."""
-    match = _SIZE.match(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a size: write it as 512M, 2G or 512MiB")
-    unit = (match.group(2) or "")[:1].lower()
-    return int(match.group(1)) * _UNITS[unit]
 
 
 def _ask(name: str, *, flag: str, asked: int | None, box: int, shown: str, minimum: int) -> int:
@@ -172,6 +161,18 @@ def requested(
             shown=str(box.open_files),
             minimum=MIN_OPEN_FILES,
         ),
+    )
+
+
+def requested_by_spec(box: BoxLimits, asked: Mapping[str, int]) -> Limits:
+    """`requested` for a spec's `[limits]` (and flags): key -> value, as lnk_shared.limit_requests
+    reads them."""
+    return requested(
+        box,
+        processes=asked.get("processes"),
+        memory_bytes=asked.get("memory"),
+        cpu_percent=asked.get("cpu"),
+        open_files=asked.get("open_files"),
     )
 
 
