@@ -31,6 +31,7 @@ pytestmark = pytest.mark.needs_root
 LNK = str(install_prefix.LNK)
 PROCESSES = 64  # the private box's process limit: small, so the storm meets it at once
 MEMORY_MB = 128  # the private box's memory limit
+PROCESSES_DEFAULT = 512  # lnk_controller.limits.BoxLimits' default
 STORM_CAP = 400  # the storm's own bound: without a limit it stops here, not at the host's
 HOG_CAP_MB = 1024  # the hog's and the filler's own bound: far above MEMORY_MB
 START_S = 2.0  # another owner's sandbox starts within this, whatever the storm does
@@ -195,8 +196,29 @@ def test_a_memory_hog_is_stopped_at_its_limit_and_the_client_told(
         out, err = hog.communicate(timeout=RUN_TIMEOUT_S)
         assert "allocated" not in out, "the hog got all it asked for"
         assert hog.returncode == 128 + 9, err  # killed: its own status
-        assert f"the sandbox reached its memory limit ({MEMORY_MB} MiB) and was stopped" in err
-        _nothing_left(box, out.split()[0])
+        said = f"the sandbox reached its memory limit ({MEMORY_MB} MiB) and was stopped"
+        assert said in err
+        sandbox_id = out.split()[0]
+        _nothing_left(box, sandbox_id)
+        owner = running_box.owner
+        listed = subprocess.run(
+            as_user(owner.uid, owner.gid, LNK, "sandbox", "list", "--all", "--json"),
+            env=_env(running_box, box),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+        assert (row["limit_met"], row["exit_status"]) == (said, 137)
+        assert row["limits"].startswith(f"{PROCESSES_DEFAULT} processes, {MEMORY_MB} MiB memory")
+        shown = subprocess.run(
+            as_user(owner.uid, owner.gid, LNK, "sandbox", "show", sandbox_id),
+            env=_env(running_box, box),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert f"limit met: {said}" in shown.stdout
 
 
 def test_filling_tmp_shm_and_home_stops_at_the_memory_limit(

@@ -36,6 +36,7 @@ __all__ = [
     "apply_v2",
     "delegated_parent",
     "outcome",
+    "own_v2_group",
     "remove_v1",
     "v1_groups_of",
     "v1_hierarchies",
@@ -80,6 +81,13 @@ def _own_groups(proc_cgroup: str) -> dict[str, str]:
         for name in names.split(",") if names else [""]:
             groups[name] = path
     return groups
+
+
+def own_v2_group(proc_cgroup: str | None = None) -> str:
+    """This process's group in the v2 hierarchy ("/" at its root)."""
+    if proc_cgroup is None:
+        proc_cgroup = Path("/proc/self/cgroup").read_text(errors="replace")
+    return _own_groups(proc_cgroup).get("", "/")
 
 
 def v1_hierarchies(mountinfo: str | None = None, proc_cgroup: str | None = None) -> dict[str, Path]:

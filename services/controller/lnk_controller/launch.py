@@ -490,7 +490,13 @@ class Launcher:
         )
         running = Running(row=row, process=process, terminal_master=master)
         watch_status(status_r, running)
-        self.store.set(row.id, state="running", pid=process.pid, pid_start=start_time(process.pid))
+        self.store.set(
+            row.id,
+            state="running",
+            pid=process.pid,
+            pid_start=start_time(process.pid),
+            limits=self.limits_said(running),
+        )
         return running
 
     def _apply_limits(self, sandbox_id: str, group: Path, limits: Limits | None) -> list[str]:
@@ -501,7 +507,10 @@ class Launcher:
     def limits_outcome(self, running: Running) -> str | None:
         """The limit the sandbox met, said to its client (read before its clean-up)."""
         applied = self._limits.get(running.row.id)
-        return sandbox_limits.outcome(applied) if applied is not None else None
+        met = sandbox_limits.outcome(applied) if applied is not None else None
+        if met is not None:  # `lnk sandbox list` and `show` say it too
+            self.store.set(running.row.id, limit_met=met)
+        return met
 
     def limits_said(self, running: Running) -> str:
         """The sandbox's limits as a person reads them (`lnk sandbox check` reports them)."""

@@ -46,6 +46,8 @@ class SandboxPublic:
     lease_expires_at: str
     ended_at: str | None
     exit_status: int | None
+    limits: str | None = None  # as set when it started
+    limit_met: str | None = None  # the limit it reached, as its client was told
 
     @classmethod
     def of(cls, row: SandboxRow) -> SandboxPublic:
@@ -60,6 +62,8 @@ class SandboxPublic:
             lease_expires_at=row.lease_expires_at.isoformat(),
             ended_at=row.ended_at.isoformat() if row.ended_at else None,
             exit_status=row.exit_status,
+            limits=row.limits,
+            limit_met=row.limit_met,
         )
 
 
@@ -123,6 +127,8 @@ class SandboxStore:
                 "lease_expires_at": now + lease,
                 "ended_at": None,
                 "exit_status": None,
+                "limits": None,
+                "limit_met": None,
             }
             conn.execute(_INSERT, values)
         return _row(values)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lnk_controller import cgroup_limits
+from lnk_controller import cgroup_limits, cgroups
 from lnk_controller.limits import MIB, Limits
 
 LIMITS = Limits(processes=64, memory_bytes=512 * MIB, cpu_percent=50, open_files=256)
@@ -104,3 +104,19 @@ def test_outcome_read_from_v2_events(tmp_path: Path) -> None:
     (group / "pids.events").write_text("max 17\n")
     assert cgroup_limits.outcome(group, {}) == (1, 17)
     assert cgroup_limits.outcome(tmp_path / "gone", {}) == (0, 0)
+
+
+def test_group_of_follows_the_delegated_parent(tmp_path: Path) -> None:
+    cgroups.use_parent(tmp_path / "lnk.sandboxes")
+    try:
+        assert cgroups.group_of("sbx1") == tmp_path / "lnk.sandboxes" / "sbx1"
+    finally:
+        cgroups.use_parent(None)
+    assert cgroups.group_of("sbx1", tmp_path) == tmp_path / "lnk.sandboxes" / "sbx1"
+
+
+def test_own_v2_group() -> None:
+    assert cgroup_limits.own_v2_group(HYBRID_CGROUP) == "/"
+    assert (
+        cgroup_limits.own_v2_group("0::/system.slice/lnk.service\n") == "/system.slice/lnk.service"
+    )
