@@ -560,7 +560,7 @@ def test_the_role_writes_the_box_limits_and_delegates_their_controllers(
         "cpu_percent": 100,
         "open_files": 1024,
         "owner_sandboxes": 8,
-        "owner_memory_mb": 2048,
+        "owner_memory_mb": 4096,
     }
     unit = next(box.unit_dir.glob("*controller*.service")).read_text()
     assert "\nDelegate=pids memory cpu\n" in unit

@@ -47,7 +47,7 @@ MAX_CPU_PERCENT = 100 * 1024  # one hundred percent per core, cores up to 1024
 class BoxLimits(BaseModel):
     """The box's limits, `[limits]` in controller.toml. The defaults suit a small box (2 cores,
     4 GiB): one sandbox cannot take more than a quarter of its memory, a core, or the pids of
-    more than a few hundred processes; an owner cannot hold more than half its memory."""
+    more than a few hundred processes; an owner cannot hold more than the box's memory."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -64,8 +64,9 @@ class BoxLimits(BaseModel):
     open_files: int = Field(default=1024, ge=MIN_OPEN_FILES, le=1_048_576)
     # Sandboxes one owner runs at once: a handful of agents and shells.
     owner_sandboxes: int = Field(default=8, ge=1, le=10_000)
-    # The sum of one owner's sandboxes' memory limits: half of a 4 GiB box.
-    owner_memory_mb: int = Field(default=2048, ge=MIN_MEMORY_MB, le=64 * 1024 * 1024)
+    # The sum of one owner's sandboxes' memory limits: a 4 GiB box's memory, so one owner never
+    # holds more than the box has (4 sandboxes at the default, 8 asking for 512M each).
+    owner_memory_mb: int = Field(default=4096, ge=MIN_MEMORY_MB, le=64 * 1024 * 1024)
     # A host where the kernel can apply no limit (no cgroup controller to use) refuses to start
     # sandboxes; this lets them start with rlimits only (a warning at each launch).
     unsafe_allow_unlimited: bool = False
