@@ -561,6 +561,7 @@ def test_the_role_writes_the_box_limits_and_delegates_their_controllers(
         "open_files": 1024,
         "owner_sandboxes": 8,
         "owner_memory_mb": 4096,
+        "reserve_memory_mb": 512,
     }
     unit = next(box.unit_dir.glob("*controller*.service")).read_text()
     assert "\nDelegate=pids memory cpu\n" in unit

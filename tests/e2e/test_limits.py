@@ -305,6 +305,11 @@ def test_the_launcher_sets_the_rlimit_floor(running_box: RunningBox, private_box
         rows = {line[:26].strip(): line[26:].split() for line in result.stdout.splitlines()}
         assert rows["Max processes"][:2] == [str(PROCESSES), str(PROCESSES)]
         assert rows["Max open files"][:2] == ["100", "100"]
+    # All sandboxes together are held to the host's memory less the box's reserve (512 MiB).
+    with open("/proc/meminfo", encoding="ascii") as f:
+        total = int(f.readline().split()[1]) * 1024
+    shared = v1_hierarchies()["memory"] / "memory.limit_in_bytes"
+    assert int(shared.read_text()) <= total - 512 * 1024 * 1024
 
 
 def _check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str]:

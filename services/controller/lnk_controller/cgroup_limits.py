@@ -34,7 +34,9 @@ __all__ = [
     "OomWatch",
     "apply_v1",
     "apply_v2",
+    "cap_all",
     "delegated_parent",
+    "host_memory",
     "outcome",
     "own_v2_group",
     "remove_v1",
@@ -164,6 +166,28 @@ def apply_v2(group: Path, controllers: tuple[str, ...], limits: Limits) -> None:
         _write(group / "cpu.max", f"{limits.cpu_percent * CPU_PERIOD_US // 100} {CPU_PERIOD_US}")
 
 
+def host_memory(meminfo: str | None = None) -> int:
+    """The host's memory (MemTotal), in bytes."""
+    if meminfo is None:
+        meminfo = Path("/proc/meminfo").read_text()
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise StateError("/proc/meminfo has no MemTotal")
+
+
+def cap_all(v2_parent: Path | None, v1_memory_parent: Path | None, total: int) -> None:
+    """Bound all the sandboxes together (every box's on this machine: they share the parent) to
+    `total` bytes of memory, so the host keeps the rest whatever each one's limit: the memory
+    limit of their common parent group (v2 memory.max, v1 memory.limit_in_bytes; the v1
+    hierarchy counts children in their parent: use_hierarchy is always on since Linux 5.x)."""
+    if v2_parent is not None:
+        _write(v2_parent / "memory.max", str(total))
+    if v1_memory_parent is not None:
+        v1_memory_parent.mkdir(mode=0o755, exist_ok=True)
+        _write(v1_memory_parent / "memory.limit_in_bytes", str(total))
+
+
 def apply_v1(sandbox_id: str, parents: dict[str, Path], limits: Limits) -> dict[str, Path]:
     """Make the sandbox's group in each v1 hierarchy of `parents` and write its limits; return
     controller -> group. On a failure the groups made so far are removed."""
@@ -211,6 +235,7 @@ class OomWatch:
         finally:
             os.close(control)
         self._group = group
+        self.fired = False
         self._thread = threading.Thread(target=self._run, args=(on_oom,), daemon=True)
         self._thread.start()
 
@@ -219,6 +244,7 @@ class OomWatch:
         # The kernel also signals when the group is removed (a clean-up from elsewhere): that
         # is no limit met.
         if self._event in ready and self._stop_r not in ready and self._group.is_dir():
+            self.fired = True  # the sandbox met its limit, even when our kill beats the kernel's
             on_oom()
 
     def stop(self) -> None:

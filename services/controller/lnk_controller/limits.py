@@ -22,6 +22,7 @@ from lnk_shared.errors import LaunchRefused
 from lnk_shared.limit_requests import MIB, parse_size
 
 __all__ = [
+    "MIB",
     "BoxLimits",
     "Limits",
     "admit",
@@ -67,6 +68,9 @@ class BoxLimits(BaseModel):
     # The sum of one owner's sandboxes' memory limits: a 4 GiB box's memory, so one owner never
     # holds more than the box has (4 sandboxes at the default, 8 asking for 512M each).
     owner_memory_mb: int = Field(default=4096, ge=MIN_MEMORY_MB, le=64 * 1024 * 1024)
+    # Memory all sandboxes together leave to the host (the controller, the proxy, the bridges,
+    # sshd and the system): their common cgroup is limited to the host's memory less this.
+    reserve_memory_mb: int = Field(default=512, ge=64, le=16 * 1024 * 1024)
     # A host where the kernel can apply no limit (no cgroup controller to use) refuses to start
     # sandboxes; this lets them start with rlimits only (a warning at each launch).
     unsafe_allow_unlimited: bool = False

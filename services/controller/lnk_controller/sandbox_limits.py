@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lnk_controller import cgroup_limits, cgroups
-from lnk_controller.limits import BoxLimits, Limits, admit, describe, outcome_message
+from lnk_controller.limits import MIB, BoxLimits, Limits, admit, describe, outcome_message
 from lnk_shared.errors import LaunchRefused, StateError
 
 __all__ = ["Applied", "Ledger", "apply", "outcome", "release", "remove_leftovers"]
@@ -90,6 +90,11 @@ def apply(box: BoxLimits, sandbox_id: str, group: Path, limits: Limits | None) -
     applied.v2 = cgroup_limits.v2_available(group.parent)
     cgroup_limits.apply_v2(group, applied.v2, limits)
     v1_parents = {c: p for c, p in cgroup_limits.v1_hierarchies().items() if c not in applied.v2}
+    # All sandboxes together leave the host its reserve, whatever each one's own limit.
+    shared = cgroup_limits.host_memory() - box.reserve_memory_mb * MIB
+    cgroup_limits.cap_all(
+        group.parent if "memory" in applied.v2 else None, v1_parents.get("memory"), shared
+    )
     applied.v1 = cgroup_limits.apply_v1(sandbox_id, v1_parents, limits)
     try:
         missing = applied.missing
@@ -133,6 +138,8 @@ def outcome(applied: Applied) -> str | None:
     if applied.limits is None:
         return None
     kills, refused = cgroup_limits.outcome(cgroups.group_of(applied.sandbox_id), applied.v1)
+    if applied.oom is not None and applied.oom.fired:
+        kills += 1
     return outcome_message(applied.limits, oom_kills=kills, fork_refusals=refused)
 
 

@@ -120,3 +120,14 @@ def test_own_v2_group() -> None:
     assert (
         cgroup_limits.own_v2_group("0::/system.slice/lnk.service\n") == "/system.slice/lnk.service"
     )
+
+
+def test_all_sandboxes_together_leave_the_host_its_reserve(tmp_path: Path) -> None:
+    v2_parent, v1_parent = tmp_path / "v2" / "lnk.sandboxes", tmp_path / "v1" / "lnk.sandboxes"
+    v2_parent.mkdir(parents=True)
+    v1_parent.parent.mkdir()  # the controller's own v1 group: lnk.sandboxes is made in it
+    cgroup_limits.cap_all(v2_parent, v1_parent, 3 * 1024 * MIB)
+    assert (v2_parent / "memory.max").read_text() == str(3 * 1024 * MIB)
+    assert (v1_parent / "memory.limit_in_bytes").read_text() == str(3 * 1024 * MIB)
+    meminfo = "MemTotal:        4026532 kB\nMemFree:  100 kB\n"
+    assert cgroup_limits.host_memory(meminfo) == 4026532 * 1024
