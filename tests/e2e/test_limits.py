@@ -116,6 +116,22 @@ def _env(running_box: RunningBox, box: Any, home: Path | None = None) -> dict[st
     return env
 
 
+def _lnk(
+    running_box: RunningBox, box: Any, *args: str, timeout: float = RUN_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """`lnk ARGS` as the session's owner, from their home, against the private box."""
+    owner = running_box.owner
+    return subprocess.run(
+        as_user(owner.uid, owner.gid, LNK, *args),
+        env=_env(running_box, box),
+        cwd=str(owner.home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def _owner_run(running_box: RunningBox, *args: str) -> list[str]:
     owner = running_box.owner
     return as_user(owner.uid, owner.gid, LNK, "sandbox", "run", "--yes", *args)
@@ -200,24 +216,12 @@ def test_a_memory_hog_is_stopped_at_its_limit_and_the_client_told(
         assert said in err
         sandbox_id = out.split()[0]
         _nothing_left(box, sandbox_id)
-        owner = running_box.owner
-        listed = subprocess.run(
-            as_user(owner.uid, owner.gid, LNK, "sandbox", "list", "--all", "--json"),
-            env=_env(running_box, box),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
         (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
         assert (row["limit_met"], row["exit_status"]) == (said, 137)
         assert row["limits"].startswith(f"{PROCESSES_DEFAULT} processes, {MEMORY_MB} MiB memory")
-        shown = subprocess.run(
-            as_user(owner.uid, owner.gid, LNK, "sandbox", "show", sandbox_id),
-            env=_env(running_box, box),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
+        assert shown.returncode == 0, shown.stderr
         assert f"limit met: {said}" in shown.stdout
 
 
@@ -246,27 +250,12 @@ def test_an_owner_at_their_sandbox_count_is_refused_and_another_is_not(
             ids = [p.stdout.readline().strip() for p in waiting if p.stdout is not None]
             assert all(ids), ids
             users_before = box.user_lines()
-            third = subprocess.run(
-                _owner_run(running_box, "--", "/bin/true"),
-                env=_env(running_box, box),
-                cwd=str(running_box.owner.home),
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT_S,
-                check=False,
-            )
+            third = _lnk(running_box, box, "sandbox", "run", "--yes", "--", "/bin/true")
             assert third.returncode == 3, third.stderr
             assert "the owner's sandbox limit" in third.stderr
             assert "(2)" in third.stderr
             assert box.user_lines() == users_before  # nothing of a third one was made
-            listed = subprocess.run(
-                as_user(running_box.owner.uid, running_box.owner.gid, LNK, "sandbox", "list",
-                        "--json"),
-                env=_env(running_box, box),
-                capture_output=True,
-                text=True,
-                check=True,
-            )  # fmt: skip
+            listed = _lnk(running_box, box, "sandbox", "list", "--json")
             assert sorted(s["id"] for s in json.loads(listed.stdout)) == sorted(ids)
             _true_as_other(box, running_box, other)  # another owner is not counted with them
         finally:
@@ -275,15 +264,7 @@ def test_an_owner_at_their_sandbox_count_is_refused_and_another_is_not(
         for process in waiting:
             assert process.returncode == 0
         # Places are given back: a launch after they ended runs.
-        again = subprocess.run(
-            _owner_run(running_box, "--", "/bin/true"),
-            env=_env(running_box, box),
-            cwd=str(running_box.owner.home),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
+        again = _lnk(running_box, box, "sandbox", "run", "--yes", "--", "/bin/true")
         assert again.returncode == 0, again.stderr
         for sandbox_id in ids:
             _nothing_left(box, sandbox_id)
@@ -292,14 +273,16 @@ def test_an_owner_at_their_sandbox_count_is_refused_and_another_is_not(
 def test_the_launcher_sets_the_rlimit_floor(running_box: RunningBox, private_box: Any) -> None:
     config = f"[limits]\nprocesses = {PROCESSES}\nopen_files = 100\n"
     with private_box(config) as box:
-        result = subprocess.run(
-            _owner_run(running_box, "--command=cat", "--", "cat", "/proc/self/limits"),
-            env=_env(running_box, box),
-            cwd=str(running_box.owner.home),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
+        result = _lnk(
+            running_box,
+            box,
+            "sandbox",
+            "run",
+            "--yes",
+            "--command=cat",
+            "--",
+            "cat",
+            "/proc/self/limits",
         )
         assert result.returncode == 0, result.stderr
         rows = {line[:26].strip(): line[26:].split() for line in result.stdout.splitlines()}
@@ -313,16 +296,7 @@ def test_the_launcher_sets_the_rlimit_floor(running_box: RunningBox, private_box
 
 
 def _check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str]:
-    owner = running_box.owner
-    result = subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, "sandbox", "check", "--json"),
-        env=_env(running_box, box),
-        cwd=str(owner.home),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S * 2,
-        check=False,
-    )
+    result = _lnk(running_box, box, "sandbox", "check", "--json", timeout=RUN_TIMEOUT_S * 2)
     doc = json.loads(result.stdout) if result.stdout.startswith("{") else {}
     return result.returncode, doc, result.stderr
 
@@ -361,17 +335,11 @@ def test_a_launch_may_ask_for_less_never_for_more(
         spec.write_text('[limits]\nopen_files = 50\n[commands]\nallow = ["cat"]\n')
         os.chown(spec, running_box.owner.uid, running_box.owner.gid)
         try:
-            argv = _owner_run(
-                running_box, f"--spec={spec}", "--processes=32", "--", "cat", "/proc/self/limits"
-            )
-            less = subprocess.run(
-                argv,
-                env=_env(running_box, box),
-                cwd=str(running_box.owner.home),
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT_S,
-                check=False,
+            less = _lnk(
+                running_box,
+                box,
+                *("sandbox", "run", "--yes", f"--spec={spec}", "--processes=32", "--"),
+                *("cat", "/proc/self/limits"),
             )
         finally:
             spec.unlink()
@@ -384,15 +352,7 @@ def test_a_launch_may_ask_for_less_never_for_more(
             ("--memory=2G", "the memory limit"),
             ("--open-files=101", "the open-file limit"),
         ):
-            more = subprocess.run(
-                _owner_run(running_box, asked, "--", "/bin/true"),
-                env=_env(running_box, box),
-                cwd=str(running_box.owner.home),
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT_S,
-                check=False,
-            )
+            more = _lnk(running_box, box, "sandbox", "run", "--yes", asked, "--", "/bin/true")
             assert more.returncode == 3, more.stderr
             assert named in more.stderr and "more than this box allows" in more.stderr
             assert "Traceback" not in more.stderr
