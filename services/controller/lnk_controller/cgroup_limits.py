@@ -240,7 +240,10 @@ class OomWatch:
         self._thread.start()
 
     def _run(self, on_oom: Callable[[], None]) -> None:
-        ready, _, _ = select.select([self._event, self._stop_r], [], [])
+        poller = select.poll()  # not select(): a busy controller's descriptors pass 1024
+        poller.register(self._event, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        ready = [fd for fd, _ in poller.poll()]
         # The kernel also signals when the group is removed (a clean-up from elsewhere): that
         # is no limit met.
         if self._event in ready and self._stop_r not in ready and self._group.is_dir():
