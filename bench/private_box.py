@@ -27,7 +27,7 @@ class PrivateBox:
 
 
 @contextmanager
-def private_box(uid_base: int, uid_blocks: int) -> Iterator[PrivateBox]:
+def private_box(uid_base: int, uid_blocks: int, config: str = "") -> Iterator[PrivateBox]:
     """A running box whose uid block is one of `uid_blocks` blocks from `uid_base` (each bench
     has its own span, away from the e2e tests')."""
     tag = secrets.token_hex(3)
@@ -42,7 +42,9 @@ def private_box(uid_base: int, uid_blocks: int) -> Iterator[PrivateBox]:
     uids = range(first, first + UID_BLOCK)
     config_dir = Path(env["LNK_CONFIG_DIR"])
     config_dir.mkdir(mode=0o755)
-    (config_dir / "controller.toml").write_text(f"uid_first = {uids[0]}\nuid_last = {uids[-1]}\n")
+    (config_dir / "controller.toml").write_text(
+        f"uid_first = {uids[0]}\nuid_last = {uids[-1]}\n{config}"
+    )
     try:
         subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
         yield PrivateBox(env, uids)

@@ -15,6 +15,8 @@ Starts a private box (its own run/state dirs, `lnk box up`), then measures:
 - where the time goes: the controller's own phases per launch (judged, started, ran, cleaned,
   from its log), and inside "ran" the confiner's share (bare bwrap running lnk-sandbox with a
   sandbox's kind of policy, then /bin/true, vs bare bwrap running /bin/true).
+Limits are on as on any box (`--limits off` sets limits.unsafe_no_limits to see their cost);
+the owner's count and memory sum are raised for the concurrent launches, all one owner's.
 The client is the installed `lnk`: for this plain form without a terminal, the C client
 (lnk_controller/native/lnk_client.c); `bench/native_client.py` sets it against the Python one.
 Reports figures only; asserts nothing but success.
@@ -288,10 +290,16 @@ def main() -> int:
     parser.add_argument(
         "--history", type=int, default=0, help="compare with this many ended records (200000)"
     )
+    parser.add_argument("--limits", choices=["on", "off"], default="on")
     args = parser.parse_args()
     if args.history:
         return history_main(args)
-    with private_box(UID_BASE, UID_BLOCKS) as box:
+    config = (
+        f"[limits]\nowner_sandboxes = {args.concurrent + 1}\n"
+        f"owner_memory_mb = {(args.concurrent + 1) * 1024}\n"
+        + ("unsafe_no_limits = true\n" if args.limits == "off" else "")
+    )
+    with private_box(UID_BASE, UID_BLOCKS, config) as box:
         env, uids = box.env, box.uids
         timed([LNK, "sandbox", "run", "--yes", "--", "/bin/true"], env)  # approve once
         lnk_ms, bare_ms, confiner_ms = [], [], []
@@ -321,7 +329,7 @@ def main() -> int:
         rss, helpers = idle_helper_memory(env, uids)
 
     lm, bm = statistics.median(lnk_ms), statistics.median(bare_ms)
-    print(f"runs: {args.runs}")
+    print(f"runs: {args.runs}, limits {args.limits}")
     print(f"lnk sandbox run -- /bin/true : median {lm:7.1f} ms  p95 {p95(lnk_ms):7.1f} ms")
     print(f"bare bwrap /bin/true         : median {bm:7.1f} ms  p95 {p95(bare_ms):7.1f} ms")
     print(f"ratio (median)               : {lm / bm:7.1f}x")

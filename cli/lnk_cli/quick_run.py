@@ -278,6 +278,8 @@ def _ended(message: dict[str, Any]) -> int:
     kind = message.get("type")
     if kind == "exit":
         status = message.get("status")
+        if "message" in message:  # a limit the sandbox met, said as an error's message is
+            print(f"lnk: {message['message']}", file=sys.stderr)
         return status if type(status) is int else 1
     if kind == "error":
         code = message.get("exit")

@@ -47,6 +47,11 @@ def register(groups: Any) -> None:
     listing.add_argument("--all", action="store_true", help="ended ones too")
     listing.set_defaults(handler=cmd_list)
 
+    show = commands.add_parser("show", help="one sandbox: its state, limits and exit")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=cmd_show)
+
     for name, what in (
         ("stop", "stop a sandbox and clean it away"),
         ("pause", "freeze every process of a sandbox"),
@@ -154,7 +159,26 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         paused = " (paused)" if r["paused"] else ""
         command = shown(" ".join(r.get("command") or []))[:60]
-        print(f"{shown(r['id'])}  {shown(_state(r))}{paused}  uid {r['host_uid']}  {command}")
+        met = f"  ({shown(r['limit_met'])})" if r.get("limit_met") else ""
+        print(f"{shown(r['id'])}  {shown(_state(r))}{paused}  uid {r['host_uid']}  {command}{met}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    row = _call("GET", f"/v1/sandboxes/{args.id}")
+    if args.json:
+        json.dump(row, sys.stdout, indent=2)
+        print()
+        return EXIT_OK
+    paused = " (paused)" if row["paused"] else ""
+    ended = "" if row["exit_status"] is None else f", exit status {row['exit_status']}"
+    print(f"{shown(row['id'])}: {shown(_state(row))}{paused}{ended}")
+    if row.get("command") is not None:  # the owner's to see only
+        print(f"  command: {shown(' '.join(row['command']))}")
+    print(f"  limits: {shown(row.get('limits') or 'not recorded')}")
+    if row.get("limit_met"):
+        print(f"  limit met: {shown(row['limit_met'])}")
+    print(f"  lease until {row['lease_expires_at']}")
     return EXIT_OK
 
 

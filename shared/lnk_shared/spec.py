@@ -23,6 +23,7 @@ from lnk_shared.addresses import (
 )
 from lnk_shared.errors import PortRefused, SpecError
 from lnk_shared.hosts import MAX_PORT, HostPattern, parse_host_pattern
+from lnk_shared.limit_requests import limit_value
 
 __all__ = [
     "ANY",
@@ -108,6 +109,8 @@ class Spec:
     commands_given: bool = False
     with_fds: tuple[FdGrant, ...] = ()
     store_driver: str | None = None  # [store] driver: an agent's store, kept by the box's bridge
+    # [limits]: (key, value), sorted; less than the box allows, not a grant (limit_requests.py)
+    limits: tuple[tuple[str, int], ...] = ()
 
     @property
     def has_proxy(self) -> bool:
@@ -157,6 +160,7 @@ class SpecBuilder:
     _commands_given: bool = False
     _fds: list[FdGrant] = field(default_factory=list)
     _store_driver: str | None = None
+    _limits: dict[str, int] = field(default_factory=dict)
     _counts: dict[str, int] = field(default_factory=dict)
 
     def _count(self, origin: Origin) -> None:
@@ -240,6 +244,13 @@ class SpecBuilder:
             raise origin.error(f"the descriptor {fd} is not a passed folder (3 or above)")
         self._fds.append(FdGrant(fd, mode == "write"))
 
+    def set_limit(self, key: str, value: object, origin: Origin) -> None:
+        """A `[limits]` key or a limit flag; a flag after the file's key replaces it."""
+        try:
+            self._limits[key] = limit_value(key, value)
+        except ValueError as exc:
+            raise origin.error(str(exc)) from None
+
     def set_store_driver(self, value: object, origin: Origin) -> None:
         # A driver's name only: the database itself (its URL, file, credentials) is the box's,
         # in bridge-store.toml. A URL here would let whoever writes a spec point the store
@@ -284,6 +295,7 @@ class SpecBuilder:
             commands_given=self._commands_given,
             with_fds=tuple(sorted(set(self._fds))),
             store_driver=self._store_driver,
+            limits=tuple(sorted(self._limits.items())),
         )
 
 

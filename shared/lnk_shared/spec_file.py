@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.errors import SpecError
+from lnk_shared.limit_requests import LIMIT_KEYS
 from lnk_shared.spec import ANY, Origin, SpecBuilder
 from lnk_shared.spec_size import MAX_SPEC_BYTES, spec_too_large
 
@@ -31,6 +32,7 @@ SECTIONS: dict[str, dict[str, str]] = {
     "localhost": {"ports": "a list of port numbers"},
     "commands": {"allow": 'a list of program names or paths, or "*"'},
     "store": {"driver": 'a driver name, e.g. "sqlite"'},
+    "limits": LIMIT_KEYS,  # less than the box allows (lnk_shared.limit_requests)
 }
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_\-\"'. ]+?)\s*\]")  # [table] or [[array]]
@@ -166,6 +168,9 @@ def _add(
         return
     if section == "store":
         builder.set_store_driver(value, origin)
+        return
+    if section == "limits":
+        builder.set_limit(key, value, origin)
         return
     if not isinstance(value, list):
         raise origin.error(f"expected {expected}, got {_type_name(value)}")

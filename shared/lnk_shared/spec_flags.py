@@ -96,6 +96,11 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FD:read|write",
         help="a folder passed open on descriptor FD, judged as a spec's folders",
     )
+    limits = parser.add_argument_group("limits (each = a [limits] key; less than the box allows)")
+    for flag, name, metavar, what in LIMIT_FLAGS:
+        limits.add_argument(
+            flag, dest=name, action="append", default=[], metavar=metavar, help=what
+        )
 
 
 def spec_from_arguments(
@@ -137,8 +142,20 @@ def spec_from_arguments(
         builder.add_command(text, cwd, origin("--command"))
     for text in args.with_fd:
         builder.add_fd(text, origin("--with-fd"))
+    for flag, name, _, _ in LIMIT_FLAGS:  # given twice, the last one holds
+        for text in getattr(args, name, None) or []:
+            builder.set_limit(name, text, origin(flag))
     return builder.build()
 
+
+# (flag, [limits] key, metavar, help): a limit asked for, as text (lnk_shared.limit_requests)
+LIMIT_FLAGS = (
+    ("--processes", "processes", "N", "[limits] processes: processes and threads at once"),
+    ("--memory", "memory", "SIZE", "[limits] memory: 512M, 2G (its /tmp, /dev/shm, home too)"),
+    ("--cpu", "cpu", "PERCENT", "[limits] cpu: percent of one core"),
+    ("--open-files", "open_files", "N", "[limits] open_files: open files per process"),
+)
+LIMIT_NAMES = tuple(name for _, name, _, _ in LIMIT_FLAGS)
 
 FLAG_NAMES = (
     "read",
@@ -151,6 +168,7 @@ FLAG_NAMES = (
     "store_driver",
     "command",
     "with_fd",
+    *LIMIT_NAMES,
 )
 
 

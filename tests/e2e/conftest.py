@@ -225,16 +225,21 @@ def running_box() -> Iterator[RunningBox]:
 
 
 def _cgroups_left(database: Path) -> list[str]:
-    """The cgroups of this box's sandboxes (every one it ever recorded) still on the host."""
+    """The cgroups of this box's sandboxes (every one it ever recorded) still on the host: its
+    v2 group and its limits' v1 groups (the controller was started from this process, so its
+    own v1 groups, under which the sandboxes' are, are this process's)."""
     import sqlite3
 
+    from lnk_controller.cgroup_limits import v1_hierarchies
     from lnk_controller.cgroups import group_of
 
     if not database.exists():
         return []
     with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         ids = [row[0] for row in db.execute("SELECT id FROM sandboxes")]
-    return [str(group) for group in map(group_of, ids) if group.exists()]
+    parents = list(v1_hierarchies().values())
+    groups = [group_of(i) for i in ids] + [p / i for p in parents for i in ids]
+    return [str(group) for group in groups if group.exists()]
 
 
 @dataclass

@@ -18,6 +18,7 @@ import secrets
 import sqlite3
 import stat
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -546,3 +547,21 @@ def test_an_upgrade_restarts_each_service_once_and_migrates_the_database(
         for p in ("bridge-store/admin.sock", "controller.sock", "launch.sock", "proxy/admin.sock")
     )
     assert box.mounts() in ([], [str(box.run_dir / "sandboxes")])
+
+
+def test_the_role_writes_the_box_limits_and_delegates_their_controllers(
+    deployed: Deployment,
+) -> None:
+    box = deployed.box
+    config = tomllib.loads((box.config_dir / "controller.toml").read_text())
+    assert config["limits"] == {  # the role's defaults (defaults/main.yml)
+        "processes": 512,
+        "memory_mb": 1024,
+        "cpu_percent": 100,
+        "open_files": 1024,
+        "owner_sandboxes": 8,
+        "owner_memory_mb": 4096,
+        "reserve_memory_mb": 512,
+    }
+    unit = next(box.unit_dir.glob("*controller*.service")).read_text()
+    assert "\nDelegate=pids memory cpu\n" in unit

@@ -17,16 +17,19 @@ import re
 import secrets
 import select
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from as_user import as_user
+
+from lnk_controller.cgroup_limits import v1_hierarchies
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -469,6 +472,7 @@ def test_orphan_of_a_killed_controller_is_cleaned_on_restart(
 ) -> None:
     with private_box() as box, _sleeping_sandbox(running_box, box) as (client, uid):
         assert _sandbox_mounts(box.run_dir), "no staged mount while the sandbox runs"
+        assert len(_limit_groups(box.state_dir)) == 3  # its pids, memory and cpu v1 groups
         os.kill(box.controller_pid(), signal.SIGKILL)
         # The client notices its controller is gone. (Not `communicate`: a sandbox that
         # outlives its controller still holds the client's stdout until reconcile.)
@@ -485,7 +489,17 @@ def test_orphan_of_a_killed_controller_is_cleaned_on_restart(
             time.sleep(0.1)
         left = _leftovers(uid, box.run_dir, box.state_dir)
         assert left == [], f"orphan not cleaned {RECONCILE_S:g} s after restart: {left}"
+        assert _limit_groups(box.state_dir) == []  # reconcile removed its limits' groups too
         assert client.returncode != 0
+
+
+def _limit_groups(state_dir: Path) -> list[Path]:
+    """The v1 limit groups of this box's sandboxes still on the host (the controller was
+    started from this process: its own v1 groups, the sandboxes' parents, are this one's)."""
+    with closing(sqlite3.connect(f"file:{state_dir / 'controller.db'}?mode=ro", uri=True)) as db:
+        ids = [row[0] for row in db.execute("SELECT id FROM sandboxes")]
+    parents = v1_hierarchies().values()
+    return [p / i for p in parents for i in ids if (p / i).exists()]
 
 
 def test_box_down_with_a_sandbox_running_leaves_no_process_user_or_mount(

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lnk_cli.check.verdicts import clean_text
 from lnk_cli.quick_run import LAUNCH_SOCKET, open_as_owner
 from lnk_shared.errors import EXIT_ERROR, LnkError, SpecError, StateError
 from lnk_shared.spec_flags import flags_document
@@ -74,6 +75,7 @@ class CheckRun:
     status: int | None = None
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
+    limits: str = ""  # the sandbox's limits, as the controller said when it started it
 
 
 def _request(args: argparse.Namespace, plan: str, fds: list[int]) -> dict[str, Any]:
@@ -131,6 +133,7 @@ def _until_started(sock: socket.socket, run: CheckRun) -> None:
             open_as_owner(lambda m, f: send_frame(sock, m, f), message.get("paths"))
         elif kind == "started":
             run.sandbox_id = str(message.get("id", ""))
+            run.limits = clean_text(message.get("limits", "none"), 200)
             return
         elif kind == "error":
             code = message.get("exit")

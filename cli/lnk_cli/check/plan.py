@@ -61,6 +61,10 @@ HOME_RC_FILES = (".bashrc", ".profile", ".bash_profile", ".zshrc", ".bash_login"
 DOT_FOLDERS = frozenset(
     {"hooks", ".direnv", ".github", ".husky", ".idea", ".devcontainer", ".vscode"}
 )
+# The limits probes' counts: a sandbox that starts this many threads (pids count threads) or
+# holds this many files open has no limit (`lnk_controller.limits` allows 512 and 1024 by default).
+PROBE_THREADS = 2048
+PROBE_FILES = 4096
 SANDBOX_TMP = "/tmp"  # noqa: S108 - the sandbox's own private, noexec /tmp
 
 
@@ -543,6 +547,24 @@ def _processes(c: _Context) -> None:
         )
 
 
+def _limits(c: _Context) -> None:
+    """A fork bomb's and a descriptor hog's first steps: past these counts a sandbox has no
+    limit a shared box can live with (the box's defaults are 512 and 1024)."""
+    for what, count, tried in (
+        ("processes", PROBE_THREADS, f"start {PROBE_THREADS} threads (a fork bomb's first steps)"),
+        ("open_files", PROBE_FILES, f"raise its open-file limit and open {PROBE_FILES} files"),
+    ):
+        c.add(
+            Probe(
+                f"limits:{what}",
+                tried,
+                REFUSED,
+                {"kind": "limits", "what": what, "count": count},
+                (Evidence("inside"),),
+            )
+        )
+
+
 def _exec(c: _Context) -> None:
     spec = c.grants.spec
     granted = {p.real for p in spec.commands}
@@ -633,6 +655,7 @@ def build_plan(grants: Grants, bait: Bait, confiner_dir: str) -> list[Probe]:
     _server(c)
     _network(c)
     _processes(c)
+    _limits(c)
     _exec(c)
     _other_users(c)
     return c.probes

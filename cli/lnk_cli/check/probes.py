@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -28,6 +29,7 @@ import stat
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +70,7 @@ IO_URING_PARAMS = 120  # bytes of struct io_uring_params
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
 PTRACE_ATTACH = 16
+THREAD_STACK = 64 * 1024  # the limits probe's threads only wait: the smallest usual stack
 
 
 def _errno_name(exc: OSError) -> str:
@@ -444,6 +447,43 @@ def _hold(step: dict[str, Any]) -> dict[str, Any]:
     return _stopped("the outside did not look in time")
 
 
+def _limits(step: dict[str, Any]) -> dict[str, Any]:
+    """Start `count` threads, or open `count` files after raising the soft limit to the hard
+    one; stopped when the kernel refuses one first. Everything is released before it returns."""
+    count = int(step["count"])
+    if step["what"] == "processes":
+        release = threading.Event()
+        started: list[threading.Thread] = []
+        threading.stack_size(THREAD_STACK)
+        try:
+            for _ in range(count):
+                thread = threading.Thread(target=release.wait, daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:
+                    return _stopped(f"refused after {len(started)} threads")
+                started.append(thread)
+            return _through(f"started {count} threads")
+        finally:
+            release.set()
+            for thread in started:
+                thread.join()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    opened: list[int] = []
+    try:
+        for _ in range(count):
+            try:
+                opened.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+            except OSError as exc:
+                return _stopped(f"refused after {len(opened)} files ({_errno_name(exc)})")
+        return _through(f"opened {count} files")
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "git_visible": _git_visible,
     "hold": _hold,
@@ -466,6 +506,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "symlink": _symlink,
     "hosts": _hosts,
     **probes_left.STEPS,
+    "limits": _limits,
 }
 
 

@@ -1,7 +1,7 @@
 """The check's report: one line per probe for a person, or a stable JSON document for CI.
 
 JSON (`REPORT_VERSION` 1):
-    {"version": 1, "sandbox": ID, "spec": PATH | null, "leaked": BOOL,
+    {"version": 1, "sandbox": ID, "spec": PATH | null, "leaked": BOOL, "limits": TEXT,
      "summary": {"refused": N, "allowed": N, "known gap": N, "leaked": N},
      "probes": [{"id", "tried", "expected", "observed", "verdict"}, ...]}
 Probe ids are stable across runs (paths and addresses in them are this machine's); new probes
@@ -25,13 +25,21 @@ def summary(findings: Sequence[Finding]) -> dict[str, int]:
     return {v: sum(1 for f in findings if f.verdict == v) for v in VERDICTS}
 
 
-def print_json(findings: Sequence[Finding], out: TextIO, *, sandbox: str, spec: str | None) -> None:
+def print_json(
+    findings: Sequence[Finding],
+    out: TextIO,
+    *,
+    sandbox: str,
+    spec: str | None,
+    limits: str = "",
+) -> None:
     counts = summary(findings)
     doc = {
         "version": REPORT_VERSION,
         "sandbox": sandbox,
         "spec": spec,
         "leaked": counts["leaked"] > 0,
+        "limits": limits,  # as the controller set them; the limits:* probes try them
         "summary": counts,
         "probes": [
             {
@@ -48,8 +56,12 @@ def print_json(findings: Sequence[Finding], out: TextIO, *, sandbox: str, spec: 
     out.write("\n")
 
 
-def print_human(findings: Sequence[Finding], out: TextIO, *, spec: str | None) -> None:
+def print_human(
+    findings: Sequence[Finding], out: TextIO, *, spec: str | None, limits: str = ""
+) -> None:
     out.write(f"lnk sandbox check: {clean_text(spec or 'the spec given by flags', 4096)}\n")
+    if limits:
+        out.write(f"limits: {clean_text(limits)}\n")
     for f in findings:  # paths in them are names from disk: no control character gets out
         note = "" if f.verdict == f.expected else f"  (expected {f.expected})"
         tried, observed = clean_text(f.tried, 4096), clean_text(f.observed, 4096)

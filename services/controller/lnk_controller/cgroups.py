@@ -14,8 +14,8 @@ leave it: the sandbox sees no cgroup file system (bwrap mounts none in) and its 
 cgroup file.
 
 Trusts: the kernel's cgroup v2 (`cgroup.kill` needs Linux 5.14). Does NOT limit resources
-(memory, pids): on hosts where those controllers are bound to cgroup v1 the group has none;
-limits would be a separate setting.
+itself: cgroup_limits.py writes the limits, in this group when the host gives it controllers,
+in v1 groups on a hybrid host.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lnk_shared.errors import LaunchRefused, StateError
 
-__all__ = ["PARENT", "create", "freeze", "group_of", "kill", "remove", "root"]
+__all__ = ["PARENT", "create", "freeze", "group_of", "kill", "remove", "root", "use_parent"]
 
 # The groups' common parent under the cgroup v2 root. Boxes on one machine share it: each group
 # is named by its sandbox's id, which no other sandbox has.
@@ -53,9 +53,21 @@ def root() -> Path:
     return Path(_PREFERRED_ROOT if _PREFERRED_ROOT in found else found[0])
 
 
+_parent: Path | None = None  # the controller's delegated subtree's, once it moved there
+
+
+def use_parent(parent: Path | None) -> None:
+    """Put the sandboxes' groups in `parent` from now on: the controller's own delegated
+    subtree (cgroup_limits.delegated_parent), not the root's `lnk.sandboxes`."""
+    global _parent  # noqa: PLW0603 - one place per controller process, set once at its start
+    _parent = parent
+
+
 def group_of(sandbox_id: str, cgroup_root: Path | None = None) -> Path:
     if not sandbox_id or "/" in sandbox_id or sandbox_id.startswith("."):
         raise StateError(f"not a sandbox id: {sandbox_id!r}")
+    if cgroup_root is None and _parent is not None:
+        return _parent / sandbox_id
     return (cgroup_root or root()) / PARENT / sandbox_id
 
 
@@ -120,7 +132,8 @@ def remove(sandbox_id: str) -> bool:
 
 def kill(sandbox_id: str) -> bool:
     """SIGKILL every process of the sandbox's group at once, without waiting for them to exit
-    (`remove` waits and removes the group): whether there was a group to kill."""
+    (`remove` waits and removes the group): whether there was a group to kill. The reaper kills
+    a leased sandbox so, and sandbox_limits one that met its memory limit."""
     try:
         (group_of(sandbox_id) / "cgroup.kill").write_text("1")
     except FileNotFoundError:

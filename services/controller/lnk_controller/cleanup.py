@@ -25,6 +25,7 @@ from lnk_controller import (
     idmap_mounts,
     leftover_modes,
     proxy_link,
+    sandbox_limits,
 )
 from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
@@ -82,6 +83,11 @@ def _clean(
         try:
             host_users.kill_uid_processes(row.host_uid)
             killed = True
+        except StateError as exc:
+            problems.append(str(exc))
+    if killed:  # its limits' v1 groups, empty now (every process was in the v2 group too)
+        try:
+            sandbox_limits.remove_leftovers(sandbox_id)
         except StateError as exc:
             problems.append(str(exc))
     for target in reversed(json.loads(row.mounts_json)):

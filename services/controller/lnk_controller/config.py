@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lnk_controller.limits import BoxLimits
 from lnk_shared.paths import BoxPaths
 from lnk_shared.service_config import load_service_config
 from lnk_shared.service_identity import MIN_SANDBOX_UID
@@ -107,6 +108,8 @@ class ControllerConfig(BaseModel):
     unsafe_login_path_unjudged: bool = False
     # A test switch: the lease reaper's thread dies by an injected exception on every Nth pass.
     unsafe_test_reaper_crash_every: int | None = Field(default=None, ge=1, le=1_000_000)
+    # Each sandbox's limits and each owner's (`[limits]`, lnk_controller.limits.BoxLimits).
+    limits: BoxLimits = Field(default_factory=BoxLimits)
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
@@ -131,6 +134,16 @@ class ControllerConfig(BaseModel):
                 "unsafe_pretend_landlock_abi=%d: sandboxes are built as if the kernel had only "
                 "that Landlock ABI (a test setting; never on a real box)",
                 self.unsafe_pretend_landlock_abi,
+            )
+        if self.limits.unsafe_no_limits:
+            log.warning(
+                "limits.unsafe_no_limits: sandboxes run with NO process, memory, CPU or "
+                "open-file limit (a test setting; never on a real box)"
+            )
+        if self.limits.unsafe_allow_unlimited:
+            log.warning(
+                "limits.unsafe_allow_unlimited: sandboxes start even where no cgroup limit "
+                "can be applied"
             )
         if self.unsafe_switches:
             self.warn_unsafe()

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import bridge_link, host_users, idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller import (
+    bridge_link,
+    host_users,
+    idmap_mounts,
+    landlock,
+    proxy_link,
+    sandbox_limits,
+    seccomp,
+)
 from lnk_controller.agent_launch import (
     AGENT_DIR_INSIDE,
     BRIDGE_PORT,
@@ -41,6 +49,8 @@ from lnk_controller.bound import JudgedObject, close_all, judged_identities, ope
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
+from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
+from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
@@ -111,6 +121,7 @@ class Judged:
     # real path -> the object judged there (bound.py binds that object or refuses)
     identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
     caller: CallerCredentials | None = None  # whose credentials it was judged with
+    limits: Limits | None = None  # the box's, or less where the spec asked ([limits], flags)
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -173,6 +184,9 @@ class Launcher:
         # live record is one the reaper reconciles (`active`).
         self._active: set[str] = set()
         self._active_guard = threading.Lock()
+        self.ledger = sandbox_limits.Ledger()  # what each owner runs now (their limits)
+        self._places: dict[str, int] = {}  # sandbox id -> its owner's place in the ledger
+        self._limits: dict[str, sandbox_limits.Applied] = {}  # sandbox id -> its limits
 
     def active(self) -> set[str]:
         """The ids of the sandboxes this launcher is starting, running or cleaning. Read after
@@ -208,6 +222,8 @@ class Launcher:
                 raise SpecError(f"descriptor {grant.fd} was not passed", source="--with-fd")
             with_fds.append(FdGrant(fds[request.with_fds[grant.fd]], grant.write))
         spec = dataclasses.replace(spec, with_fds=tuple(with_fds))
+        # Over the box's limit: refused (exit 3, the limit named) before anything is asked.
+        limits = requested_by_spec(self.cfg.limits, dict(spec.limits))
         env = {"PATH": request.path_env or DEFAULT_PATH}
         cloud = detect_cloud()  # the machine's firmware, read as root
         with caller_credentials(caller):
@@ -272,6 +288,7 @@ class Launcher:
             agent,
             identities,
             caller,
+            limits,
         )
 
     def _look_up(
@@ -435,20 +452,30 @@ class Launcher:
         judged: Judged,
         sources: Mapping[str, int],
     ) -> Running:
-        with self._active_guard:
-            row = self.store.create(
-                owner_uid=owner_uid,
-                allocate=self._allocate,
-                host_name=host_users.user_name,
-                staging_root=self.cfg.staging_root,
-                command=[judged.program, *request.argv[1:]],
-                spec_hash=judged.digest,
-                lease=timedelta(seconds=self.cfg.lease_seconds),
-                staged=TMPFS_NAMES,
-            )
-            self._active.add(row.id)
+        wanted = judged.limits or requested(self.cfg.limits)
+        limits = None if self.cfg.limits.unsafe_no_limits else wanted
+        # The owner's place is taken before anything of the sandbox exists: over their count
+        # or their memory, nothing is recorded, made or run.
+        place = self.ledger.admit(self.cfg.limits, owner_uid, wanted)
         try:
-            return self._start(request, owner_uid, fds, judged, row, sources=sources)
+            with self._active_guard:
+                row = self.store.create(
+                    owner_uid=owner_uid,
+                    allocate=self._allocate,
+                    host_name=host_users.user_name,
+                    staging_root=self.cfg.staging_root,
+                    command=[judged.program, *request.argv[1:]],
+                    spec_hash=judged.digest,
+                    lease=timedelta(seconds=self.cfg.lease_seconds),
+                    staged=TMPFS_NAMES,
+                )
+                self._active.add(row.id)
+        except BaseException:
+            self.ledger.release(place)
+            raise
+        self._places[row.id] = place
+        try:
+            return self._start(request, owner_uid, fds, judged, row, sources=sources, limits=limits)
         except BaseException:
             clean = self.clean_or_leave(row.id, None)
             if clean and self.agents is not None and judged.agent is not None:
@@ -467,6 +494,7 @@ class Launcher:
         row: SandboxRow,
         *,
         sources: Mapping[str, int],
+        limits: Limits | None,
     ) -> Running:
         cfg = self.cfg
         grants = judged.grants
@@ -493,7 +521,11 @@ class Launcher:
                 read_only_inside=grants.read_only_inside,
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
-                tmp_size=cfg.tmp_size_mb * 1024 * 1024,
+                tmp_size=(
+                    tmpfs_size(cfg.tmp_size_mb * 1024 * 1024, limits)
+                    if limits is not None
+                    else cfg.tmp_size_mb * 1024 * 1024
+                ),
                 program_files=_program_files(judged),
                 unsafe=cfg.unsafe_switches,
             )
@@ -599,6 +631,7 @@ class Launcher:
                 policy=policy,
                 stdio=stdio,
                 terminal=request.terminal,
+                limiter=lambda group: self._apply_limits(row.id, group, limits),
             )
         except BaseException:
             if guarded is not None:
@@ -608,8 +641,46 @@ class Launcher:
             guarded.started()
         running = Running(row=row, process=process, terminal_master=master, stdio=guarded)
         watch_status(status_r, running)
-        self.store.set(row.id, state="running", pid=process.pid, pid_start=start_time(process.pid))
+        self.store.set(
+            row.id,
+            state="running",
+            pid=process.pid,
+            pid_start=start_time(process.pid),
+            limits=self.limits_said(running),
+        )
         return running
+
+    def _apply_limits(self, sandbox_id: str, group: Path, limits: Limits | None) -> list[str]:
+        applied = sandbox_limits.apply(self.cfg.limits, sandbox_id, group, limits)
+        self._limits[sandbox_id] = applied
+        return applied.launcher_args()
+
+    def limits_outcome(self, running: Running) -> str | None:
+        """The limit the sandbox met, said to its client (read before its clean-up)."""
+        applied = self._limits.get(running.row.id)
+        met = sandbox_limits.outcome(applied) if applied is not None else None
+        if met is not None:  # `lnk sandbox list` and `show` say it too
+            self.store.set(running.row.id, limit_met=met)
+        return met
+
+    def limits_said(self, running: Running) -> str:
+        """The sandbox's limits as a person reads them (`lnk sandbox check` reports them)."""
+        applied = self._limits.get(running.row.id)
+        if applied is None or applied.limits is None:
+            return "none (limits.unsafe_no_limits)"
+        held = [f"v2 {c}" for c in applied.v2] + [f"v1 {c}" for c in applied.v1]
+        where = ", ".join(held) or "none, rlimits only"
+        return f"{describe_limits(applied.limits)} (cgroups: {where})"
+
+    def _release(self, sandbox_id: str) -> None:
+        """Give back the owner's place and remove the limits' groups (after the clean-up
+        emptied the sandbox's cgroup)."""
+        place = self._places.pop(sandbox_id, None)
+        if place is not None:
+            self.ledger.release(place)
+        applied = self._limits.pop(sandbox_id, None)
+        if applied is not None:
+            sandbox_limits.release(applied)
 
     def waited(self, running: Running) -> int:
         """Wait for the sandbox's program; its exit status (128+N for a signal, as shells do)."""
@@ -637,5 +708,6 @@ class Launcher:
             log.error("%s; the reaper retries it", exc)
             return False
         finally:
+            self._release(sandbox_id)
             with self._active_guard:
                 self._active.discard(sandbox_id)

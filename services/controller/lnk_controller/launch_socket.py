@@ -10,9 +10,12 @@ The dialogue, one JSON frame at a time:
     server -> {"type": "approved", "hash": H, "already": B}   (a "dry" request: nothing runs)
 A "check" request (`lnk sandbox check`) skips the question and remembers nothing: its argv is
 only the arguments of the box's own probe program, which the controller puts in front.
-    server -> {"type": "started", "id": ID}          (+ the pty's master when it has a terminal)
+    server -> {"type": "started", "id": ID, "limits": L}  (+ the pty's master with a terminal;
+                                                       L: the sandbox's limits, as words)
     client -> {"type": "signal", "signal": N}        (any number of times)
-    server -> {"type": "exit", "status": N}  |  {"type": "error", "exit": N, "message": M}
+    server -> {"type": "exit", "status": N[, "message": M]}
+            |  {"type": "error", "exit": N, "message": M}
+(an exit's message names a limit the sandbox met; the client says it, then exits with N)
 Every "approve?" line and "error" message passes through `lnk_shared.display.shown_lines` on
 its way out: whichever client prints it (the C one prints them as they come), no control, bidi or
 zero-width character from a spec or a path reaches the terminal.
@@ -163,7 +166,11 @@ class LaunchServer:
             master = running.terminal_master
             send_frame(
                 conn,
-                {"type": "started", "id": running.row.id},
+                {
+                    "type": "started",
+                    "id": running.row.id,
+                    "limits": launcher.limits_said(running),
+                },
                 [master] if master is not None else None,
             )
             if master is not None:
@@ -173,6 +180,7 @@ class LaunchServer:
             watcher.start()
             status = launcher.waited(running)
             t4 = time.perf_counter()
+            met = launcher.limits_outcome(running)
             launcher.clean(running, status)
             t5 = time.perf_counter()
         except BaseException:
@@ -186,7 +194,9 @@ class LaunchServer:
             (t4 - t3) * 1e3,
             (t5 - t4) * 1e3,
         )
-        send_frame(conn, {"type": "exit", "status": status})
+        # `message`: the limit the sandbox met, which the client says before it exits with the
+        # sandbox's own status.
+        send_frame(conn, {"type": "exit", "status": status, **({"message": met} if met else {})})
 
     @staticmethod
     def _approved(conn: socket.socket, judged: Any) -> None:

@@ -139,6 +139,9 @@ class SandboxRow(Base):
     lease_expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     exit_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Its limits as set ("512 processes, 1 GiB memory, ..."), and the one it met, if any.
+    limits: Mapped[str | None] = mapped_column(Text, nullable=True)
+    limit_met: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class AgentRow(Base):

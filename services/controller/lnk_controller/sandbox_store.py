@@ -67,6 +67,8 @@ class SandboxPublic:
     ended_at: str | None
     exit_status: int | None
     retrying: str | None = None  # why its clean-up failed and is being retried
+    limits: str | None = None  # as set when it started
+    limit_met: str | None = None  # the limit it reached, as its client was told
 
     @classmethod
     def of(cls, row: SandboxRow, *, viewer: int, retrying: str | None = None) -> SandboxPublic:
@@ -82,6 +84,8 @@ class SandboxPublic:
             ended_at=row.ended_at.isoformat() if row.ended_at else None,
             exit_status=row.exit_status,
             retrying=retrying,
+            limits=row.limits,
+            limit_met=row.limit_met,
         )
 
 
@@ -163,6 +167,8 @@ class SandboxStore:
                 "lease_expires_at": now + lease,
                 "ended_at": None,
                 "exit_status": None,
+                "limits": None,
+                "limit_met": None,
             }
             conn.execute(_INSERT, values)
         return _row(values)

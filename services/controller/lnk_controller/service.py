@@ -17,7 +17,7 @@ from pathlib import Path
 
 import uvicorn
 
-from lnk_controller import idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller import cgroup_limits, cgroups, idmap_mounts, landlock, proxy_link, seccomp
 from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
@@ -105,6 +105,19 @@ def _reaper(store: SandboxStore, cfg: ControllerConfig, launcher: Launcher) -> R
     )
 
 
+def _place_cgroups() -> None:
+    """Under systemd's Delegate= the sandboxes' groups go in the controller's own subtree (it
+    moves itself into a leaf of it first); elsewhere they stay at the root's lnk.sandboxes."""
+    try:
+        parent = cgroup_limits.delegated_parent(cgroups.root(), cgroup_limits.own_v2_group())
+    except (LaunchRefused, StateError, OSError) as exc:
+        log.error("cannot use the controller's own cgroup subtree: %s", exc)
+        return
+    if parent is not None:
+        cgroups.use_parent(parent)
+        log.info("sandboxes' cgroups go in %s (delegated to the controller)", parent)
+
+
 def run_controller(cfg: ControllerConfig) -> None:
     if os.geteuid() != 0:
         raise StateError("the controller runs as root (it makes users and mounts)")
@@ -114,6 +127,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     store = SandboxStore(engine)
     remembered = RememberedSpecs(engine)
     _check_kernel(cfg)
+    _place_cgroups()
     cleaned = reconcile(store, cfg)
     if cleaned:
         log.info("reconcile: cleaned %d sandbox(es) a previous run left", cleaned)

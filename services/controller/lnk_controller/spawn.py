@@ -37,8 +37,9 @@ import subprocess
 import termios
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lnk_controller import cgroups, seccomp
@@ -271,8 +272,11 @@ def spawn_sandbox(
     policy: dict[str, Any],
     stdio: tuple[int, int, int],
     terminal: TerminalSize | None,
+    limiter: Callable[[Path], list[str]] | None = None,
 ) -> tuple[subprocess.Popen[bytes], int | None, int]:
-    """Start the chain; return (process, pty master or None, read end of bwrap's status)."""
+    """Start the chain; return (process, pty master or None, read end of bwrap's status).
+    `limiter` writes the sandbox's limits for its (empty) cgroup and returns the launcher's
+    options that apply the rest (sandbox_limits.Applied.launcher_args)."""
     home_inside = layout_args["home"].dest
     command, argv_data = split_confiner_command(tuple(layout_args["command"]))
     if cfg.unsafe_command_line_visible:
@@ -322,6 +326,7 @@ def spawn_sandbox(
             **{**layout_args, "command": command},
         )
         cgroup = cgroups.create(row.id)
+        limit_args = limiter(cgroup) if limiter is not None else []
         streams = list(stdio)
         if terminal is not None:
             master, secondary = os.openpty()
@@ -344,6 +349,7 @@ def spawn_sandbox(
             "--gid",
             str(user.gid),
             *(["--ctty"] if terminal is not None else []),
+            *limit_args,
             "--",
             *bwrap_command,
         ]

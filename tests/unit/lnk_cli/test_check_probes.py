@@ -241,3 +241,33 @@ def test_hold_returns_once_its_stdin_is_closed() -> None:
     os.close(write_end)  # the outside has looked
     out, _ = done.communicate(timeout=30)
     assert json.loads(out)["results"]["h"]["detail"] == "held until the outside looked"
+
+
+def test_limits_steps_go_through_below_a_limit() -> None:
+    for what in ("processes", "open_files"):
+        outcome = run_step({"kind": "limits", "what": what, "count": 16})
+        assert outcome["outcome"] == "through", outcome
+
+
+# In a child whose open-file limit is lowered (hard, so the probe cannot raise it): refused.
+# (The processes step is refused in a sandbox: e2e test_limits; RLIMIT_NPROC spares root.)
+LIMITED = """
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from lnk_cli.check.probes import run_step
+print(json.dumps(run_step({"kind": "limits", "what": "open_files", "count": 4096})))
+"""
+
+
+def test_limits_steps_are_stopped_at_a_limit() -> None:
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", LIMITED, CLI_DIR],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    files = json.loads(result.stdout)
+    assert files["outcome"] == "stopped"
+    assert "refused after" in files["detail"] and "EMFILE" in files["detail"]

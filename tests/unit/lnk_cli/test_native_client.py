@@ -254,6 +254,19 @@ SAME_AS_PYTHON = {
     "exit -9": ([_exit(-9)], 247, b""),
     "exit not a number": ([{"type": "exit", "status": "7"}], 1, b""),
     "started then exit": ([{"type": "started", "id": "s1"}, _exit(5)], 5, b""),
+    "exit at a limit": (
+        [
+            {"type": "started", "id": "s1", "limits": "64 processes, 512 MiB memory"},
+            {"type": "exit", "status": 137, "message": "the sandbox reached its memory limit"},
+        ],
+        137,
+        b"lnk: the sandbox reached its memory limit\n",
+    ),
+    "exit at a limit, escapes": (
+        [{"type": "exit", "status": 0, "message": "\ud800 \x00."}],
+        0,
+        b"lnk: \\ud800 \x00.\n",
+    ),
     "error": (
         [{"type": "error", "exit": 3, "message": "refused [launch]: no Landlock"}],
         3,

@@ -223,6 +223,10 @@ def test_every_known_key_is_accepted(tmp_path: Path) -> None:
         ("localhost", "ports"): "[8080]",
         ("commands", "allow"): '["bash"]',
         ("store", "driver"): '"sqlite"',
+        ("limits", "processes"): "64",
+        ("limits", "memory"): '"512M"',
+        ("limits", "cpu"): "50",
+        ("limits", "open_files"): "256",
     }
     assert set(values) == {(s, k) for s, keys in SECTIONS.items() for k in keys}
     text = "".join(f"{s}.{k} = {v}\n" for (s, k), v in values.items())

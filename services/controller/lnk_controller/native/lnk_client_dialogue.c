@@ -411,6 +411,13 @@ __attribute__((noreturn)) static void ended(const struct json_value *message) {
         const struct json_value *status = json_get(message, "status");
         bool usable = status != NULL && status->kind == JSON_INT && status->integer >= INT_MIN &&
                       status->integer <= INT_MAX;
+        const struct json_value *said = json_get(message, "message"); /* a limit it met */
+        if (said != NULL) {
+            struct text m = message_start(), text = {0};
+            text_str_of(&text, said);
+            text_printable(&m, text.data, text.length);
+            message_exit(&m, usable ? (int)status->integer : EXIT_ERROR);
+        }
         exit(usable ? (int)status->integer : EXIT_ERROR);
     }
     struct text m = message_start();

@@ -10,11 +10,17 @@
  * sets no_new_privs and execs PROGRAM (bwrap) with the environment it was given. lnk-spawn waits
  * and exits as the child did: its code, or death by the same signal (no core).
  *
+ * Limits: each --join DIR is a cgroup v1 group (a hybrid host's pids, memory or cpu hierarchy)
+ * lnk-spawn joins before the clone, so its child is born there too (v1 has no CLONE_INTO_CGROUP);
+ * each --rlimit NAME=N (nproc, nofile) is set, soft and hard, in the child before the drop to the
+ * sandbox user, a floor under the cgroup limits (RLIMIT_NPROC counts the sandbox's fresh uid).
+ *
  * Inherited descriptors are left as they are: the controller passes bwrap's data memfds and
  * status pipe by number. Any failure before the exec prints `lnk-spawn: WHAT: ERROR` and exits
  * 126: nothing of the sandbox ran.
  *
- * Usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM [ARGS...]
+ * Usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--join DIR]...
+ *        [--rlimit NAME=N]... -- PROGRAM [ARGS...]
  * PID is the controller's: lnk-spawn refuses to start anything once it is not its parent.
  */
 #define _GNU_SOURCE
@@ -37,8 +43,10 @@
 #define EXIT_REFUSED 126 /* the shell's "cannot execute": nothing of the sandbox ran */
 #define MEMFD_NOEXEC "/proc/sys/vm/memfd_noexec"
 #define USAGE                                                                                \
-    "usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] -- PROGRAM "      \
-    "[ARGS...]"
+    "usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--join DIR]... " \
+    "[--rlimit nproc|nofile=N]... -- PROGRAM [ARGS...]"
+#define MAX_JOINS 4   /* the v1 hierarchies a sandbox joins: pids, memory, cpu */
+#define MAX_RLIMITS 2 /* nproc and nofile */
 
 /* Print `lnk-spawn: WHAT: strerror(errno)` and exit 126. _exit: the child shares no stdio
    buffer to flush (stderr is unbuffered), and no atexit handler of the parent may run twice. */
@@ -77,13 +85,64 @@ static void forbid_memfd_exec(void) {
         fail("cannot close " MEMFD_NOEXEC);
 }
 
+struct limit {
+    int resource;
+    rlim_t value;
+};
+
+/* NAME=N for --rlimit: nproc or nofile, N from 1 to 2^31-1. */
+static struct limit parse_rlimit(const char *text) {
+    struct limit parsed = {-1, 0};
+    const char *number = NULL;
+    if (strncmp(text, "nproc=", 6) == 0) {
+        parsed.resource = RLIMIT_NPROC;
+        number = text + 6;
+    } else if (strncmp(text, "nofile=", 7) == 0) {
+        parsed.resource = RLIMIT_NOFILE;
+        number = text + 7;
+    }
+    size_t length = number == NULL ? 0 : strlen(number);
+    unsigned long value = 0;
+    if (length > 0 && length <= 10 && strspn(number, "0123456789") == length)
+        value = strtoul(number, NULL, 10);
+    if (parsed.resource < 0 || value == 0 || value > 0x7fffffffUL) {
+        fprintf(stderr, "lnk-spawn: --rlimit must be nproc=N or nofile=N, not '%s'\n%s\n", text,
+                USAGE);
+        _exit(EXIT_REFUSED);
+    }
+    parsed.value = (rlim_t)value;
+    return parsed;
+}
+
+/* Move lnk-spawn into the v1 group DIR ("0" is the writer): its child is born there. */
+static void join_group(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/cgroup.procs", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        fail("the --join folder's name is too long");
+    }
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        fail("cannot open a --join group's cgroup.procs");
+    if (write(fd, "0", 1) != 1)
+        fail("cannot join a --join group");
+    if (close(fd) != 0)
+        fail("cannot close a --join group's cgroup.procs");
+}
+
 /* The child: pid 1 of the new pid namespace, in the sandbox's cgroup since its birth.
    `alive` is the read end of a pipe whose write end only lnk-spawn holds: it hangs up when
    lnk-spawn is gone (getppid() cannot tell: the parent is outside this pid namespace). */
 __attribute__((noreturn)) static void child(const sigset_t *mask, int alive, unsigned uid,
-                                            unsigned gid, int ctty, char **argv) {
+                                            unsigned gid, int ctty, const struct limit *limits,
+                                            int nlimits, char **argv) {
     if (sigprocmask(SIG_SETMASK, mask, NULL) != 0)
         fail("cannot restore the signal mask");
+    for (int k = 0; k < nlimits; k++) {
+        struct rlimit both = {limits[k].value, limits[k].value};
+        if (setrlimit(limits[k].resource, &both) != 0)
+            fail("cannot set an --rlimit");
+    }
     forbid_memfd_exec();
     if (ctty && setsid() < 0)
         fail("cannot start a session");
@@ -148,10 +207,16 @@ int main(int argc, char **argv) {
         fail("cannot set the parent-death signal");
 
     const char *parent_text = NULL, *cgroup = NULL, *uid_text = NULL, *gid_text = NULL;
-    int ctty = 0, i = 1;
+    const char *joins[MAX_JOINS];
+    struct limit limits[MAX_RLIMITS];
+    int ctty = 0, i = 1, njoins = 0, nlimits = 0;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--ctty") == 0)
             ctty = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--join") == 0 && njoins < MAX_JOINS)
+            joins[njoins++] = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--rlimit") == 0 && nlimits < MAX_RLIMITS)
+            limits[nlimits++] = parse_rlimit(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--parent") == 0)
             parent_text = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--cgroup") == 0)
@@ -180,6 +245,8 @@ int main(int argc, char **argv) {
         sigaddset(&blocked, SIGTERM) != 0 || sigprocmask(SIG_BLOCK, &blocked, &mask) != 0)
         fail("cannot block SIGINT and SIGTERM");
 
+    for (int k = 0; k < njoins; k++)
+        join_group(joins[k]);
     int group = open(cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (group < 0)
         fail("cannot open the cgroup");
@@ -197,7 +264,7 @@ int main(int argc, char **argv) {
     if (pid == 0) {
         if (close(alive[1]) != 0)
             fail("cannot close the liveness pipe");
-        child(&mask, alive[0], uid, gid, ctty, argv + i + 1);
+        child(&mask, alive[0], uid, gid, ctty, limits, nlimits, argv + i + 1);
     }
     if (close(group) != 0 || close(alive[0]) != 0) /* alive[1] stays open until lnk-spawn ends */
         fail("cannot close the cgroup or the liveness pipe");

@@ -1,0 +1,30 @@
+"""sandboxes: each sandbox's limits as set, and the limit it met (shown by list and show).
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0006"
+down_revision: str | Sequence[str] | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("sandboxes") as batch:
+        batch.add_column(sa.Column("limits", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("limit_met", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("sandboxes") as batch:
+        batch.drop_column("limit_met")
+        batch.drop_column("limits")
