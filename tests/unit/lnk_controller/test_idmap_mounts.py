@@ -16,7 +16,6 @@ import stat
 import struct
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,7 +34,6 @@ OTHER = 4_000_000_004  # another local user, who must reach nothing through stag
 OVERFLOW = 65534  # what an id the map lacks reads as (/proc/sys/kernel/overflowuid)
 SECRET = b"owner's secret\n"
 PT_INTERP = 3  # ELF program header type naming the loader
-BUDGET_S = 0.030  # userns + stage + unmount: half of the 60 ms sandbox start target
 
 Stage = Callable[..., StagedMount]
 
@@ -443,14 +441,15 @@ def test_check_support_passes_here_and_names_a_filesystem_without_it(base: Path)
         idmap_mounts.check_support("/proc")
 
 
-def test_userns_stage_and_unmount_fit_the_start_budget(base: Path, owner_dir: Path) -> None:
-    times = []
+def test_userns_stage_and_unmount_again_and_again_leave_nothing(
+    base: Path, owner_dir: Path
+) -> None:
+    # How long this takes is bench/sandbox_start.py's to show, beside bare bwrap in the same run:
+    # a timed test fails on a loaded machine and proves nothing a benchmark would not.
     for index in range(10):
-        start = time.perf_counter()
         fd = idmap_mounts.make_userns_fd(((OWNER, SANDBOX, 1),), ((OWNER, SANDBOX, 1),))
         target = base / "stage" / f"t{index}"
         idmap_mounts.stage_idmapped(owner_dir, target, userns_fd=fd, read_only=True, noexec=True)
         os.close(fd)
         idmap_mounts.unmount(target)
-        times.append(time.perf_counter() - start)
-    assert sorted(times)[len(times) // 2] < BUDGET_S, times
+        assert not os.path.ismount(target)
