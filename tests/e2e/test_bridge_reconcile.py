@@ -107,7 +107,12 @@ def test_an_agent_stopped_while_the_bridge_is_down_loses_its_socket_once_it_is_b
             assert stopped.returncode == 0, stopped.stderr
             listed = json.loads(lnk("agent", "list", "--json").stdout)
             assert [a["running"] for a in listed if a["name"] == name] == [False]
-            removed = lnk("agent", "remove", name)
+            # Forgetting its store needs the bridge: refused while it is down, nothing half done.
+            refused = lnk("agent", "remove", name)
+            assert refused.returncode == 1 and "store bridge" in refused.stderr, refused
+            listed = json.loads(lnk("agent", "list", "--json").stdout)
+            assert [a["name"] for a in listed] == [name]
+            removed = lnk("agent", "remove", name, "--keep-store")  # needs no bridge
             assert removed.returncode == 0, removed.stderr
             run.wait(timeout=SETTLE_S)
 

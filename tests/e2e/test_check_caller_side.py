@@ -89,5 +89,5 @@ def test_each_unsafe_switch_makes_check_report_its_class_leaked(
     leaked = {i for i, v in verdicts.items() if v == "leaked"}
     assert code == 1
     assert leaked == SWITCHES[switch](out)
-    assert f"{switch}: " in log and "a test setting; never on a real box" in log
+    assert f"{switch} is on: " in log and "a test setting; never on a real box" in log
     assert not _links(out), "the check left its link behind"

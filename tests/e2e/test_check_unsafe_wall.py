@@ -2,7 +2,7 @@
 each of them refused; with the test-only controller switch that reopens one, it reports that
 one `leaked`, naming it, and exits 1.
 
-Each switch (lnk_controller.config.UNSAFE_WALL_SWITCHES) is set on a private box of its own;
+Each switch (of lnk_controller.config.UNSAFE_SWITCHES) is set on a private box of its own;
 the owner is the session's, with a write folder and an existing ~/bin (Debian's ~/.profile puts
 it first on PATH at the next login; the caller's PATH here lacks it).
 """
@@ -125,4 +125,4 @@ def test_check_reports_the_class_a_switch_reopens(
     assert any(i.startswith(wanted) for i in leaked), (wanted, leaked)
     others = {i for s, i in _ids(folder, bin_dir).items() if s != switch}
     assert not [i for i in leaked if any(i.startswith(o) for o in others)], leaked
-    assert f"{switch} is set" in log
+    assert f"{switch} is on" in log

@@ -157,8 +157,8 @@ class ControllerConfig(BaseModel):
         return self
 
     def unsafe_wall_switches(self) -> list[str]:
-        """The `unsafe_…` switches that are on, each with what it reopens."""
-        return [f"{name}: {UNSAFE_SWITCHES[name][0]}" for name in self.unsafe_switches]
+        """The `unsafe_…` switches that are on, each with what it reopens, as logged."""
+        return [f"{name} is on: {UNSAFE_SWITCHES[name][0]}" for name in self.unsafe_switches]
 
     @property
     def unsafe_switches(self) -> tuple[str, ...]:
@@ -173,10 +173,8 @@ class ControllerConfig(BaseModel):
 
     def warn_unsafe(self) -> None:
         """Logged when the config loads while a class switch is on (each launch logs its own)."""
-        for name in self.unsafe_switches:
-            log.warning(
-                "%s is on: %s (a test setting; never on a real box)", name, UNSAFE_SWITCHES[name][0]
-            )
+        for switch in self.unsafe_wall_switches():
+            log.warning("%s (a test setting; never on a real box)", switch)
 
     @property
     def paths(self) -> BoxPaths:

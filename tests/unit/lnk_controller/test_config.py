@@ -232,7 +232,7 @@ def test_a_wall_switch_set_is_named_with_what_it_reopens(
 ) -> None:
     write(config_dir, f"{switch} = true\n")
     (named,) = load_config(env).unsafe_wall_switches()
-    assert named.startswith(f"{switch}: ") and len(named) > len(switch) + 10
+    assert named.startswith(f"{switch} is on: ") and len(named) > len(switch) + 10
 
 
 def test_a_wall_switch_is_a_boolean(env: dict[str, str], config_dir: Path) -> None:
