@@ -50,6 +50,10 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
     ),
     "unsafe_write_symlinks": ("sandboxes may make symbolic links in write grants", None),
     "unsafe_skip_mode_sweep": ("no strip of leftover modes at a sandbox's end", None),
+    "unsafe_loader_maps_anything": (
+        "the ELF loader may map any program under /usr or in a read grant holding a granted one",
+        None,
+    ),
 }
 
 
@@ -86,6 +90,7 @@ class ControllerConfig(BaseModel):
     unsafe_append_stdout: bool = False
     unsafe_write_symlinks: bool = False
     unsafe_skip_mode_sweep: bool = False
+    unsafe_loader_maps_anything: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:

@@ -51,6 +51,7 @@ __all__ = [
     "make_userns_fd",
     "stage_bind",
     "stage_idmapped",
+    "stage_noexec_tree",
     "stage_tmpfs",
     "unmount",
 ]
@@ -68,6 +69,7 @@ _OPEN_TREE_CLONE = 1  # a detached copy of the mount, not the mount itself
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC  # no leak into children
 _AT_FDCWD = -100  # a path relative to the current folder (absolute here)
 _AT_EMPTY_PATH = 0x1000  # act on the fd itself (no path lookup, so no TOCTOU)
+_AT_RECURSIVE = 0x8000  # the whole tree of mounts: clone submounts, set attributes on all
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4  # the mount to move is the fd; the target is never followed
 _FSOPEN_CLOEXEC = 1  # no leak into children
 _FSMOUNT_CLOEXEC = 1  # no leak into children
@@ -339,6 +341,38 @@ def stage_bind(source: Path, target: Path, *, is_dir: bool = False) -> StagedMou
             if fd >= 0:
                 os.close(fd)
     return StagedMount(str(source), str(target), False, True)
+
+
+def stage_noexec_tree(source: str, target: Path) -> StagedMount:
+    """Attach a read-only, nosuid, nodev, noexec, private clone of the mount tree at `source`
+    (a root-owned system folder such as /usr, submounts included) at `target`, for bwrap to
+    bind: nothing under it can be run or mapped as code (`exec_mounts.py` says what is bound
+    exec-capable over it). Raises `LaunchRefused` (no new mount API) or `StateError`."""
+    parent_fd = _open_staging(target)
+    tree_fd = -1
+    try:
+        try:
+            flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
+            tree_fd = _syscall("open_tree", _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), flags)
+            attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC
+            attr = _MountAttr(attrs, 0, _MS_PRIVATE, 0)
+            _syscall(
+                "mount_setattr",
+                _SYS_MOUNT_SETATTR,
+                tree_fd,
+                b"",
+                _AT_EMPTY_PATH | _AT_RECURSIVE,
+                ctypes.byref(attr),
+                _MOUNT_ATTR_SIZE_VER0,
+            )
+        except OSError as exc:
+            raise StateError(f"cannot make a noexec clone of {source}: {exc}") from exc
+        _attach(tree_fd, parent_fd, target, is_dir=True)
+    finally:
+        for fd in (tree_fd, parent_fd):
+            if fd >= 0:
+                os.close(fd)
+    return StagedMount(source, str(target), True, True)
 
 
 def stage_tmpfs(

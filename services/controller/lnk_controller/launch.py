@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from lnk_controller import bridge_link, host_users, idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller import (
+    bridge_link,
+    exec_mounts,
+    host_users,
+    idmap_mounts,
+    landlock,
+    proxy_link,
+    seccomp,
+)
 from lnk_controller.agent_launch import (
     AGENT_DIR_INSIDE,
     BRIDGE_PORT,
@@ -250,7 +258,13 @@ class Launcher:
             [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
             [(f.path.real, f.write) for f in g.spec.with_fds],
             judged.execute,
+            programs_apart=self._programs_apart(judged),
         )
+
+    def _programs_apart(self, judged: Judged) -> bool:
+        """Whether the loader gap is closed for this sandbox (`exec_mounts.py`): under a finite
+        list, unless the test switch reopens it."""
+        return not judged.grants.spec.commands_any and not self.cfg.unsafe_loader_maps_anything
 
     def approve(self, owner_uid: int, judged: Judged) -> None:
         self.remembered.remember(
@@ -359,6 +373,7 @@ class Launcher:
                 read_only_inside=grants.read_only_inside,
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
+                programs_apart=self._programs_apart(judged),
                 tmp_size=cfg.tmp_size_mb * 1024 * 1024,
             )
         finally:
@@ -437,6 +452,10 @@ class Launcher:
                 owner_gid=pwd.getpwuid(owner_uid).pw_gid,
             ),
             "network_host": grants.spec.network_host,
+            "system_sources": {"/usr": staged.usr} if staged.usr else {},
+            "exec_over": exec_mounts.system_exec_binds(judged.execute, LOADERS)
+            if staged.usr
+            else (),
             "cwd": cwd,
             "env": env,
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),

@@ -61,6 +61,7 @@ class Staged:
     tmp: str
     shm: str
     home: str
+    usr: str | None = None  # the noexec clone of /usr bwrap binds from, if one was made
 
 
 def wanted_paths(
@@ -68,10 +69,13 @@ def wanted_paths(
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
+    *,
+    programs_apart: bool,
 ) -> list[str]:
     """The real paths the owner must pass open for this sandbox (those not passed as fds)."""
     passed = {p for p, _ in fd_grants}
-    return [p for p, _, _ in _wanted(grants_read, grants_write, [], execute) if p not in passed]
+    wanted = _wanted(grants_read, grants_write, [], execute, programs_apart=programs_apart)
+    return [p for p, _, _ in wanted if p not in passed]
 
 
 def _wanted(
@@ -79,15 +83,21 @@ def _wanted(
     grants_write: list[str],
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
+    *,
+    programs_apart: bool,
 ) -> list[tuple[str, bool, bool]]:
-    """(real path, write, is a program) for every bind the sandbox needs."""
+    """(real path, write, is a program) for every bind the sandbox needs. With
+    `programs_apart` (a finite list), a granted program inside a grant gets a bind of its own:
+    the grant is noexec, so the loader maps nothing else of it (`exec_mounts.py`)."""
     wanted = [(p, False, False) for p in grants_read] + [(p, True, False) for p in grants_write]
     wanted += [(p, w, False) for p, w in fd_grants]
     granted = [w[0] for w in wanted]
     for program in execute:
         if program == "/" or any(inside(program, d) for d in SYSTEM_PROGRAM_DIRS):
             continue
-        if not any(inside(program, g) for g in granted):
+        if program in granted:
+            continue  # the grant is that very file: it is staged exec-capable itself
+        if programs_apart or not any(inside(program, g) for g in granted):
             wanted.append((program, False, True))
     return wanted
 
@@ -270,8 +280,12 @@ def stage_sandbox(
     read_only_inside: tuple[str, ...],
     execute: tuple[str, ...],
     exec_anywhere: bool,
+    programs_apart: bool,
     tmp_size: int,
 ) -> Staged:
+    """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
+    closed): read grants noexec, each granted program in one bound on its own, and a noexec
+    clone of /usr to bind (`exec_mounts.py`)."""
     owner = pwd.getpwuid(owner_uid)
     by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
     binds: list[Bind] = []
@@ -280,10 +294,16 @@ def stage_sandbox(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
     try:
-        wanted = _wanted(grants_read, grants_write, fd_grants, execute)
+        wanted = _wanted(
+            grants_read, grants_write, fd_grants, execute, programs_apart=programs_apart
+        )
         targets = [staging / f"g{n}" for n in range(len(wanted))]
-        if targets:  # one write for all of them, before any is made
-            store.add_mounts(sandbox_id, [str(target) for target in targets])
+        usr = staging / "usr" if programs_apart else None
+        records = [str(target) for target in targets] + ([str(usr)] if usr else [])
+        if records:  # one write for all of them, before any is made
+            store.add_mounts(sandbox_id, records)
+        if usr is not None:
+            idmap_mounts.stage_noexec_tree(SYSTEM_PROGRAM_DIRS[0], usr)
         for (real, write, is_program), target in zip(wanted, targets, strict=True):
             source_fd = _owner_fd(real, request, fds, by_fd)
             if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
@@ -295,7 +315,10 @@ def stage_sandbox(
                     owner_uid=owner_uid,
                     owner_gid=owner.pw_gid,
                 )
-            runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
+            if programs_apart:
+                runs_here = is_program or real in execute
+            else:  # unsafe_loader_maps_anything: a grant holding a program is exec-capable
+                runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
             idmap_mounts.stage_idmapped(
                 source_fd,
                 target,
@@ -316,4 +339,11 @@ def stage_sandbox(
             size_bytes=tmp_size,
             noexec=not exec_anywhere,
         )
-    return Staged(tuple(binds), tuple(read_only), made["tmp"], made["shm"], made["home"])
+    return Staged(
+        tuple(binds),
+        tuple(read_only),
+        made["tmp"],
+        made["shm"],
+        made["home"],
+        str(usr) if usr is not None else None,
+    )
