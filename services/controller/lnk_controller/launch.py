@@ -42,7 +42,7 @@ from lnk_controller.agent_launch import (
 )
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
-from lnk_controller.config import ControllerConfig
+from lnk_controller.config import UNSAFE_SWITCHES, ControllerConfig
 from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
@@ -460,8 +460,14 @@ class Launcher:
             "env": env,
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),
         }
-        for switch in cfg.unsafe_wall_switches():
-            log.warning("sandbox %s: %s (a test setting; never on a real box)", row.id, switch)
+        for switch in cfg.unsafe_switches:  # "<switch>: <what>", and "<switch> is on" as at load
+            log.warning(
+                "sandbox %s: %s: %s (%s is on: a test setting; never on a real box)",
+                row.id,
+                switch,
+                UNSAFE_SWITCHES[switch][0],
+                switch,
+            )
         stdio = (fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]])
         guarded = None
         if request.terminal is None:  # with one, the sandbox gets a pty and none of these
