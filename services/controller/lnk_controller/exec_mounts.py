@@ -7,7 +7,7 @@ the program it is given with mmap(PROT_EXEC), which Landlock does not check. A n
 does: execve of a file on it fails with EACCES and mmap(PROT_EXEC) with EPERM (the loader says
 "failed to map segment"). So under a finite list the sandbox's `/usr` is a read-only noexec
 clone (`idmap_mounts.stage_noexec_tree`), read grants are staged noexec (`staging.py`), and
-exec-capable read-only binds go over them for exactly:
+exec-capable read-only clones are mounted over them for exactly:
 
 - the system's shared-library folders under `/usr`, as `/etc/ld.so.cache` names them
   (`ldconfig -p`), and the loader's own folder: the system's own libraries are excepted;
@@ -21,7 +21,9 @@ exec-capable read-only binds go over them for exactly:
   `git-core` (its helpers; Landlock still decides which of them may be execve'd).
 
 With `allow = ["*"]` none of this is made: the exec limit is lifted, `/usr` is bound as it is.
-Costs one mount for the clone, one bind per library folder and one per granted program.
+Cost: the controller makes the clone and one mount in it per library folder and per granted
+program under /usr (a few syscalls each), and bwrap binds the whole view once, so bwrap's own
+work (a parse of the mount table per bind) does not grow with the list.
 
 What this does NOT stop:
 - the loader running a file of a library folder as a program (`ld.so .../libc.so.6` prints its
@@ -93,9 +95,9 @@ def library_folders(cache_folders: Iterable[str], loaders: Iterable[str]) -> tup
 
 
 def exec_binds(execute: Iterable[str], libraries: Iterable[str]) -> tuple[str, ...]:
-    """Paths under /usr to bind exec-capable over the noexec clone, outer first: the library
+    """Paths under /usr to mount exec-capable in the noexec clone, outer first: the library
     folders, each granted program under /usr and its `program_folders`; a path inside another
-    is left out (the outer bind shows it). `/` (any program) is not a path to bind."""
+    is left out (the outer mount shows it). `/` (any program) is not a path to mount."""
     wanted = set(libraries)
     for program in execute:
         if program == "/" or not inside(program, SYSTEM_ROOT):

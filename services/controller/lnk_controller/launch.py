@@ -374,6 +374,9 @@ class Launcher:
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
                 programs_apart=self._programs_apart(judged),
+                exec_over=exec_mounts.system_exec_binds(judged.execute, LOADERS)
+                if self._programs_apart(judged)
+                else (),
                 tmp_size=cfg.tmp_size_mb * 1024 * 1024,
             )
         finally:
@@ -453,9 +456,6 @@ class Launcher:
             ),
             "network_host": grants.spec.network_host,
             "system_sources": {"/usr": staged.usr} if staged.usr else {},
-            "exec_over": exec_mounts.system_exec_binds(judged.execute, LOADERS)
-            if staged.usr
-            else (),
             "cwd": cwd,
             "env": env,
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),

@@ -281,11 +281,12 @@ def stage_sandbox(
     execute: tuple[str, ...],
     exec_anywhere: bool,
     programs_apart: bool,
+    exec_over: tuple[str, ...] = (),
     tmp_size: int,
 ) -> Staged:
     """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
     closed): read grants noexec, each granted program in one bound on its own, and a noexec
-    clone of /usr to bind (`exec_mounts.py`)."""
+    clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`)."""
     owner = pwd.getpwuid(owner_uid)
     by_fd = {os.readlink(f"/proc/self/fd/{fds[i]}"): fds[i] for i in request.with_fds.values()}
     binds: list[Bind] = []
@@ -303,7 +304,7 @@ def stage_sandbox(
         if records:  # one write for all of them, before any is made
             store.add_mounts(sandbox_id, records)
         if usr is not None:
-            idmap_mounts.stage_noexec_tree(SYSTEM_PROGRAM_DIRS[0], usr)
+            idmap_mounts.stage_noexec_tree(SYSTEM_PROGRAM_DIRS[0], usr, exec_over)
         for (real, write, is_program), target in zip(wanted, targets, strict=True):
             source_fd = _owner_fd(real, request, fds, by_fd)
             if write and stat.S_ISDIR(os.fstat(source_fd).st_mode):
