@@ -33,7 +33,9 @@ What this does NOT stop:
 - the box's own prefix (the confiner, the relay, the `lnk` client, the Python packages the box
   runs): it stays exec-capable, as the confiner must be; only root writes it;
 - a library a granted program loads from outside the cache's folders (an RPATH into
-  `/usr/lib/<package>`, a plugin folder): it fails to map, and the program fails with it;
+  `/usr/lib/<package>`, a plugin folder), or kept directly in a `TOO_BROAD` folder
+  (`/usr/local/lib` itself: it holds programs too): it fails to map, and the program with it
+  (a usability limit, not a way out: grant `allow = ["*"]` for such a program);
 - a venv's C extensions in a read grant: the read grant is noexec, so they do not load (grant
   `allow = ["*"]`, or use the system's site folders);
 - a granted program outside `/usr` and the grants: it is bound alone, its folder is not seen.

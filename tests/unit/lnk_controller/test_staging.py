@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.staging import PLACEHOLDER, _missing_entries, remove_placeholder
+from lnk_controller.staging import PLACEHOLDER, _missing_entries, _wanted, remove_placeholder
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 
 TOP_LEVEL = sorted({entry.split("/")[0] for entry in PROJECT_RUN_DOT_ENTRIES})
@@ -202,3 +202,31 @@ def test_placeholder_path_with_colons(tmp_path: Path) -> None:
     assert rec.endswith(str(path))
     remove_placeholder(rec)
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("programs_apart", "read", "execute", "wanted"),
+    [
+        # a finite list: the granted program in a read grant gets a bind of its own
+        (
+            True,
+            ["/srv/tools"],
+            ("/srv/tools/bin/a", "/usr/bin/dash"),
+            [("/srv/tools", False, False), ("/srv/tools/bin/a", False, True)],
+        ),
+        # unsafe_loader_maps_anything: the grant itself is exec-capable, no bind of its own
+        (False, ["/srv/tools"], ("/srv/tools/bin/a",), [("/srv/tools", False, False)]),
+        # a read grant that is the program itself: staged once, exec-capable (staging)
+        (True, ["/srv/tools/bin/a"], ("/srv/tools/bin/a",), [("/srv/tools/bin/a", False, False)]),
+        # programs under /usr are mounted in /usr's view, and `*` names no program
+        (True, [], ("/usr/bin/dash", "/"), []),
+        (True, [], ("/opt/x/bin/x",), [("/opt/x/bin/x", False, True)]),
+    ],
+)
+def test_which_programs_get_a_bind_of_their_own(
+    programs_apart: bool,
+    read: list[str],
+    execute: tuple[str, ...],
+    wanted: list[tuple[str, bool, bool]],
+) -> None:
+    assert _wanted(read, [], [], execute, programs_apart=programs_apart) == wanted
