@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import install_prefix
@@ -50,6 +54,7 @@ def _classes(out: str) -> dict[str, tuple[str, ...]]:
         "unsafe_writable_dev": ("dev:write", "exec:preload:/dev"),
         "unsafe_allow_host_listen": ("host:listen",),
         "unsafe_skip_mode_sweep": (f"mode:umask:{out}",),
+        "unsafe_loader_maps_anything": ("exec:loader",),
     }
 
 
@@ -79,6 +84,7 @@ def test_check_on_the_closed_wall_refuses_every_class(running_box: RunningBox) -
         "unsafe_writable_dev",
         "unsafe_allow_host_listen",
         "unsafe_skip_mode_sweep",
+        "unsafe_loader_maps_anything",
     ],
 )
 def test_each_unsafe_switch_makes_check_fail_naming_its_class(
@@ -98,3 +104,31 @@ def test_each_unsafe_switch_makes_check_fail_naming_its_class(
     assert not leaked_closed & set(_classes(out)[switch])
     assert log.count(f"{switch} is on") >= 2  # at start and at the launch
     assert _nothing_left(out) == []
+
+
+@pytest.fixture
+def tools(running_box: RunningBox) -> Iterator[Path]:
+    """A read folder of the owner's holding a granted program and an ungranted one beside it."""
+    folder = running_box.owner.home / f"tools-{secrets.token_hex(4)}"
+    (folder / "bin").mkdir(parents=True)
+    for name in ("granted", "other"):
+        shutil.copyfile("/usr/bin/basename", folder / "bin" / name)
+        (folder / "bin" / name).chmod(0o755)
+    for path in (folder, folder / "bin", folder / "bin" / "granted", folder / "bin" / "other"):
+        os.chown(path, running_box.owner.uid, running_box.owner.gid)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_loader_beside_a_granted_program_in_a_read_grant_is_refused_then_leaked(
+    running_box: RunningBox, private_box: Any, tools: Path
+) -> None:
+    flags = (f"--read={tools}", f"--command={tools}/bin/granted")
+    probe = f"exec:loader-read:{tools}"
+    status, verdicts = _check(running_box, *flags)
+    assert status == 0, verdicts
+    assert verdicts[probe] == verdicts["exec:loader"] == "refused"
+    with private_box("unsafe_loader_maps_anything = true") as box:
+        status, verdicts = _check(running_box, *flags, private=box)
+    assert status == 1
+    assert verdicts[probe] == verdicts["exec:loader"] == "leaked"

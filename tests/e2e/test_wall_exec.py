@@ -66,23 +66,90 @@ def test_granted_program_runs(running_box: RunningBox) -> None:
     assert result.stdout == f"{marker}\n"
 
 
-def test_gap_loader_runs_an_ungranted_system_program(running_box: RunningBox) -> None:
-    """KNOWN GAP, pinned: `ld.so /usr/bin/<ungranted>` runs the ungranted program.
-
-    Landlock's EXECUTE right is checked at execve only. The ELF loader must be executable
-    (every dynamic program needs it), and when it is run directly it maps the program it is
-    given with mmap(PROT_EXEC), which Landlock does not mediate; `/usr` is bound without
-    noexec (granted programs live there), so the mapping succeeds. So every program under
-    `/usr` can run in any sandbox despite `[commands]`; what still holds it is the rest of
-    the wall (Landlock read/write, seccomp, the namespaces, no privilege). Programs copied into
-    the sandbox's writable places do not run this way: those are mounted noexec (see
-    test_loader_running_a_copy_is_refused). When this gap is closed (e.g. a seccomp or LSM
-    check on mmap(PROT_EXEC) of files outside the granted set, or an exec-only view of
-    `/usr` holding just the granted programs and their libraries), this test fails: flip it
-    into a `..._is_refused` test.
-    """
+def test_loader_runs_no_ungranted_system_program(running_box: RunningBox) -> None:
+    """`ld.so /usr/bin/<ungranted>` (the loader maps what it is given with mmap(PROT_EXEC),
+    which Landlock does not check): with only /bin/sh granted, /usr is a noexec clone, so the
+    mapping fails; the ungranted program never runs (exec_mounts.py)."""
     marker = _marker()
-    result = running_box.sh(f"{LOADER} {UNGRANTED} {marker}")
+    result = running_box.run(cmd=["/bin/sh", "-c", f"{LOADER} {UNGRANTED} {marker}"])
+    assert result.returncode != 0
+    assert marker not in result.stdout
+    assert "failed to map segment" in result.stderr
+
+
+def test_loader_runs_a_granted_system_program(running_box: RunningBox) -> None:
+    marker = _marker()
+    script = f"{LOADER} {UNGRANTED} {marker}"
+    result = running_box.run("--command=basename", cmd=["/bin/sh", "-c", script])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{marker}\n"
+
+
+@pytest.fixture
+def tools(running_box: RunningBox, folder: Path) -> Path:
+    """A read grant of the owner's holding two programs, `granted` and `other`: copies of a
+    program that prints its argument."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for name in ("granted", "other"):
+        path = bin_dir / name
+        shutil.copyfile(UNGRANTED, path)
+        path.chmod(0o755)
+        os.chown(path, running_box.owner.uid, running_box.owner.gid)
+    os.chown(bin_dir, running_box.owner.uid, running_box.owner.gid)
+    return bin_dir
+
+
+def test_loader_runs_no_ungranted_program_beside_a_granted_one_in_a_read_grant(
+    running_box: RunningBox, folder: Path, tools: Path
+) -> None:
+    """The read grant is noexec and only the granted program is bound exec-capable over it:
+    the loader cannot map its neighbour, and running the neighbour directly fails too."""
+    marker, direct = _marker(), _marker()
+    script = f"{tools}/other {direct}; {LOADER} {tools}/other {marker}"
+    flags = (f"--read={folder}", f"--command={tools}/granted")
+    result = running_box.run(*flags, cmd=["/bin/sh", "-c", script])
+    assert result.returncode != 0
+    assert marker not in result.stdout
+    assert direct not in result.stdout
+    assert "failed to map segment" in result.stderr
+    assert "Permission denied" in result.stderr
+
+
+def test_the_granted_program_in_a_read_grant_runs(
+    running_box: RunningBox, folder: Path, tools: Path
+) -> None:
+    marker, loaded = _marker(), _marker()
+    script = f"{tools}/granted {marker} && {LOADER} {tools}/granted {loaded}"
+    flags = (f"--read={folder}", f"--command={tools}/granted")
+    result = running_box.run(*flags, cmd=["/bin/sh", "-c", script])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{marker}\n{loaded}\n"
+
+
+def test_a_granted_python_loads_its_c_extensions(running_box: RunningBox) -> None:
+    """lib-dynload's C modules and the system's site folders' (exec_mounts.program_folders)."""
+    marker = _marker()
+    code = f"import _ctypes, _ssl, _decimal, _sqlite3, yaml._yaml; print({marker!r})"
+    result = running_box.run("--command=python3", cmd=["/bin/sh", "-c", f'python3 -c "{code}"'])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{marker}\n"
+
+
+def test_a_granted_git_works(running_box: RunningBox) -> None:
+    script = (
+        "cd /tmp && git init -q repo && cd repo && echo hi > f && git add f && "
+        "git -c user.email=a@b -c user.name=n commit -q -m first && git log --format=%s"
+    )
+    result = running_box.run("--command=git", cmd=["/bin/sh", "-c", script])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "first\n"
+
+
+def test_with_command_star_the_loader_runs_anything(running_box: RunningBox) -> None:
+    marker = _marker()
+    script = f"{LOADER} {UNGRANTED} {marker}"
+    result = running_box.run("--command=*", cmd=["/bin/sh", "-c", script])
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{marker}\n"
 

@@ -6,8 +6,8 @@ bait set up outside into a list of `Probe`s. Each probe has the step the sandbox
 the expected verdict and the outside evidence `verdicts.py` weighs with the sandbox's answer.
 
 Expected: `allowed` when a grant opens it, `known gap` for what the wall documents it does not
-stop (a `[localhost]` port's server, the ELF loader, dot entries below the top of a written
-folder), `refused` for everything else.
+stop (a `[localhost]` port's server, dot entries below the top of a written folder),
+`refused` for everything else (the ELF loader running an ungranted program included).
 
 Off this machine, only hosts the spec names are reached: each listed `[internet]` or `[lan]`
 host gets one CONNECT through the proxy, closed at once. 1.1.1.1 directly is a route lookup
@@ -596,7 +596,7 @@ def _exec(c: _Context) -> None:
             Probe(
                 "exec:loader",
                 f"run {program} through {loader}",
-                ALLOWED if anything else KNOWN_GAP,
+                _expect(anything),
                 {"kind": "exec", "argv": [loader, program, marker], "marker": marker},
                 inside,
             )

@@ -7,6 +7,8 @@ Beside `plan.py`'s probes, for the same judged grants:
   left on disk after the run and its clean-up (`mode`);
 - a file created in `/dev`, and a copy of a shared library written to `/dev`, `/tmp` and the
   first write folder then mapped as code (what `LD_PRELOAD` into a granted program does);
+- the ELF loader mapping (`ld.so --verify`: mapped, never run) an ungranted program that sits
+  beside a granted one in a read grant;
 - `modify_ldt` and `memfd_secret`;
 - with `[network] mode = "host"`: listening on an unbound TCP socket (the kernel autobinds a
   port), binding TCP and UDP ports, sending from an unbound UDP socket.
@@ -23,11 +25,20 @@ import stat
 from typing import Any
 
 from lnk_cli.check.bait import PREFIX
-from lnk_cli.check.plan import ALLOWED, REFUSED, Evidence, Probe, write_folders
+from lnk_cli.check.plan import (
+    ALLOWED,
+    LOADERS,
+    REFUSED,
+    Evidence,
+    Probe,
+    read_folders,
+    write_folders,
+)
 from lnk_cli.check.probes import KERNEL_CALLS
 from lnk_shared.grants import Grants
+from lnk_shared.refusals import inside
 
-__all__ = ["LIBRARY_CANDIDATES", "SET_ID", "SHARED_WRITE", "wall_probes"]
+__all__ = ["LIBRARY_CANDIDATES", "SET_ID", "SHARED_WRITE", "loader_neighbours", "wall_probes"]
 
 SET_ID = stat.S_ISUID | stat.S_ISGID
 SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -41,6 +52,8 @@ LIBRARY_CANDIDATES = (
 SANDBOX_DEV = "/dev"
 SANDBOX_TMP = "/tmp"  # noqa: S108 - the sandbox's own private, noexec /tmp
 UDP_PORTS = (20_000, 60_000)  # the range a UDP bind probe picks its port from
+ELF_MAGIC = b"\x7fELF"
+MAX_NEIGHBOURS = 64  # entries of a granted program's folder looked at for an ungranted one
 
 
 def _name(nonce: str) -> str:
@@ -110,6 +123,58 @@ def _preloads(grants: Grants, nonce: str, folder: str | None) -> list[Probe]:
     return probes
 
 
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(ELF_MAGIC)) == ELF_MAGIC
+    except OSError:
+        return False
+
+
+def loader_neighbours(grants: Grants) -> list[tuple[str, str]]:
+    """(read grant, an ungranted ELF program beside a granted one in it), one per read grant
+    holding a granted program: what the loader could map if the grant were exec-capable."""
+    granted = {c.real for c in grants.spec.commands}
+    found = []
+    for folder in read_folders(grants):
+        beside = sorted({os.path.dirname(p) for p in granted if inside(p, folder) and p != folder})
+        for place in beside:
+            try:
+                names = sorted(os.listdir(place))[:MAX_NEIGHBOURS]
+            except OSError:
+                continue
+            other = next(
+                (
+                    path
+                    for path in (os.path.join(place, n) for n in names)
+                    if os.path.realpath(path) not in granted
+                    and os.path.isfile(path)
+                    and os.access(path, os.X_OK)
+                    and _is_elf(path)
+                ),
+                None,
+            )
+            if other is not None:
+                found.append((folder, other))
+                break
+    return found
+
+
+def _loader_probes(grants: Grants) -> list[Probe]:
+    loader = next((p for p in LOADERS if os.path.exists(p)), None)
+    if loader is None:
+        return []
+    return [  # a finite list only: `allow = ["*"]` names no program to be beside
+        _probe(
+            f"exec:loader-read:{folder}",
+            f"map {other} (beside a granted program in a read grant) through {loader}",
+            REFUSED,
+            {"kind": "maps", "argv": [loader, "--verify", other]},
+        )
+        for folder, other in loader_neighbours(grants)
+    ]
+
+
 def wall_probes(grants: Grants, nonce: str) -> list[Probe]:
     """The probes above for these grants, in the order they run and are reported."""
     folders = write_folders(grants)
@@ -120,6 +185,7 @@ def wall_probes(grants: Grants, nonce: str) -> list[Probe]:
         _probe("dev:write", "create a file in /dev", REFUSED, {"kind": "dev_write", "path": dev})
     )
     probes += _preloads(grants, nonce, folder)
+    probes += _loader_probes(grants)
     machine = os.uname().machine
     for call, what in (
         ("modify_ldt", "change x86 segment descriptors"),

@@ -15,6 +15,7 @@ import errno
 import os
 import socket
 import struct
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ _ACL_UNDEFINED_ID = 0xFFFFFFFF
 ACL_OTHER_WRITE = struct.pack("<I", _ACL_VERSION) + b"".join(
     struct.pack("<HHI", tag, perm, _ACL_UNDEFINED_ID) for tag, perm in ((1, 6), (4, 4), (0x20, 6))
 )
+MAPS_TIMEOUT_S = 10  # the loader maps one program and exits: far under this on a loaded box
 _ACL_ACCESS = "system.posix_acl_access"
 _ACL_DEFAULT = "system.posix_acl_default"
 
@@ -162,6 +164,15 @@ def _preload(step: dict[str, Any]) -> dict[str, Any]:
     return {"outcome": "through", "detail": "mapped as code", "data": ""}
 
 
+def _maps(step: dict[str, Any]) -> dict[str, Any]:
+    """The loader maps a program without running it (`ld.so --verify`): status 0 when its
+    segments could be mapped as code, non-zero when a noexec mount refused them."""
+    done = subprocess.run(step["argv"], capture_output=True, timeout=MAPS_TIMEOUT_S, check=False)
+    if done.returncode == 0:
+        return {"outcome": "through", "detail": "mapped as code", "data": ""}
+    return {"outcome": "stopped", "detail": f"status {done.returncode}", "data": ""}
+
+
 def _listen(step: dict[str, Any]) -> dict[str, Any]:
     """Take a port on the host: listen unbound (autobind), bind TCP, bind UDP, send UDP."""
 
@@ -198,5 +209,6 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "umask": _umask,
     "dev_write": _dev_write,
     "preload": _preload,
+    "maps": _maps,
     "listen": _listen,
 }

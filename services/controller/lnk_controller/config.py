@@ -60,6 +60,10 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
         "grants are bound by path, following links, without comparing them with what was judged",
         None,
     ),
+    "unsafe_loader_maps_anything": (
+        "the ELF loader may map any program under /usr or in a read grant holding a granted one",
+        None,
+    ),
 }
 
 
@@ -110,6 +114,7 @@ class ControllerConfig(BaseModel):
     unsafe_test_reaper_crash_every: int | None = Field(default=None, ge=1, le=1_000_000)
     # Each sandbox's limits and each owner's (`[limits]`, lnk_controller.limits.BoxLimits).
     limits: BoxLimits = Field(default_factory=BoxLimits)
+    unsafe_loader_maps_anything: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:

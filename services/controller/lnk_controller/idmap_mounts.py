@@ -53,6 +53,7 @@ __all__ = [
     "make_userns_fd",
     "stage_bind",
     "stage_idmapped",
+    "stage_noexec_tree",
     "stage_tmpfs",
     "unmount",
 ]
@@ -70,6 +71,7 @@ _OPEN_TREE_CLONE = 1  # a detached copy of the mount, not the mount itself
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC  # no leak into children
 _AT_FDCWD = -100  # a path relative to the current folder (absolute here)
 _AT_EMPTY_PATH = 0x1000  # act on the fd itself (no path lookup, so no TOCTOU)
+_AT_RECURSIVE = 0x8000  # the whole tree of mounts: clone submounts, set attributes on all
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4  # the mount to move is the fd; the target is never followed
 _FSOPEN_CLOEXEC = 1  # no leak into children
 _FSMOUNT_CLOEXEC = 1  # no leak into children
@@ -368,6 +370,61 @@ def stage_bind(source: Path, target: Path, *, is_dir: bool = False) -> StagedMou
             if fd >= 0:
                 os.close(fd)
     return StagedMount(str(source), str(target), False, True)
+
+
+def _clone_with(path: str, attrs: int, *, recursive: bool) -> int:
+    """A detached, private clone of the mount at `path` with `attrs` set (on every mount of
+    the tree when `recursive`)."""
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | (_AT_RECURSIVE if recursive else 0)
+    tree_fd = _syscall("open_tree", _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), flags)
+    try:
+        attr = _MountAttr(attrs, 0, _MS_PRIVATE, 0)
+        where = _AT_EMPTY_PATH | (_AT_RECURSIVE if recursive else 0)
+        size = _MOUNT_ATTR_SIZE_VER0
+        _syscall("mount_setattr", _SYS_MOUNT_SETATTR, tree_fd, b"", where, ctypes.byref(attr), size)
+    except BaseException:
+        os.close(tree_fd)
+        raise
+    return tree_fd
+
+
+def stage_noexec_tree(source: str, target: Path, exec_over: tuple[str, ...] = ()) -> StagedMount:
+    """Attach a read-only, nosuid, nodev, noexec, private clone of the mount tree at `source`
+    (a root-owned system folder such as /usr, submounts included) at `target`, then mount an
+    exec-capable (read-only, nosuid, nodev) clone of each path of `exec_over` (real paths under
+    `source`, outer first) over its place in it: bwrap binds the whole view with one bind.
+    Nothing else under it can be run or mapped as code (`exec_mounts.py`). Raises
+    `LaunchRefused` (no new mount API) or `StateError`; a half-made view is unmounted by the
+    caller's clean-up through `target`, recorded before this runs."""
+    base = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+    parent_fd = _open_staging(target)
+    tree_fd = -1
+    try:
+        try:
+            tree_fd = _clone_with(source, base | MOUNT_ATTR_NOEXEC, recursive=True)
+        except OSError as exc:
+            raise StateError(f"cannot make a noexec clone of {source}: {exc}") from exc
+        _attach(tree_fd, parent_fd, target, is_dir=True)
+    finally:
+        for fd in (tree_fd, parent_fd):
+            if fd >= 0:
+                os.close(fd)
+    for path in exec_over:
+        relative = os.path.relpath(path, source)
+        if relative.startswith("..") or os.path.isabs(relative):
+            raise StateError(f"{path} is not under {source}: it cannot be made exec-capable")
+        over = os.fsencode(target / relative)
+        over_fd = -1
+        try:
+            over_fd = _clone_with(path, base, recursive=False)
+            flags = _MOVE_MOUNT_F_EMPTY_PATH  # the last component of `over` is never followed
+            _syscall("move_mount", _SYS_MOVE_MOUNT, over_fd, b"", _AT_FDCWD, over, flags)
+        except OSError as exc:
+            raise StateError(f"cannot make {path} exec-capable in {target}: {exc}") from exc
+        finally:
+            if over_fd >= 0:
+                os.close(over_fd)
+    return StagedMount(source, str(target), True, True)
 
 
 def stage_tmpfs(

@@ -5,13 +5,13 @@ again there; the controller only probes it, to refuse a launch up front (`Launch
 and to log it at start, naming what is missing.
 
 What Landlock does NOT stop, and so what the rest of the wall must: `mmap(PROT_EXEC)` of a
-readable file (the ELF loader, once executable, runs any readable ELF; an interpreter any
-readable script); `connect()` to a pathname unix socket it can reach (no right for it before
-the RESOLVE_UNIX right of a later ABI: the mount namespace and the confiner's unix-socket block
-close it); UDP, raw and MPTCP sockets (the seccomp filter refuses MPTCP); metadata changes
-(`chmod`, `utimes`, `setxattr`) and `stat`; descriptors opened before the ruleset (inherited
-fds keep their rights; device ioctls on them too); threads other than the caller's (the
-confiner is single-threaded).
+readable file (the ELF loader, once executable, runs any readable ELF: under a finite list the
+noexec mounts of `exec_mounts.py` stop that; an interpreter runs any readable script); `connect()`
+to a pathname unix socket it can reach (no right for it before the RESOLVE_UNIX right of a later
+ABI: the mount namespace and the confiner's unix-socket block close it); UDP, raw and MPTCP
+sockets (the seccomp filter refuses MPTCP); metadata changes (`chmod`, `utimes`, `setxattr`) and
+`stat`; descriptors opened before the ruleset (inherited fds keep their rights; device ioctls on
+them too); threads other than the caller's (the confiner is single-threaded).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lnk_controller import (
     bridge_link,
+    exec_mounts,
     host_users,
     idmap_mounts,
     landlock,
@@ -368,7 +369,13 @@ class Launcher:
             [(f.path.real, f.write) for f in g.spec.with_fds],
             judged.execute,
             _program_files(judged),
+            programs_apart=self._programs_apart(judged),
         )
+
+    def _programs_apart(self, judged: Judged) -> bool:
+        """Whether the loader gap is closed for this sandbox (`exec_mounts.py`): under a finite
+        list, unless the test switch reopens it."""
+        return not judged.grants.spec.commands_any and not self.cfg.unsafe_loader_maps_anything
 
     def approve(self, owner_uid: int, judged: Judged) -> None:
         self.remembered.remember(
@@ -528,6 +535,10 @@ class Launcher:
                 ),
                 program_files=_program_files(judged),
                 unsafe=cfg.unsafe_switches,
+                programs_apart=self._programs_apart(judged),
+                exec_over=exec_mounts.system_exec_binds(judged.execute, LOADERS)
+                if self._programs_apart(judged)
+                else (),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
@@ -605,6 +616,7 @@ class Launcher:
                 owner_gid=pwd.getpwuid(owner_uid).pw_gid,
             ),
             "network_host": grants.spec.network_host,
+            "system_sources": {"/usr": staged.usr} if staged.usr else {},
             "cwd": cwd,
             "env": env,
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),

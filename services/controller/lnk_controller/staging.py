@@ -88,6 +88,7 @@ class Staged:
     tmp: str
     shm: str
     home: str
+    usr: str | None = None  # the noexec clone of /usr bwrap binds from, if one was made
 
 
 def wanted_paths(
@@ -96,10 +97,14 @@ def wanted_paths(
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
     program_files: frozenset[str] = frozenset(),
+    *,
+    programs_apart: bool = False,
 ) -> list[str]:
     """The real paths the owner must pass open for this sandbox (those not passed as fds)."""
     passed = {p for p, _ in fd_grants}
-    wanted = _wanted(grants_read, grants_write, [], execute, program_files)
+    wanted = _wanted(
+        grants_read, grants_write, [], execute, program_files, programs_apart=programs_apart
+    )
     return [p for p, _, _ in wanted if p not in passed]
 
 
@@ -109,20 +114,25 @@ def _wanted(
     fd_grants: list[tuple[str, bool]],
     execute: tuple[str, ...],
     program_files: frozenset[str] = frozenset(),
+    *,
+    programs_apart: bool = False,
 ) -> list[tuple[str, bool, bool]]:
     """(real path, write, is a program) for every bind the sandbox needs. A program file
     (`program_files`) inside a granted folder is bound over itself too: what it may execute is
-    then the very file judged, not whatever is renamed to its name later."""
+    then the very file judged, not whatever is renamed to its name later. With
+    `programs_apart` (a finite list), every granted program inside a grant gets a bind of its
+    own: the grant is noexec, so the loader maps nothing else of it (`exec_mounts.py`)."""
     wanted = [(p, False, False) for p in grants_read] + [(p, True, False) for p in grants_write]
     wanted += [(p, w, False) for p, w in fd_grants]
     granted = [w[0] for w in wanted]
     for program in execute:
         if program == "/" or any(inside(program, d) for d in SYSTEM_PROGRAM_DIRS):
             continue
+        if program in granted:
+            continue  # the grant is that very file: it is staged exec-capable itself
         in_grant = any(inside(program, g) for g in granted)
-        if program in granted or (in_grant and program not in program_files):
-            continue
-        wanted.append((program, False, True))
+        if programs_apart or program in program_files or not in_grant:
+            wanted.append((program, False, True))
     return wanted
 
 
@@ -378,10 +388,15 @@ def stage_sandbox(
     read_only_inside: tuple[str, ...],
     execute: tuple[str, ...],
     exec_anywhere: bool,
+    programs_apart: bool,
+    exec_over: tuple[str, ...] = (),
     tmp_size: int,
     program_files: frozenset[str] = frozenset(),
     unsafe: tuple[str, ...] = (),
 ) -> Staged:
+    """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
+    closed): read grants noexec, each granted program in one bound on its own, and a noexec
+    clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`)."""
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
     binds: list[Bind] = []
@@ -390,10 +405,21 @@ def stage_sandbox(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
     try:
-        wanted = _wanted(grants_read, grants_write, fd_grants, execute, program_files)
+        wanted = _wanted(
+            grants_read,
+            grants_write,
+            fd_grants,
+            execute,
+            program_files,
+            programs_apart=programs_apart,
+        )
         targets = [staging / f"g{n}" for n in range(len(wanted))]
-        if targets:  # one write for all of them, before any is made
-            store.add_mounts(sandbox_id, [str(target) for target in targets])
+        usr = staging / "usr" if programs_apart else None
+        records = [str(target) for target in targets] + ([str(usr)] if usr else [])
+        if records:  # one write for all of them, before any is made
+            store.add_mounts(sandbox_id, records)
+        if usr is not None:
+            idmap_mounts.stage_noexec_tree(SYSTEM_PROGRAM_DIRS[0], usr, exec_over)
         for (real, write, is_program), target in zip(wanted, targets, strict=True):
             source_fd = sources.get(real)
             if source_fd is None:  # bound.open_judged opened every one; a miss is a bug here
@@ -409,7 +435,10 @@ def stage_sandbox(
                     owner_gid=owner.pw_gid,
                     as_files="unsafe_placeholders_visible" in unsafe,
                 )
-            runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
+            if programs_apart:
+                runs_here = is_program or real in execute
+            else:  # unsafe_loader_maps_anything: a grant holding a program is exec-capable
+                runs_here = is_program or any(inside(p, real) for p in execute if p != "/")
             idmap_mounts.stage_idmapped(
                 source_fd,
                 target,
@@ -432,4 +461,11 @@ def stage_sandbox(
             size_bytes=tmp_size,
             noexec=not exec_anywhere,
         )
-    return Staged(tuple(binds), tuple(read_only), made["tmp"], made["shm"], made["home"])
+    return Staged(
+        tuple(binds),
+        tuple(read_only),
+        made["tmp"],
+        made["shm"],
+        made["home"],
+        str(usr) if usr is not None else None,
+    )

@@ -1,17 +1,18 @@
 """The wall: the bubblewrap command line that makes a sandbox, as a pure function of its layout.
 
-The sandbox starts from an empty root (bwrap's own tmpfs, remounted read-only at the end) and
-gets only: read-only system folders (`/usr` and the merged-usr links, the short list of `/etc`
-entries in `ETC_FILES`, the box's own prefix), a generated `/etc/passwd` and `/etc/group`
-naming only root, nobody and the sandbox's user, a fresh `/proc` and a minimal, read-only `/dev`
-(see below), private noexec `/tmp` and `/dev/shm`, its private home, an `/etc/hosts` and a boot
-id of its own (nothing names or identifies the host: `unsafe_host_identity` puts the host's
-back), and the granted folders (staged by the controller as idmapped mounts, read-only or noexec
-as granted). Protected folders inside a granted folder are covered by an empty read-only tmpfs;
-dot entries that tools run outside are bound read-only over themselves. Every namespace is new
-(the network shared only for `[network] mode = "host"`), further user namespaces are disabled,
-the environment is exactly the one given, and without a terminal the sandbox gets a new session
-so it cannot push input into one (TIOCSTI).
+The sandbox starts from an empty root (bwrap's own tmpfs, remounted read-only at the end) and gets
+only: read-only system folders (`/usr` and the merged-usr links; under a finite `[commands]` list
+`/usr` is a noexec clone with its libraries and the granted programs mounted exec-capable in it, one
+bind: `exec_mounts.py`), the short list of `/etc` entries in `ETC_FILES`, the box's own prefix, a
+generated `/etc/passwd` and `/etc/group` naming only root, nobody and the sandbox's user, a fresh
+`/proc` and a minimal, read-only `/dev` (see below), private noexec `/tmp` and `/dev/shm`, its
+private home, an `/etc/hosts` and a boot id of its own (nothing names or identifies the host:
+`unsafe_host_identity` puts the host's back), and the granted folders (staged by the controller as
+idmapped mounts, read-only or noexec as granted). Protected folders inside a granted folder are
+covered by an empty read-only tmpfs; dot entries that tools run outside are bound read-only over
+themselves. Every namespace is new (the network shared only for `[network] mode = "host"`), further
+user namespaces are disabled, the environment is exactly the one given, and without a terminal the
+sandbox gets a new session so it cannot push input into one (TIOCSTI).
 
 `/etc` is mostly copies, not binds: each bind costs bwrap a mount and a full parse of
 /proc/self/mountinfo (it remounts submounts with the bind's flags), which grows with the host's
@@ -120,6 +121,9 @@ class SandboxLayout:
     read_only_inside: tuple[Bind, ...] = ()
     system_links: Mapping[str, str] = field(default_factory=dict)
     system_dirs: tuple[str, ...] = ()
+    # A system folder bound from a staged view instead of itself: under a finite list, /usr's
+    # noexec clone with the libraries and granted programs exec-capable in it (exec_mounts.py).
+    system_sources: Mapping[str, str] = field(default_factory=dict)
     # /etc entries bound read-only (directories, large files), and (descriptor, path) of the
     # ones bwrap copies into its read-only root: opened by the controller, passed to bwrap.
     etc_binds: tuple[str, ...] = ()
@@ -171,7 +175,7 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
     for dest, target in sorted(layout.system_links.items()):
         a += ["--symlink", target, dest]
     for path in layout.system_dirs:
-        a += ["--ro-bind", path, path]
+        a += ["--ro-bind", layout.system_sources.get(path, path), path]
     for path in layout.etc_binds:
         a += ["--ro-bind", path, path]
     # Copies, not mounts (see the module docstring); read-only once `/` is remounted below.

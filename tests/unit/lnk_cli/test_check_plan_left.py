@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,49 @@ def test_host_network_tries_to_take_a_port(home: Path) -> None:
     assert listen.expected == REFUSED and listen.step is not None
     assert 20_000 <= listen.step["udp_port"] < 60_000
     assert "host:listen" not in {p.id for p in wall_probes(grants_for(home), "n0nce")}
+
+
+@pytest.fixture
+def tools(home: Path) -> Iterator[Path]:
+    """A read folder for programs, outside /tmp (a program there is refused)."""
+    path = Path(tempfile.mkdtemp(prefix="lnk-test-tools-", dir="/var/lib"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _program(path: Path, source: str = "/usr/bin/true") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(Path(source).read_bytes())
+    path.chmod(0o755)
+    return path
+
+
+def test_a_read_grant_holding_a_granted_program_gets_the_loader_probe_on_its_neighbour(
+    home: Path, tools: Path
+) -> None:
+    granted = _program(tools / "bin" / "granted")
+    other = _program(tools / "bin" / "other", "/usr/bin/basename")
+    (tools / "bin" / "a-script").write_text("#!/bin/sh\n")  # not ELF: not what the loader maps
+    (tools / "bin" / "a-script").chmod(0o755)
+    grants = grants_for(home, f"--read={tools}", f"--command={granted}")
+    probes = {p.id: p for p in wall_probes(grants, "n0nce")}
+    probe = probes[f"exec:loader-read:{tools}"]
+    assert probe.expected == REFUSED
+    assert probe.step is not None
+    assert probe.step["argv"][1:] == ["--verify", str(other)]
+
+
+def test_a_read_grant_without_a_granted_program_gets_no_loader_probe(
+    home: Path, tools: Path
+) -> None:
+    _program(tools / "bin" / "other")
+    probes = wall_probes(grants_for(home, f"--read={tools}"), "n0nce")
+    assert not [p for p in probes if p.id.startswith("exec:loader-read:")]
+
+
+def test_under_command_star_there_is_no_read_grant_loader_probe(home: Path, tools: Path) -> None:
+    # `allow = ["*"]` names no program (any runs): nothing is granted beside an ungranted one
+    _program(tools / "bin" / "other")
+    grants = grants_for(home, f"--read={tools}", "--command=*")
+    probes = wall_probes(grants, "n0nce")
+    assert not [p for p in probes if p.id.startswith("exec:loader-read:")]

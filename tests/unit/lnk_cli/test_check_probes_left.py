@@ -98,6 +98,28 @@ def test_preload_from_a_noexec_mount_is_stopped(tmp_path: Path) -> None:
         subprocess.run(["umount", mount], check=True)
 
 
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+
+@pytest.mark.skipif(not os.path.exists(LOADER), reason="an x86_64 glibc loader")
+def test_the_loader_maps_a_program_on_an_exec_capable_mount_and_not_on_a_noexec_one(
+    tmp_path: Path,
+) -> None:
+    mount = tmp_path / "noexec"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,size=4m", "tmpfs", mount], check=True)
+    try:
+        copy = mount / "basename"
+        copy.write_bytes(Path("/usr/bin/basename").read_bytes())
+        copy.chmod(0o755)
+        mapped = run_step({"id": "m", "kind": "maps", "argv": [LOADER, "--verify", str(copy)]})
+        assert mapped["outcome"] == "stopped"
+        here = [LOADER, "--verify", "/usr/bin/basename"]
+        assert run_step({"id": "m", "kind": "maps", "argv": here})["outcome"] == "through"
+    finally:
+        subprocess.run(["umount", mount], check=True)
+
+
 def test_listen_gets_through_on_an_open_network() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))

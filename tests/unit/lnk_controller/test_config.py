@@ -249,6 +249,7 @@ def test_a_wall_switch_is_a_boolean(env: dict[str, str], config_dir: Path) -> No
         ("unsafe_allow_host_listen", {"host_listen"}),
         ("unsafe_writable_dev", set()),
         ("unsafe_skip_mode_sweep", set()),
+        ("unsafe_loader_maps_anything", set()),
     ],
 )
 def test_each_class_switch_warns_and_turns_off_only_its_own_rules(

@@ -453,3 +453,29 @@ def test_userns_stage_and_unmount_again_and_again_leave_nothing(
         os.close(fd)
         idmap_mounts.unmount(target)
         assert not os.path.ismount(target)
+
+
+def test_noexec_view_of_usr_maps_only_what_is_mounted_exec_capable_in_it(base: Path) -> None:
+    """/usr's clone is noexec; the loader's folder and one program mounted in it stay
+    exec-capable, and the loader maps nothing else of /usr (the loader gap, closed)."""
+    loader = os.path.realpath(_elf_interpreter("/usr/bin/true"))
+    target = base / "staging" / "usr"
+    over = (os.path.dirname(loader), "/usr/bin/true")
+    idmap_mounts.stage_noexec_tree("/usr", target, over)
+    inside_true, inside_false = target / "bin" / "true", target / "bin" / "false"
+    view_loader = str(target / os.path.relpath(loader, "/usr"))
+    assert as_sandbox(view_loader, str(inside_true)).returncode == 0
+    refused = as_sandbox(view_loader, str(inside_false))
+    assert refused.returncode != 0
+    assert "failed to map segment" in refused.stderr
+    assert as_sandbox(str(inside_false)).returncode != 0  # nor run directly
+    assert "noexec" in _mountinfo(target).split()[5]
+    idmap_mounts.unmount(target)
+    assert not [p for p in _mount_points() if p.startswith(str(target))]
+
+
+def test_noexec_view_refuses_a_path_outside_its_source(base: Path) -> None:
+    target = base / "staging" / "usr"
+    with pytest.raises(StateError, match="not under /usr"):
+        idmap_mounts.stage_noexec_tree("/usr", target, ("/etc",))
+    idmap_mounts.unmount(target)

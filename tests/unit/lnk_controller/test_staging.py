@@ -14,6 +14,7 @@ from lnk_controller.staging import (
     PLACEHOLDER,
     _missing_entries,
     _set_immutable,
+    _wanted,
     remove_placeholder,
     wanted_paths,
 )
@@ -277,3 +278,31 @@ def test_commondir_placeholder_is_removed_and_a_filled_one_stays(folder: Path) -
     path.write_bytes(b"../other\n")
     remove_placeholder(record(path))
     assert path.read_bytes() == b"../other\n"
+
+
+@pytest.mark.parametrize(
+    ("programs_apart", "read", "execute", "wanted"),
+    [
+        # a finite list: the granted program in a read grant gets a bind of its own
+        (
+            True,
+            ["/srv/tools"],
+            ("/srv/tools/bin/a", "/usr/bin/dash"),
+            [("/srv/tools", False, False), ("/srv/tools/bin/a", False, True)],
+        ),
+        # unsafe_loader_maps_anything: the grant itself is exec-capable, no bind of its own
+        (False, ["/srv/tools"], ("/srv/tools/bin/a",), [("/srv/tools", False, False)]),
+        # a read grant that is the program itself: staged once, exec-capable (staging)
+        (True, ["/srv/tools/bin/a"], ("/srv/tools/bin/a",), [("/srv/tools/bin/a", False, False)]),
+        # programs under /usr are mounted in /usr's view, and `*` names no program
+        (True, [], ("/usr/bin/dash", "/"), []),
+        (True, [], ("/opt/x/bin/x",), [("/opt/x/bin/x", False, True)]),
+    ],
+)
+def test_which_programs_get_a_bind_of_their_own(
+    programs_apart: bool,
+    read: list[str],
+    execute: tuple[str, ...],
+    wanted: list[tuple[str, bool, bool]],
+) -> None:
+    assert _wanted(read, [], [], execute, programs_apart=programs_apart) == wanted

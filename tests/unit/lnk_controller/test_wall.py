@@ -390,3 +390,14 @@ def test_dev_is_remounted_read_only_after_its_shm_is_mounted(shm: Bind | None) -
 
 def test_the_writable_dev_switch_leaves_dev_writable() -> None:
     assert ("--remount-ro", ("/dev",)) not in ops_of(layout(unsafe_writable_dev=True))
+
+
+def test_usr_is_bound_from_its_staged_noexec_view_never_from_the_host() -> None:
+    ops = ops_of(layout(system_dirs=("/usr",), system_sources={"/usr": "/run/lnk/sandboxes/x/usr"}))
+    index_of(ops, "--ro-bind", "/run/lnk/sandboxes/x/usr", "/usr")
+    assert ("--ro-bind", ("/usr", "/usr")) not in ops  # never the host's exec-capable /usr
+
+
+def test_without_a_clone_usr_is_bound_as_it_is() -> None:
+    ops = ops_of(layout(system_dirs=("/usr",)))
+    index_of(ops, "--ro-bind", "/usr", "/usr")
