@@ -429,10 +429,15 @@ def test_the_gate_line_is_roots_and_the_box_users_shell_is_sh(deployed: Deployme
     info = path.stat()
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 0, 0o644)
     (line,) = path.read_text().splitlines()
+    from lnk_shared.accounts import home_token, prove_account
+
+    user = pwd.getpwnam(box.box_user)
+    proof = prove_account(user.pw_uid)
+    assert proof is not None
     assert line.startswith(
         f'restrict,pty,command="{box.venv}/bin/lnk sandbox enter '
         f"--spec {box.config_dir}/users/{box.box_user}.toml --folder {box.gate_folder} "
-        f'--run-dir {box.run_dir}" ssh-ed25519 '
+        f'--run-dir {box.run_dir} --account {home_token(user.pw_uid, proof)}" ssh-ed25519 '
     )
     assert pwd.getpwnam(box.box_user).pw_shell == "/bin/sh"
     assert (box.dropin_dir / "50-lnk-gate.conf").read_text().count(f"{box.keys_dir}/%u") == 1

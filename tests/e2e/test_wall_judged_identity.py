@@ -1,10 +1,12 @@
 """One identity from judging to binding, attacked by the owner's other sandboxes and other users.
 
-Each attack swaps a granted path for a link to the owner's home, `~/.lnk` or `~/.ssh` after it
-was judged: during the real approval question (on a pty, the swap made while the client waits)
-or in a loop of renames and `RENAME_EXCHANGE` under `--yes`. Every launch either runs on the
-folder judged or is refused; bait outside is checked after each run. The same swap against a
-box with `unsafe_skip_identity_check` shows the leak the check closes.
+Each attack swaps a granted path, after it was judged, for a link to the owner's home, `~/.lnk`
+or `~/.ssh` (another user who owns the parent), or for another folder (the owner's other
+sandbox, which can make no link in its write grant): during the real approval question (on a
+pty, the swap made while the client waits) or in a loop of renames and `RENAME_EXCHANGE` under
+`--yes`. Every launch either runs on the folder judged or is refused; bait outside is checked
+after each run. The same swap against a box with `unsafe_skip_identity_check` shows the leak
+the check closes.
 """
 
 from __future__ import annotations
@@ -177,14 +179,21 @@ def _swapper_sandbox(box: RunningBox, race: Race, script: str, *args: str) -> It
         proc.communicate(timeout=30)
 
 
+# A sandbox makes no link in its write grant (Landlock's MAKE_SYM: write_links.py), so the
+# owner's other sandbox puts another folder where the judged one was: another object all the
+# same, which the bind must refuse. It says whether the link was refused.
 SWAP_ONCE = r"""
-import os, sys
+import errno, os, sys
 out, target = sys.argv[1], sys.argv[2]
 print("ready", flush=True)
 sys.stdin.readline()
 os.rename(out, out + ".judged")
-os.symlink(target, out)
-print("swapped", flush=True)
+try:
+    os.symlink(target, out)
+    print("swapped: a link", flush=True)
+except OSError as exc:
+    os.mkdir(out)
+    print(f"swapped: a folder (the link: {errno.errorcode[exc.errno]})", flush=True)
 sys.stdin.readline()
 """
 
@@ -257,7 +266,8 @@ def _swap_by_sandbox(box: RunningBox, race: Race, target: Path) -> Iterator[Call
             assert swapper.stdin is not None and swapper.stdout is not None
             swapper.stdin.write("go\n")
             swapper.stdin.flush()
-            assert swapper.stdout.readline().strip() == "swapped"
+            said = swapper.stdout.readline().strip()
+            assert said == "swapped: a folder (the link: EACCES)", said
 
         yield swap
 
@@ -461,7 +471,10 @@ def test_a_looping_exchange_under_yes_never_binds_elsewhere(
     links = []
     for name, target in targets.items():
         link = race.parent / f"evil-{name.strip('~/.') or 'home'}"
-        link.symlink_to(target)
+        if by_user:
+            link.symlink_to(target)
+        else:  # a sandbox moves no link in its write grant (MAKE_SYM): other folders instead
+            link.mkdir()
         _chown(link, *parent_owner)
         links.append(str(link))
     before = race.bait()
@@ -495,8 +508,10 @@ def test_a_looping_exchange_under_yes_never_binds_elsewhere(
     finally:
         stop()
     # Every file planted is in the folder judged, whatever its name is now.
-    real = next(p for p in (race.out, *map(Path, links)) if p.is_dir() and not p.is_symlink())
-    assert real.stat().st_ino == judged_inode
+    folders = [p for p in (race.out, *map(Path, links)) if p.is_dir() and not p.is_symlink()]
+    real = next(p for p in folders if p.stat().st_ino == judged_inode)
+    for other in folders:  # nothing planted in a folder that was not the one judged
+        assert other == real or not [n for n in os.listdir(other) if n.startswith("planted-")]
     planted = [p for p in os.listdir(real) if p.startswith("planted-")]
     assert len(planted) == (0 if grant == "--read" else ran)
     assert ran + refused == LOOP_LAUNCHES
