@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import os
 import pwd
+import signal
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from lnk_shared.proof_client import ProofSigner, call_bridge
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 
 AGENT_UID = 299_950
+STOP_S = 30.0  # the controller cleans its sandboxes before it exits; none run here
 
 
 def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
@@ -57,12 +60,36 @@ def test_box_up_runs_the_store_bridge_as_its_own_user(private_box: Any) -> None:
         assert b"lnk_bridge_store" not in cmdline
 
 
+def _stop_controller(run_dir: Path) -> None:
+    """The box's controller closes every agent socket no live sandbox holds (it reconciles each
+    second): the test opens one as the controller would, with no sandbox, so it stops it."""
+    pid = int((run_dir / "controller.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_S
+    while Path(f"/proc/{pid}").exists() and b"lnk_controller" in _cmdline(pid):
+        assert time.monotonic() < deadline, "the controller did not stop"
+        time.sleep(0.05)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_an_agent_socket_opened_by_the_controller_serves_only_that_agent(
-    running_box: Any,
+    private_box: Any,
 ) -> None:
+    with private_box() as box:
+        _stop_controller(box.run_dir)
+        _serves_only_that_agent(box.run_dir)
+
+
+def _serves_only_that_agent(run_dir: Path) -> None:
     key = Ed25519PrivateKey.generate()
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    run_dir, agent = running_box.run_dir, "e2e-agent-" + os.urandom(2).hex()
+    agent = "e2e-agent-" + os.urandom(2).hex()
     opened = bridge_admin(
         run_dir,
         {
