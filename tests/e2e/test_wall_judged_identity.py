@@ -43,8 +43,12 @@ out, links = sys.argv[1], sys.argv[2:]
 print("swapping", flush=True)
 n = 0
 while True:
-    # RENAME_EXCHANGE (2): the folder and a link to somewhere else trade names atomically
-    libc.renameat2(-100, out.encode(), -100, links[n % len(links)].encode(), 2)
+    # RENAME_EXCHANGE (2): the folder and a link to somewhere else trade names atomically, and
+    # back, so the judged folder stands at `out` half of the time (exchanging onward from a
+    # link would leave it under another name for good, and no launch could run at all)
+    link = links[n % len(links)].encode()
+    libc.renameat2(-100, out.encode(), -100, link, 2)
+    libc.renameat2(-100, out.encode(), -100, link, 2)
     n += 1
 """
 

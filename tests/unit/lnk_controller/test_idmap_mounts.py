@@ -461,6 +461,7 @@ def test_noexec_view_of_usr_maps_only_what_is_mounted_exec_capable_in_it(base: P
     loader = os.path.realpath(_elf_interpreter("/usr/bin/true"))
     target = base / "staging" / "usr"
     over = (os.path.dirname(loader), "/usr/bin/true")
+    idmap_mounts.make_staging_dir(target.parent, gid=SANDBOX)  # as a launch makes it: 0710
     idmap_mounts.stage_noexec_tree("/usr", target, over)
     inside_true, inside_false = target / "bin" / "true", target / "bin" / "false"
     view_loader = str(target / os.path.relpath(loader, "/usr"))
