@@ -21,7 +21,7 @@ from as_user import as_user
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 RunningBox = Any  # tests/e2e/conftest.py
 CHECK_TIMEOUT_S = 90
-CALLER_SIDE = ("terminal", "stdout:append-only", "host:hosts", "host:boot-id")
+CALLER_SIDE = ("terminal", "stdout:append-only", "host:hosts", "host:boot-id", "host:boot-time")
 
 
 def _check(box: RunningBox, private: Any | None, *flags: str) -> tuple[int, dict[str, str]]:
@@ -72,6 +72,7 @@ def test_check_of_a_closed_spec_refuses_every_caller_side_class(running_box: Run
 
 SWITCHES = {
     "unsafe_host_identity": lambda out: {"host:hosts", "host:boot-id"},
+    "unsafe_host_clock": lambda out: {"host:boot-time"},
     "unsafe_caller_terminal": lambda out: {"terminal"},
     "unsafe_append_stdout": lambda out: {"stdout:append-only"},
     "unsafe_write_symlinks": lambda out: {f"link.write:{out}"},

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import termios
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,37 @@ def test_the_sandbox_sees_its_own_hosts_file_and_boot_id(
         assert [line for line in lines if line.startswith("name ")] == ["name lnk-sandbox"]
         assert not [line for line in lines if line.startswith("present ")]
     assert boots[0] != boots[1], "the boot id is one per sandbox"
+
+
+CLOCKS = (
+    'read -r up idle < /proc/uptime; echo "up $up"; '
+    'while read -r key value rest; do [ "$key" = btime ] && echo "btime $value"; '
+    "done < /proc/stat; "
+    "echo ran"
+)
+
+
+def _host_boot_time() -> int:
+    with open("/proc/stat", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("btime "))
+
+
+@pytest.mark.parametrize("client", ["c", "python"])
+def test_the_sandbox_has_clocks_of_its_own_that_do_not_tell_when_the_host_booted(
+    running_box: RunningBox, spec: Any, client: str
+) -> None:
+    path = spec("")
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
+    ran = _launch(running_box, client, path, CLOCKS, capture_output=True, text=True)
+    after = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert ran.returncode == 0, ran.stderr
+    lines = dict(line.split(" ", 1) for line in ran.stdout.splitlines() if " " in line)
+    assert ran.stdout.splitlines()[-1] == "ran"
+    up = float(lines["up"])
+    # Its uptime is its own age (born at 0 within the launch), not the host's: the host has
+    # been up at least as long as this test module has been running.
+    assert up <= after - before + 1.0, (up, before, after)
+    assert before > up + 1.0, "the host booted too recently to tell the clocks apart"
+    # btime = the wall clock less the boot clock: inside, that is when the sandbox started.
+    assert abs(int(lines["btime"]) - _host_boot_time()) > 2
+    assert abs(int(lines["btime"]) - time.time()) <= after - before + 3

@@ -14,7 +14,8 @@ run inside are in probes.py (`terminal`, `append_only`, `symlink`, `hosts`, `rea
   start with what was there before.
 - a link in each write folder pointing at ~/.ssh/authorized_keys: seen outside if it exists.
 - /etc/hosts naming this machine (its hostname, or a name the host's own /etc/hosts gives
-  that is not localhost's), this boot's id, the machine-id: compared outside.
+  that is not localhost's), this boot's id, the machine-id, when this machine booted
+  (/proc/stat's btime, which every sandbox of one boot would share): compared outside.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 
 from lnk_cli.check.plan import REFUSED, Evidence, Probe
-from lnk_cli.check.probes import hosts_file_names
+from lnk_cli.check.probes import boot_time, hosts_file_names
 
 __all__ = ["AppendBait", "CallerSide", "caller_probes", "gather", "hosts_names"]
 
@@ -47,6 +48,7 @@ class CallerSide:
     boot_id: str
     machine_id: str
     terminal_fd: int | None
+    boot_time: int | None = None
 
 
 def _read_id(path: str) -> str:
@@ -65,12 +67,21 @@ def hosts_names(path: str = HOSTS) -> set[str]:
         return set()
 
 
+def _boot_time() -> int | None:
+    try:
+        return boot_time()
+    except OSError:
+        return None
+
+
 def gather() -> CallerSide:
     name = socket.gethostname()
     names = {name, name.split(".")[0], *hosts_names()} - GENERIC_NAMES
     machine = next((i for i in map(_read_id, MACHINE_IDS) if i), "")
     terminal = next((fd for fd in (0, 2) if os.isatty(fd)), None)
-    return CallerSide(tuple(sorted(n for n in names if n)), _read_id(BOOT_ID), machine, terminal)
+    return CallerSide(
+        tuple(sorted(n for n in names if n)), _read_id(BOOT_ID), machine, terminal, _boot_time()
+    )
 
 
 class AppendBait:
@@ -168,6 +179,15 @@ def caller_probes(
                 "read this machine's boot id",
                 {"kind": "read", "path": BOOT_ID},
                 Evidence("secret", caller.boot_id),
+            )
+        )
+    if caller.boot_time is not None:
+        probes.append(
+            _probe(
+                "host:boot-time",
+                "learn when this machine booted (/proc/stat's btime, /proc/uptime)",
+                {"kind": "boot_time"},
+                Evidence("clock", caller.boot_time),
             )
         )
     if caller.machine_id:

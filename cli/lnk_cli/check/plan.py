@@ -86,6 +86,7 @@ class Evidence:
     staging    the check, as a user other than the sandbox's, reached its staging folder
     cmdline    a command line of the sandbox's chain (lnk-spawn, bwrap, the confiner) showed
                a staging path or a granted folder to every local user
+    clock      the boot time the sandbox read is this machine's (`value`, within CLOCK_SLACK)
     inside     nothing outside can see it: the sandbox's answer only
     """
 

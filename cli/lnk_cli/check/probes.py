@@ -416,6 +416,23 @@ def _hosts(_step: dict[str, Any]) -> dict[str, Any]:
     return _through(f"{len(names)} names", names[:LIST_LIMIT])
 
 
+def boot_time(path: str = "/proc/stat") -> int | None:
+    """When the kernel says this boot began (btime, seconds since the epoch), or None. Outside,
+    the check reads this machine's with it (caller_side.py); inside, a time namespace of the
+    sandbox's own moves it to the sandbox's birth."""
+    with open(path, encoding="ascii", errors="replace") as f:
+        for line in f:
+            key, _, value = line.partition(" ")
+            if key == "btime" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def _boot_time(_step: dict[str, Any]) -> dict[str, Any]:
+    """The boot time /proc/stat gives (what the outside compares with this machine's)."""
+    return _through("read /proc/stat", {"btime": boot_time()})
+
+
 def _git_visible(step: dict[str, Any]) -> dict[str, Any]:
     """Which of the names missing outside before the run show at the top of a write folder as
     git sees entries: a regular file or a link is listed by `git status` and committed by
@@ -505,6 +522,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "append_only": _append_only,
     "symlink": _symlink,
     "hosts": _hosts,
+    "boot_time": _boot_time,
     **probes_left.STEPS,
     "limits": _limits,
 }

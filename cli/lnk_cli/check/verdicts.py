@@ -35,12 +35,16 @@ __all__ = ["VERDICTS", "Finding", "Outside", "ProbesFailed", "judge_all", "judge
 
 VERDICTS = (REFUSED, ALLOWED, KNOWN_GAP, LEAKED)
 DETAIL_LIMIT = 160  # characters of the sandbox's own words shown per probe
+# Seconds a boot time may differ from this machine's and still be it: btime is the wall clock
+# less the boot clock, whole seconds, so a clock step (NTP) moves it by one or so.
+CLOCK_SLACK = 2
 # Evidence the outside sees for itself: it alone decides the probe.
 # ("mode" is not: a set-id bit the sandbox set leaks while it runs, even if swept after it;
 # "mode-swept" is, for what the filter cannot refuse and only the sweep strips.)
 _DECISIVE = frozenset(
     {
         "secret",
+        "clock",
         "names",
         "created",
         "marked",
@@ -134,6 +138,11 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
     if kind == "secret":
         if e.value in json.dumps(data) or e.value in outside.output:
             return "the secret came back"
+        return None
+    if kind == "clock":
+        seen = data.get("btime") if isinstance(data, dict) else None
+        if isinstance(seen, int) and abs(seen - int(e.value)) <= CLOCK_SLACK:
+            return "it read when this machine booted"
         return None
     if kind == "names":
         names = data if isinstance(data, list) else []

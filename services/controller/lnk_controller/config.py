@@ -41,6 +41,7 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
     "unsafe_allow_host_listen": ("listening and datagram sockets in host mode", "host_listen"),
     "unsafe_writable_dev": ("a writable /dev", None),
     "unsafe_host_identity": ("sandboxes see the host's /etc/hosts and boot id", None),
+    "unsafe_host_clock": ("sandboxes see when the host booted (/proc/uptime, btime)", None),
     "unsafe_caller_terminal": (
         "a caller's terminal on stdin, stdout or stderr is passed in as is",
         None,
@@ -100,6 +101,7 @@ class ControllerConfig(BaseModel):
     unsafe_allow_host_listen: bool = False
     unsafe_writable_dev: bool = False
     unsafe_host_identity: bool = False
+    unsafe_host_clock: bool = False
     unsafe_caller_terminal: bool = False
     unsafe_append_stdout: bool = False
     unsafe_write_symlinks: bool = False

@@ -349,6 +349,9 @@ def spawn_sandbox(
             "--gid",
             str(user.gid),
             *(["--ctty"] if terminal is not None else []),
+            # Its own boot and monotonic clocks (a time namespace): /proc/uptime and btime say
+            # how long the sandbox has run, not when the host booted.
+            *([] if cfg.unsafe_host_clock else ["--own-clock"]),
             *limit_args,
             "--",
             *bwrap_command,

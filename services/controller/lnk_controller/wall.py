@@ -31,6 +31,12 @@ read-only mount does not stop it). bwrap cannot make that tmpfs noexec; read-onl
 moot, as nothing but bwrap's nodes and links is ever in it. `/dev/shm` (noexec, writable) and
 `/dev/pts` (devpts, no files to make) are mounts of their own that the remount leaves alone.
 
+Its clocks: lnk-spawn starts it in a time namespace of its own (`--own-clock`), so /proc/uptime
+and /proc/stat's btime tell how long the sandbox has run, not when the host booted (a value every
+sandbox of one boot shares, as good an id of the host as its boot id; `unsafe_host_clock` puts
+the host's back). What that does NOT hide: the CPU counters in /proc/stat and /proc/uptime's idle
+time still grow with the host's uptime (not namespaced), and the wall clock is the host's.
+
 What this does NOT do: apply Landlock or seccomp (the confiner does, inside, before the target
 runs), create users or mounts (the controller does), or decide what is granted (`refusals`).
 """

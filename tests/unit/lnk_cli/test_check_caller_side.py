@@ -22,10 +22,13 @@ from lnk_cli.check.caller_side import (
     gather,
     hosts_names,
 )
-from lnk_cli.check.plan import REFUSED
-from lnk_cli.check.probes import run_step
+from lnk_cli.check.plan import LEAKED, REFUSED
+from lnk_cli.check.probes import boot_time, run_step
+from lnk_cli.check.verdicts import Outside, judge_probe
 
-HOST = CallerSide(("box1", "box1.example.net"), "b" * 36, "m" * 32, terminal_fd=2)
+HOST = CallerSide(
+    ("box1", "box1.example.net"), "b" * 36, "m" * 32, terminal_fd=2, boot_time=1_700_000_000
+)
 
 
 def _ids(caller: CallerSide, folders: list[str]) -> dict[str, bool]:
@@ -43,6 +46,7 @@ def test_every_class_is_probed_and_refusal_expected() -> None:
         "link.write:/home/o/out": True,
         "host:hosts": True,
         "host:boot-id": True,
+        "host:boot-time": True,
         "host:machine-id:0": True,
         "host:machine-id:1": True,
     }
@@ -60,6 +64,40 @@ def test_the_link_probe_points_at_authorized_keys_and_is_removed_after() -> None
     assert link.leftovers == (link.step["path"],)
     assert link.evidence[0].kind == "created"
     assert link.evidence[0].path == link.step["path"]
+
+
+def test_the_boot_time_step_reads_this_machines_btime_outside_any_sandbox() -> None:
+    result = run_step({"id": "b", "kind": "boot_time"})
+    assert result["outcome"] == "through"
+    assert result["data"] == {"btime": gather().boot_time}
+    assert isinstance(result["data"]["btime"], int)
+
+
+def test_boot_time_is_none_for_a_stat_file_without_btime(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime soon\nctxt 5\n")
+    assert boot_time(str(tmp_path / "stat")) is None
+    (tmp_path / "stat").write_text("cpu  1 2 3\nbtime 1700000000\n")
+    assert boot_time(str(tmp_path / "stat")) == 1_700_000_000
+
+
+@pytest.mark.parametrize(
+    ("seen", "leaked"),
+    [
+        ({"btime": 1_700_000_000}, True),
+        ({"btime": 1_700_000_002}, True),  # a clock step of a second or two is still it
+        ({"btime": 1_699_999_998}, True),
+        ({"btime": 1_700_000_003}, False),
+        ({"btime": 1_700_086_400}, False),  # the sandbox's own clock: born a day later
+        ({"btime": None}, False),
+        ({"btime": "1700000000"}, False),
+        ("1700000000", False),
+    ],
+)
+def test_the_boot_time_is_judged_outside_by_its_value(seen: object, leaked: bool) -> None:
+    (probe,) = [p for p in caller_probes(HOST, [], "/h", "n") if p.id == "host:boot-time"]
+    untrusted = {"outcome": "through", "detail": "read /proc/stat", "data": seen}
+    finding = judge_probe(probe, untrusted, Outside())
+    assert finding.verdict == (LEAKED if leaked else REFUSED)
 
 
 def test_the_hosts_probe_compares_names_not_text() -> None:

@@ -152,6 +152,38 @@ def test_the_child_is_born_in_the_group_confined_and_dropped(lnk_spawn: Path, gr
     assert not any("lnk.sandboxes" in target for target in report["fds"].values())
 
 
+CLOCKS = (
+    "import os, time; "
+    "print(time.clock_gettime(time.CLOCK_BOOTTIME), time.clock_gettime(time.CLOCK_MONOTONIC), "
+    "os.readlink('/proc/self/ns/time'))"
+)
+
+
+@pytest.mark.parametrize("own_clock", [True, False])
+def test_own_clock_gives_the_child_boot_and_monotonic_clocks_that_start_at_zero(
+    lnk_spawn: Path, group: Path, own_clock: bool
+) -> None:
+    argv = _argv(lnk_spawn, group) + (["--own-clock"] if own_clock else [])
+    host_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    ran = subprocess.run(
+        [*argv, "--", PYTHON, "-I", "-S", "-c", CLOCKS],
+        env={},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    boot, monotonic, namespace = ran.stdout.split()
+    assert host_boot > 2.0, "this machine booted too recently to tell the clocks apart"
+    if own_clock:
+        assert float(boot) < 2.0 and float(monotonic) < 2.0, ran.stdout
+        assert namespace != os.readlink("/proc/self/ns/time")
+    else:
+        assert float(boot) >= host_boot
+        assert namespace == os.readlink("/proc/self/ns/time")
+
+
 def test_the_exit_code_comes_back(lnk_spawn: Path, group: Path) -> None:
     result = subprocess.run(
         [*_argv(lnk_spawn, group), "--", "/bin/sh", "-c", "exit 7"],

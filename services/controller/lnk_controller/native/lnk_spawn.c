@@ -10,6 +10,11 @@
  * sets no_new_privs and execs PROGRAM (bwrap) with the environment it was given. lnk-spawn waits
  * and exits as the child did: its code, or death by the same signal (no core).
  *
+ * Clocks: with --own-clock, the child is born in a time namespace of its own whose CLOCK_BOOTTIME
+ * and CLOCK_MONOTONIC start at 0 (offsets written before any process enters it, as they must be),
+ * so /proc/uptime and /proc/stat's btime tell the sandbox's age, not when the host booted. The
+ * wall clock (CLOCK_REALTIME) is the host's: time namespaces cannot shift it, and nothing should.
+ *
  * Limits: each --join DIR is a cgroup v1 group (a hybrid host's pids, memory or cpu hierarchy)
  * lnk-spawn joins before the clone, so its child is born there too (v1 has no CLONE_INTO_CGROUP);
  * each --rlimit NAME=N (nproc, nofile) is set, soft and hard, in the child before the drop to the
@@ -19,8 +24,8 @@
  * status pipe by number. Any failure before the exec prints `lnk-spawn: WHAT: ERROR` and exits
  * 126: nothing of the sandbox ran.
  *
- * Usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--join DIR]...
- *        [--rlimit NAME=N]... -- PROGRAM [ARGS...]
+ * Usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--own-clock]
+ *        [--join DIR]... [--rlimit NAME=N]... -- PROGRAM [ARGS...]
  * PID is the controller's: lnk-spawn refuses to start anything once it is not its parent.
  */
 #define _GNU_SOURCE
@@ -29,10 +34,12 @@
 #include <grp.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -42,9 +49,10 @@
 
 #define EXIT_REFUSED 126 /* the shell's "cannot execute": nothing of the sandbox ran */
 #define MEMFD_NOEXEC "/proc/sys/vm/memfd_noexec"
+#define TIMENS_OFFSETS "/proc/self/timens_offsets"
 #define USAGE                                                                                \
-    "usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--join DIR]... " \
-    "[--rlimit nproc|nofile=N]... -- PROGRAM [ARGS...]"
+    "usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--own-clock] " \
+    "[--join DIR]... [--rlimit nproc|nofile=N]... -- PROGRAM [ARGS...]"
 #define MAX_JOINS 4   /* the v1 hierarchies a sandbox joins: pids, memory, cpu */
 #define MAX_RLIMITS 2 /* nproc and nofile */
 
@@ -83,6 +91,27 @@ static void forbid_memfd_exec(void) {
         fail("cannot write " MEMFD_NOEXEC);
     if (close(fd) != 0)
         fail("cannot close " MEMFD_NOEXEC);
+}
+
+/* A time namespace for lnk-spawn's children (unshare(CLONE_NEWTIME) moves only them) whose
+   boot and monotonic clocks read about 0 at the sandbox's birth: the offsets are minus this
+   moment's whole seconds (the kernel refuses a clock below 0, so never more). */
+static void own_clock(void) {
+    struct timespec monotonic, boot;
+    if (clock_gettime(CLOCK_MONOTONIC, &monotonic) != 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0)
+        fail("cannot read the clocks");
+    if (unshare(CLONE_NEWTIME) != 0)
+        fail("cannot make a time namespace");
+    char offsets[96];
+    int length = snprintf(offsets, sizeof offsets, "monotonic -%lld 0\nboottime -%lld 0\n",
+                          (long long)monotonic.tv_sec, (long long)boot.tv_sec);
+    int fd = open(TIMENS_OFFSETS, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        fail("cannot open " TIMENS_OFFSETS);
+    if (length <= 0 || length >= (int)sizeof offsets || write(fd, offsets, (size_t)length) != length)
+        fail("cannot write " TIMENS_OFFSETS);
+    if (close(fd) != 0)
+        fail("cannot close " TIMENS_OFFSETS);
 }
 
 struct limit {
@@ -209,10 +238,12 @@ int main(int argc, char **argv) {
     const char *parent_text = NULL, *cgroup = NULL, *uid_text = NULL, *gid_text = NULL;
     const char *joins[MAX_JOINS];
     struct limit limits[MAX_RLIMITS];
-    int ctty = 0, i = 1, njoins = 0, nlimits = 0;
+    int ctty = 0, clock = 0, i = 1, njoins = 0, nlimits = 0;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--ctty") == 0)
             ctty = 1;
+        else if (strcmp(argv[i], "--own-clock") == 0)
+            clock = 1;
         else if (i + 1 < argc && strcmp(argv[i], "--join") == 0 && njoins < MAX_JOINS)
             joins[njoins++] = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--rlimit") == 0 && nlimits < MAX_RLIMITS)
@@ -247,6 +278,8 @@ int main(int argc, char **argv) {
 
     for (int k = 0; k < njoins; k++)
         join_group(joins[k]);
+    if (clock)
+        own_clock();
     int group = open(cgroup, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (group < 0)
         fail("cannot open the cgroup");
