@@ -75,25 +75,36 @@ def register(groups: Any) -> None:
     send.set_defaults(handler=cmd_send)
 
 
+def _agent_name(args: argparse.Namespace) -> str:
+    from lnk_shared.api_client import path_segment
+
+    return path_segment(str(args.name), "agent (its name, from `lnk agent list`)")
+
+
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request
+    from lnk_shared.api_client import api_request, refusal_text
 
     socket = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
     status, doc = api_request(socket, method, url, body)
     if status >= 400:
         detail = doc.get("detail") if isinstance(doc, dict) else doc
-        raise StateError(f"the controller refused: {detail}")
+        raise StateError(f"the controller refused: {refusal_text(detail)}")
     return doc
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     spec = Path(args.spec)
-    if not spec.is_file():
-        raise UsageError(f"--spec {args.spec}: no such file")
+    try:
+        is_file = spec.is_file()
+    except OSError as exc:  # a name too long, a loop of links: still the caller's to fix
+        raise UsageError(f"--spec {shown(args.spec)}: {exc.strerror}") from None
+    if not is_file:
+        raise UsageError(f"--spec {shown(args.spec)}: no such file")
     folder = Path.home() / AGENTS_FOLDER / args.name
     agent = _call("POST", "/v1/agents", {"name": args.name, "spec": str(spec.resolve())})
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # as you: never a root-made folder
-    print(f"agent {agent['name']} created ({agent['agent_id']}); its folder is {folder}")
+    name, where = shown(agent["name"]), shown(str(folder))
+    print(f"agent {name} created ({agent['agent_id']}); its folder is {where}")
     return EXIT_OK
 
 
@@ -134,22 +145,25 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    _call("POST", f"/v1/agents/{args.name}/stop")
-    print(f"agent {args.name} stopped")
+    _call("POST", f"/v1/agents/{_agent_name(args)}/stop")
+    print(f"agent {shown(args.name)} stopped")
     return EXIT_OK
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    _call("DELETE", f"/v1/agents/{args.name}" + ("?keep_store=true" if args.keep_store else ""))
+    _call(
+        "DELETE",
+        f"/v1/agents/{_agent_name(args)}" + ("?keep_store=true" if args.keep_store else ""),
+    )
     store = "kept" if args.keep_store else "removed"
     print(
-        f"agent {args.name} removed, its conversations and lease {store} "
-        f"(its folder ~/{AGENTS_FOLDER / args.name} is kept)"
+        f"agent {shown(args.name)} removed, its conversations and lease {store} "
+        f"(its folder ~/{shown(str(AGENTS_FOLDER / args.name))} is kept)"
     )
     return EXIT_OK
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    sent = _call("POST", f"/v1/agents/{args.name}/send", {"message": args.message})
-    print(f"queued for {args.name} (message {sent['id']})")
+    sent = _call("POST", f"/v1/agents/{_agent_name(args)}/send", {"message": args.message})
+    print(f"queued for {shown(args.name)} (message {sent['id']})")
     return EXIT_OK

@@ -98,7 +98,10 @@ def _proxy_answers(path: Path) -> bool:
     from lnk_shared.unix import recv_frame, send_frame
 
     if os.geteuid() != 0:  # only the controller's uid may talk to it: a socket is all we see
-        return path.exists()
+        try:
+            return path.exists()
+        except OSError:  # its folder is closed to this user: nothing to tell either way
+            return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(2)

@@ -16,7 +16,7 @@ import tty
 
 from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_request
 from lnk_cli.terminal_modes import kept_modes
-from lnk_shared.errors import SpecError, StateError
+from lnk_shared.errors import SpecError, StateError, UsageError
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.spec_size import refuse_oversized_spec
 from lnk_shared.unix import recv_frame, send_frame
@@ -89,6 +89,17 @@ def _relay(sock: socket.socket, master: int) -> dict[str, Any]:
         os.close(master)
 
 
+def _refuse_closed(fd: int, item: str) -> None:
+    """A --with-fd descriptor this process does not hold is the caller's mistake, named."""
+    try:
+        os.fstat(fd)
+    except (OSError, OverflowError):
+        raise UsageError(
+            f"--with-fd {item}: descriptor {fd} is not open here; open it in the shell that "
+            f"runs lnk (for example `{fd}<FILE` to read, `{fd}>>FILE` to append)"
+        ) from None
+
+
 def run_in_sandbox(
     args: argparse.Namespace, command: list[str], *, dry: bool = False, agent: str | None = None
 ) -> int:
@@ -121,6 +132,7 @@ def run_in_sandbox(
         for item in args.with_fd:
             number = int(str(item).partition(":")[0]) if str(item)[:1].isdigit() else -1
             if number >= 0:
+                _refuse_closed(number, str(item))
                 request["with_fds"][str(number)] = len(fds)
                 fds.append(number)
         run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"

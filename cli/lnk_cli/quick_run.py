@@ -172,7 +172,9 @@ def quick_run(words: list[str]) -> int | None:
 
 def reported(run: Callable[[], int]) -> int:
     """`run()`'s exit status, or the CLI's for what it raised: an LnkError's message and code,
-    "interrupted" on Ctrl-C, and a quiet failure when the reader of stdout went away."""
+    "interrupted" on Ctrl-C, and a quiet failure when the reader of stdout went away. Whatever
+    else escapes is a bug of lnk's, never the user's to decode from a traceback: it is one line
+    naming it (LNK_DEBUG=1 shows the traceback)."""
     try:
         return run()
     except RemoteError as exc:  # the controller showed it (launch_socket), as the C client prints
@@ -185,6 +187,22 @@ def reported(run: Callable[[], int]) -> int:
         print("lnk: interrupted", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:
+        return EXIT_ERROR
+    except OSError as exc:
+        if os.environ.get("LNK_DEBUG") == "1":
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"lnk: {shown_lines(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        if os.environ.get("LNK_DEBUG") == "1":
+            raise
+        what = shown_lines(f"{type(exc).__name__}: {exc}")[:300]
+        print(
+            f"lnk: an error lnk did not expect ({what}); this is a bug: please report it with "
+            "the command that caused it (LNK_DEBUG=1 shows where)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
 
 

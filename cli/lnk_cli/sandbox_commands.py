@@ -103,7 +103,7 @@ def _wire_line(raw: str) -> str:
 def cmd_wire(args: argparse.Namespace) -> int:
     offset = 0
     while True:
-        doc = _call("GET", f"/v1/sandboxes/{args.id}/wire?offset={offset}")
+        doc = _call("GET", f"/v1/sandboxes/{_sandbox_id(args)}/wire?offset={offset}")
         for raw in doc["lines"]:
             print(shown(raw) if args.json else _wire_line(raw), flush=True)
         offset = doc["offset"]
@@ -114,7 +114,7 @@ def cmd_wire(args: argparse.Namespace) -> int:
 
 
 def cmd_lease(args: argparse.Namespace) -> int:
-    row = _call("POST", f"/v1/sandboxes/{args.id}/lease", {"seconds": args.seconds})
+    row = _call("POST", f"/v1/sandboxes/{_sandbox_id(args)}/lease", {"seconds": args.seconds})
     print(f"{row['id']}: lease until {row['lease_expires_at']}")
     return EXIT_OK
 
@@ -125,15 +125,21 @@ def _api_socket() -> Path:
     return Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
 
 
+def _sandbox_id(args: argparse.Namespace) -> str:
+    from lnk_shared.api_client import path_segment
+
+    return path_segment(str(args.id), "sandbox (its id, from `lnk sandbox list`)")
+
+
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request
+    from lnk_shared.api_client import api_request, refusal_text
 
     status, doc = api_request(_api_socket(), method, url, body)
     if status == 404:
         raise StateError("no such sandbox (or not yours)")
     if status >= 400:
         detail = doc.get("detail") if isinstance(doc, dict) else doc
-        raise StateError(f"the controller refused: {detail}")
+        raise StateError(f"the controller refused: {refusal_text(detail)}")
     return doc
 
 
@@ -165,7 +171,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    row = _call("GET", f"/v1/sandboxes/{args.id}")
+    row = _call("GET", f"/v1/sandboxes/{_sandbox_id(args)}")
     if args.json:
         json.dump(row, sys.stdout, indent=2)
         print()
@@ -189,6 +195,6 @@ def _state(row: dict[str, Any]) -> str:
 
 
 def cmd_action(args: argparse.Namespace) -> int:
-    row = _call("POST", f"/v1/sandboxes/{args.id}/{args.action}")
+    row = _call("POST", f"/v1/sandboxes/{_sandbox_id(args)}/{args.action}")
     print(f"{row['id']}: {row['state']}{' (paused)' if row['paused'] else ''}")
     return EXIT_OK

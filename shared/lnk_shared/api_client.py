@@ -9,13 +9,14 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from lnk_shared.errors import StateError
+from lnk_shared.errors import StateError, UsageError
 from lnk_shared.unix import MAX_FRAME
 
-__all__ = ["UnixHTTPConnection", "api_request"]
+__all__ = ["UnixHTTPConnection", "api_request", "path_segment", "refusal_text"]
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -65,3 +66,24 @@ def api_request(
         return response.status, decoded
     finally:
         conn.close()
+
+
+def path_segment(value: str, what: str) -> str:
+    """`value` as one segment of an API path: never empty (that would name the collection, not
+    an item) and quoted whole, so a name with `/`, `?`, spaces or controls stays one name and
+    the controller answers "no such …" for it, as for any name it does not know."""
+    if not value:
+        raise UsageError(f"name the {what}: it cannot be empty")
+    return urllib.parse.quote(value, safe="")
+
+
+def refusal_text(detail: Any) -> str:
+    """A controller's refusal as one line: FastAPI's validation list (`[{"loc": [...], "msg":
+    ...}]`) as `field: message; ...`, anything else as text."""
+    if isinstance(detail, list) and all(isinstance(d, dict) for d in detail):
+        parts = []
+        for item in detail:
+            loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
+            parts.append(f"{'.'.join(loc) or 'the request'}: {item.get('msg', 'is not valid')}")
+        return "; ".join(parts)
+    return str(detail)

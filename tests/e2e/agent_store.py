@@ -6,6 +6,10 @@ new agent can read of an old one's store."""
 from __future__ import annotations
 
 import base64
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +30,31 @@ READER_UID = 299_961  # stands for the agent's sandbox uid while a test holds it
 Call = tuple[str, str, dict[str, Any]]  # (audience, action, args)
 
 
+@contextmanager
+def controller_paused(run_dir: Path) -> Iterator[None]:
+    """The box's controller held still (SIGSTOP) while a test holds an agent socket with no
+    sandbox: each second it closes every socket no live sandbox holds (bridge_reconcile)."""
+    pid = int((run_dir / "controller.pid").read_text().strip())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def as_agent(run_dir: Path, state_dir: Path, agent_id: str, calls: list[Call]) -> list[Any]:
     """Each call signed by the agent's key on its own socket; the results."""
     private = load_pem_private_key(
         (state_dir / "agent-keys" / f"{agent_id}.pem").read_bytes(), password=None
     )
     assert isinstance(private, Ed25519PrivateKey)
+    with controller_paused(run_dir):
+        return _as_agent(run_dir, agent_id, private, calls)
+
+
+def _as_agent(
+    run_dir: Path, agent_id: str, private: Ed25519PrivateKey, calls: list[Call]
+) -> list[Any]:
     raw = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     opened = bridge_admin(
         run_dir,
