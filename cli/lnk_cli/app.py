@@ -36,7 +36,11 @@ GROUPS = {
     "box": "lnk_cli.box_commands",
     "agent": "lnk_cli.agent_commands",
     "bridge": "lnk_cli.bridge_commands",
+    "secret": "lnk_cli.secret_cmd",
 }
+# Groups whose stray words are never repeated in an error: what a person typed there by
+# mistake may be a secret's value (`lnk secret set NAME VALUE`).
+UNREPEATED = {"secret": "lnk_cli.secret_cmd"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -63,7 +67,14 @@ def run(argv: Sequence[str]) -> int:
 
 def _run(words: list[str]) -> int:
     parser = build_parser(words[0] if words and words[0] in GROUPS else None)
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        if args.group in UNREPEATED:
+            import importlib
+
+            never = importlib.import_module(UNREPEATED[args.group]).NEVER_ARGV
+            raise UsageError(f"{parser.prog} {args.group}: words it does not take ({never})")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

@@ -395,4 +395,5 @@ def resolve_spec(spec: Spec, ctx: JudgeContext, *, path_env: str = DEFAULT_PATH)
         ports=spec.ports,
         with_fds=_resolve_fds(spec, home),
         store_driver=spec.store_driver,
+        services=spec.services,
     )

@@ -13,6 +13,7 @@
     │   ├── CommandRefused            a [commands] entry that could run written code
     │   ├── LinkRefused               a link not owned by root on the way to a grant
     │   ├── CloudLanRefused           every private range, on a cloud's machine
+    │   ├── ServiceRefused            a service call the box never grants (Telegram's setWebhook)
     │   └── LaunchRefused             a capability the wall needs is missing
     ├── NotConfirmedError         exit 1: what a spec opens was not accepted
     └── StateError                exit 1: the box's state (database, run dir) is unusable,
@@ -45,6 +46,7 @@ __all__ = [
     "PortRefused",
     "RefusedError",
     "SelfWideningRefused",
+    "ServiceRefused",
     "SettingsGrantRefused",
     "SocketGrantRefused",
     "SpecError",
@@ -146,6 +148,12 @@ class LinkRefused(RefusedError):
 
 class CloudLanRefused(RefusedError):
     rule = "lan-on-cloud"
+
+
+class ServiceRefused(RefusedError):
+    """A `[[services]]` entry the box never grants (Telegram's setWebhook, logOut, close)."""
+
+    rule = "service"
 
 
 class LaunchRefused(RefusedError):

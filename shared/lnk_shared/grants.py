@@ -16,6 +16,7 @@ from typing import Any
 
 from lnk_shared.hosts import HostPattern
 from lnk_shared.spec import LanEntry
+from lnk_shared.spec_services import ServiceRule
 
 __all__ = [
     "GRANTS_VERSION",
@@ -91,12 +92,18 @@ class ResolvedSpec:
     ports: tuple[int, ...]
     with_fds: tuple[ResolvedFd, ...]
     store_driver: str | None = None
+    services: tuple[ServiceRule, ...] = ()
 
     @property
     def has_proxy(self) -> bool:
         """Whether the sandbox reaches anything through the filtering proxy."""
         return not self.network_host and bool(
-            self.internet_any or self.internet or self.lan_any or self.lan or self.ports
+            self.internet_any
+            or self.internet
+            or self.lan_any
+            or self.lan
+            or self.ports
+            or self.services
         )
 
 
@@ -143,6 +150,8 @@ class Grants:
             "with_fds": sorted({(f.path.real, "write" if f.write else "read") for f in s.with_fds}),
             # Only when kept: specs without a store hash as they did before [store] existed.
             **({"store": s.store_driver} if s.store_driver else {}),
+            # Likewise only when named: each rule's kind, host, secret (by name) and allow.
+            **({"services": [r.canonical() for r in s.services]} if s.services else {}),
         }
 
     def canonical_json(self) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from lnk_shared.display import shown
 from lnk_shared.grants import Grants, ResolvedPath
+from lnk_shared.spec_services import ServiceRule
 
 __all__ = ["describe", "describe_changes", "grants_document"]
 
@@ -25,6 +26,7 @@ _SECTION_TITLES = {
     "with_fds": "passed folder",
     "hidden": "hidden inside",
     "store": "store",
+    "services": "service",
 }
 
 
@@ -66,12 +68,32 @@ def describe(grants: Grants) -> list[str]:
             f"  {'store':<15} {shown(s.store_driver)} (the agent's conversations and lease, "
             "kept outside by the box's store bridge)"
         )
+    lines += [_service_line(r) for r in s.services]
     lines += [f"  {'hidden inside':<15} {shown(h)}" for h in grants.hidden]
     if not lines:
         lines.append("  nothing: no folders, no network, no programs but the one it runs")
     elif not s.commands and not s.commands_any:
         lines.append(f"  {'run':<15} only the program named to run (and its #! interpreter)")
     return lines
+
+
+def _service_line(rule: ServiceRule) -> str:
+    """A service rule: where its secret goes, which secret (by name), and what it may call."""
+    if rule.kind == "telegram":
+        what = "Bot API methods"
+        refused = "; never setWebhook, logOut or close"
+        position = "in the path after /bot"
+    else:
+        what = "calls"
+        refused = ""
+        position = "as Authorization: Bearer"
+    allowed = ", ".join(shown(a) for a in rule.allow)
+    return (
+        f"  {'service':<15} {rule.kind} https://{shown(rule.host)}, the secret "
+        f"{shown(rule.secret)} added outside {position}\n"
+        f"  {'':<15}   {what}: {allowed}{refused}\n"
+        f"  {'':<15}   (a client sends plain http to the proxy; a CONNECT to this host is refused)"
+    )
 
 
 def grants_document(grants: Grants) -> dict[str, Any]:
@@ -124,5 +146,14 @@ def _items(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, list):
-        return [" ".join(map(str, v)) if isinstance(v, list) else str(v) for v in value]
+        return [_item(v) for v in value]
     return [str(value)]
+
+
+def _item(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    if isinstance(value, dict):  # a service rule: every field, so a change in any one shows
+        allow = ",".join(map(str, value.get("allow", [])))
+        return f"{value.get('kind')} {value.get('host')} secret {value.get('secret')} {allow}"
+    return str(value)

@@ -25,6 +25,11 @@ from lnk_shared.errors import PortRefused, SpecError
 from lnk_shared.hosts import MAX_PORT, HostPattern, parse_host_pattern
 from lnk_shared.limit_requests import limit_value
 
+# typing.TYPE_CHECKING without importing typing (see spec_flags): only the annotation needs it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from lnk_shared.spec_services import ServiceRule
+
 __all__ = [
     "ANY",
     "MAIN_PROXY_PORT",
@@ -111,12 +116,19 @@ class Spec:
     store_driver: str | None = None  # [store] driver: an agent's store, kept by the box's bridge
     # [limits]: (key, value), sorted; less than the box allows, not a grant (limit_requests.py)
     limits: tuple[tuple[str, int], ...] = ()
+    # [[services]]: a service reached through the proxy with a secret added outside
+    services: tuple[ServiceRule, ...] = ()
 
     @property
     def has_proxy(self) -> bool:
         """Whether the sandbox reaches anything through the filtering proxy."""
         return not self.network_host and bool(
-            self.internet_any or self.internet or self.lan_any or self.lan or self.ports
+            self.internet_any
+            or self.internet
+            or self.lan_any
+            or self.lan
+            or self.ports
+            or self.services
         )
 
 
@@ -161,6 +173,7 @@ class SpecBuilder:
     _fds: list[FdGrant] = field(default_factory=list)
     _store_driver: str | None = None
     _limits: dict[str, int] = field(default_factory=dict)
+    _services: list[ServiceRule] = field(default_factory=list)
     _counts: dict[str, int] = field(default_factory=dict)
 
     def _count(self, origin: Origin) -> None:
@@ -244,6 +257,16 @@ class SpecBuilder:
             raise origin.error(f"the descriptor {fd} is not a passed folder (3 or above)")
         self._fds.append(FdGrant(fd, mode == "write"))
 
+    def add_service(self, rule: ServiceRule, origin: Origin) -> None:
+        """A `[[services]]` entry or `--service` flag, checked by `lnk_shared.spec_services`."""
+        self._count(origin)
+        if any(s.kind == rule.kind and s.host == rule.host for s in self._services):
+            raise origin.error(
+                f"a second {rule.kind} rule for {rule.host}: one rule per service host (put "
+                "every call it may make in its allow)"
+            )
+        self._services.append(rule)
+
     def set_limit(self, key: str, value: object, origin: Origin) -> None:
         """A `[limits]` key or a limit flag; a flag after the file's key replaces it."""
         try:
@@ -296,6 +319,7 @@ class SpecBuilder:
             with_fds=tuple(sorted(set(self._fds))),
             store_driver=self._store_driver,
             limits=tuple(sorted(self._limits.items())),
+            services=tuple(sorted(self._services)),
         )
 
 

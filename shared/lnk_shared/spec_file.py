@@ -17,9 +17,17 @@ from typing import Any
 from lnk_shared.errors import SpecError
 from lnk_shared.limit_requests import LIMIT_KEYS
 from lnk_shared.spec import ANY, Origin, SpecBuilder
+from lnk_shared.spec_services import SERVICE_KEYS, parse_service_table
 from lnk_shared.spec_size import MAX_SPEC_BYTES, spec_too_large
 
-__all__ = ["MAX_SPEC_BYTES", "SECTIONS", "load_spec_file", "parse_spec_text", "read_spec_text"]
+__all__ = [
+    "ARRAY_SECTIONS",
+    "MAX_SPEC_BYTES",
+    "SECTIONS",
+    "load_spec_file",
+    "parse_spec_text",
+    "read_spec_text",
+]
 
 
 # section -> key -> (expected, what the key takes)
@@ -33,6 +41,10 @@ SECTIONS: dict[str, dict[str, str]] = {
     "commands": {"allow": 'a list of program names or paths, or "*"'},
     "store": {"driver": 'a driver name, e.g. "sqlite"'},
     "limits": LIMIT_KEYS,  # less than the box allows (lnk_shared.limit_requests)
+}
+# Sections that are arrays of tables, each table checked by its own module.
+ARRAY_SECTIONS: dict[str, dict[str, str]] = {
+    "services": SERVICE_KEYS,  # [[services]] (lnk_shared.spec_services)
 }
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_\-\"'. ]+?)\s*\]")  # [table] or [[array]]
@@ -143,8 +155,13 @@ def parse_spec_text(
     locator = _Locator(text)
     for section, body in document.items():
         where = Origin(source, f"[{section}]", locator.line(section))
+        if section == "services":
+            _add_services(builder, body, where)
+            continue
         if section not in SECTIONS:
-            known = ", ".join(f"[{name}]" for name in SECTIONS)
+            known = ", ".join(
+                [*(f"[{name}]" for name in SECTIONS), *(f"[[{name}]]" for name in ARRAY_SECTIONS)]
+            )
             raise where.error(f"unknown section; expected one of {known}")
         if not isinstance(body, dict):
             raise where.error("expected a table (a [section] header)")
@@ -197,6 +214,13 @@ def _add(
             nested = "array" if isinstance(item, list) else "table"
             raise origin.error(f"expected {expected}, got a nested {nested}")
         add(item)
+
+
+def _add_services(builder: SpecBuilder, body: object, where: Origin) -> None:
+    if not isinstance(body, list):
+        raise where.error("expected [[services]] tables (an array of tables), not [services]")
+    for table in body:
+        builder.add_service(parse_service_table(table, where), where)
 
 
 def _add_port(builder: SpecBuilder, item: object, origin: Origin, expected: str) -> None:

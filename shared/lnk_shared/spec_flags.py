@@ -83,6 +83,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         help="[store] driver: an agent's store, kept outside by the box's bridge (\"sqlite\")",
     )
     group.add_argument(
+        "--service",
+        action="append",
+        default=[],
+        metavar="KIND:SECRET[@HOST]:ALLOW,...",
+        help="[[services]]: e.g. telegram:bot:getMe,sendMessage (the secret by name only)",
+    )
+    group.add_argument(
         "--command",
         action="append",
         default=[],
@@ -138,6 +145,11 @@ def spec_from_arguments(
         builder.add_port(text, origin("--port"))
     for text in args.store_driver:
         builder.set_store_driver(text, origin("--store-driver"))
+    if args.service:
+        from lnk_shared.spec_services import parse_service_flag
+
+        for text in args.service:
+            builder.add_service(parse_service_flag(text, origin("--service")), origin("--service"))
     for text in args.command:
         builder.add_command(text, cwd, origin("--command"))
     for text in args.with_fd:
@@ -166,6 +178,7 @@ FLAG_NAMES = (
     "browser_host",
     "port",
     "store_driver",
+    "service",
     "command",
     "with_fd",
     *LIMIT_NAMES,

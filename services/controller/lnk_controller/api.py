@@ -33,6 +33,7 @@ from lnk_controller.proxy_link import set_flag
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.retention import prune
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
+from lnk_controller.secret_store import SecretStore
 from lnk_shared.errors import LnkError
 from lnk_shared.unix import peer_cred
 
@@ -80,6 +81,7 @@ def make_app(
     *,
     retrying: Callable[[str], str | None] = lambda _id: None,
     engine: Engine | None = None,
+    secrets: SecretStore | None = None,
 ) -> FastAPI:
     """`retrying(id)`: why a sandbox's clean-up is being retried (the reaper's), or None."""
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
@@ -88,6 +90,10 @@ def make_app(
         from lnk_controller.agents_api import add_agent_routes
 
         add_agent_routes(app, cfg, agents, store)
+    if secrets is not None:
+        from lnk_controller.secrets_api import add_secret_routes
+
+        add_secret_routes(app, cfg, secrets)
 
     @app.exception_handler(LnkError)
     def refused(_request: Request, exc: LnkError) -> JSONResponse:

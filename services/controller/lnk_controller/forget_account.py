@@ -1,7 +1,8 @@
 """Removing every record of an account that is gone (its uid now another person's: see
 `lnk_controller.accounts`): its live sandboxes stopped and cleaned, its agents forgotten at the
 store bridge (conversations, inbox, lease) and in the registry (with their keys), the records of
-its ended sandboxes (the commands they ran) and their wire logs, its remembered specs.
+its ended sandboxes (the commands they ran) and their wire logs, its remembered specs, its
+secrets.
 
 Each step raises StateError when it cannot be done (a sandbox with something left, a store
 bridge that does not answer): the caller then keeps the old account's proof, so the next call
@@ -22,6 +23,7 @@ from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.secret_store import SecretStore
 
 __all__ = ["forget_account"]
 
@@ -35,6 +37,7 @@ def forget_account(
     store: SandboxStore,
     remembered: RememberedSpecs,
     agents: AgentRegistry,
+    secrets: SecretStore | None = None,
 ) -> None:
     for row in store.find(owner_uid=uid, live_only=True):
         store.set(row.id, stop_requested=True)
@@ -46,11 +49,13 @@ def forget_account(
     for sandbox_id in ended:
         (cfg.state_dir / "wire" / f"{sandbox_id}.log").unlink(missing_ok=True)
     specs = remembered.forget_all(uid)
+    kept = secrets.forget_all(uid) if secrets is not None else 0
     log.warning(
-        "uid %d: removed %d sandbox record(s), %d agent(s), %d remembered spec(s) of its old "
-        "account",
+        "uid %d: removed %d sandbox record(s), %d agent(s), %d remembered spec(s), %d secret(s) "
+        "of its old account",
         uid,
         len(ended),
         len(forgotten_agents),
         specs,
+        kept,
     )

@@ -237,6 +237,13 @@ class Launcher:
             check_self_widening(agent_home, "the agent's home", ctx)
         if grants.spec.store_driver is not None:
             self._check_store(grants.spec.store_driver, agent)
+        if grants.spec.services and not request.dry:
+            raise LaunchRefused(
+                "[[services]]",
+                "this box's proxy does not yet add a service's secret upstream, so a sandbox "
+                "with a service rule is not started (it is shown and may be approved: "
+                "`lnk spec show`, `lnk spec approve`); run it without [[services]] for now",
+            )
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
             raise LaunchRefused(
                 "an agent's spec",

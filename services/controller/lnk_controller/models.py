@@ -16,6 +16,7 @@ from sqlalchemy import (
     Dialect,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -32,6 +33,7 @@ __all__ = [
     "Base",
     "RememberedSpec",
     "SandboxRow",
+    "SecretRow",
     "UTCDateTime",
 ]
 
@@ -176,3 +178,20 @@ class AccountRow(Base):
     home_ino: Mapped[int] = mapped_column(BigInteger, nullable=False)
     home_generation: Mapped[int] = mapped_column(BigInteger, nullable=False)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+
+class SecretRow(Base):
+    """One secret of an owner (`lnk_controller.secrets`): its name, and its value sealed with
+    the box's secret key (AES-256-GCM, bound to the owner and the name), never the value itself.
+    """
+
+    __tablename__ = "secrets"
+    __table_args__ = (UniqueConstraint("owner_uid", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner_uid: Mapped[int] = mapped_column(Integer, nullable=False)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(), nullable=False)
+    sealed: Mapped[bytes] = mapped_column(LargeBinary(), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -33,6 +33,7 @@ from lnk_controller.reaper import Reaper
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.retention import prune_every
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.secret_store import SecretStore, load_box_key
 from lnk_controller.supervisor import supervise
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.unix import bind_socket
@@ -136,9 +137,13 @@ def run_controller(cfg: ControllerConfig) -> None:
     if reconcile_agents(cfg, store, agents):
         log.info("reconcile: agents without a sandbox marked stopped")
     launcher = Launcher(cfg, store, remembered, agents)
+    secrets = SecretStore(engine, load_box_key(cfg.state_dir / "secrets.key"))
+    forget = partial(
+        forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents, secrets=secrets
+    )
     accounts = Accounts(
         engine,
-        forget=partial(forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents),
+        forget=forget,
         exempt=lambda uid: cfg.uid_first <= uid <= cfg.uid_last,  # sandboxes keep no records
     )
     launch_sock = bind_socket(cfg.launch_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
@@ -157,7 +162,14 @@ def run_controller(cfg: ControllerConfig) -> None:
     keeper.start()
 
     app = make_app(
-        cfg, store, remembered, agents, accounts, retrying=reaper.retrying, engine=engine
+        cfg,
+        store,
+        remembered,
+        agents,
+        accounts,
+        retrying=reaper.retrying,
+        engine=engine,
+        secrets=secrets,
     )
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
     api = uvicorn.Server(config)
