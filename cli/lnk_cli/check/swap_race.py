@@ -133,6 +133,8 @@ def swap_verdicts(seen: SwapSeen) -> list[Finding]:
     write_through = "a file the sandbox wrote is in the folder outside" if seen.planted else None
     read_through = "the folder outside's secret was read inside" if seen.secret_read else None
     how = clean_text(seen.refusal, 200) if seen.refusal else "the sandbox ran on the folder judged"
+    if seen.refusal and CHANGED not in seen.refusal:  # refused for another rule: never raced
+        how = f"not tried: the controller refused the race's grants ({how})"
     return [
         Finding(
             WRITE_ID,

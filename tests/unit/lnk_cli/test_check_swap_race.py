@@ -77,3 +77,10 @@ def test_verdicts(seen: SwapSeen, write: str, read: str) -> None:
 def test_a_refusal_with_control_characters_is_shown_escaped() -> None:
     (write, _read) = swap_verdicts(SwapSeen("changed \x1b[2J\u202e", False, False))
     assert "\x1b" not in write.observed and "\u202e" not in write.observed
+
+
+def test_a_refusal_for_another_rule_says_the_race_was_not_tried() -> None:
+    (write, read) = swap_verdicts(
+        SwapSeen("refused [settings]: ~/x: it opens ~/.lnk", False, False)
+    )
+    assert write.observed.startswith("not tried: ") and read.observed.startswith("not tried: ")
