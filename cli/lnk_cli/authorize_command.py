@@ -20,6 +20,7 @@ def register(commands: Any) -> None:
         usage=(
             "lnk box authorize --user U --spec S --folder F --key PUBKEYFILE [--run-dir R]\n"
             "       lnk box authorize --list [--user U]\n"
+            "       lnk box authorize --bind --user U\n"
             "       lnk box authorize --revoke FINGERPRINT [--user U]"
         ),
     )
@@ -36,6 +37,11 @@ def register(commands: Any) -> None:
     )
     auth.add_argument("--list", action="store_true", help="the keys let in, one a line")
     auth.add_argument("--revoke", metavar="FINGERPRINT", help="take a key's lines out")
+    auth.add_argument(
+        "--bind",
+        action="store_true",
+        help="bind U's lines written without --account to U's account as it is now",
+    )
     auth.set_defaults(handler=cmd_authorize)
 
 
@@ -49,15 +55,23 @@ def cmd_authorize(args: argparse.Namespace) -> int:
         for entry in store.listing(args.user):
             line = entry.line
             what = line.command if line.ours else "(not written by lnk: no gate)"
+            if line.ours and not line.bound:
+                what += (
+                    f"  (UNBOUND: refused at login; lnk box authorize --bind --user {entry.user})"
+                )
             print(f"{entry.user}  {line.fingerprint}  {what}  {line.comment}".rstrip())
         return EXIT_OK
+    if args.bind:
+        return _bind(store, args.user)
     if args.revoke:
         for user in store.revoke(args.revoke, args.user):
             print(f"revoked {args.revoke} for {user}")
         return EXIT_OK
     missing = [f"--{n}" for n in ("user", "spec", "folder", "key") if not getattr(args, n)]
     if missing:
-        raise UsageError(f"lnk box authorize needs {', '.join(missing)} (or --list, --revoke)")
+        raise UsageError(
+            f"lnk box authorize needs {', '.join(missing)} (or --list, --revoke, --bind)"
+        )
     from lnk_ssh_gate.authorize import authorize
 
     done = authorize(
@@ -71,4 +85,27 @@ def cmd_authorize(args: argparse.Namespace) -> int:
     for change in done.changes:
         print(change)
     print(f"authorized {done.fingerprint} for {args.user} in {done.path}")
+    return EXIT_OK
+
+
+def _bind(store: Any, user: str | None) -> int:
+    """`--bind --user U`: U's unbound lines bound to U's account as it is now."""
+    import pwd
+
+    from lnk_shared.accounts import home_token, prove_account
+
+    if not user:
+        raise UsageError("lnk box authorize --bind needs --user: whose account the lines are")
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise UsageError(f"there is no user {user!r} on this machine") from None
+    proof = prove_account(uid)
+    if proof is None or proof.name != user:
+        raise UsageError(f"{user!r} is not the account of uid {uid} on this machine")
+    bound = store.bind(user, home_token(uid, proof))
+    for fingerprint in bound:
+        print(f"bound {fingerprint} to {user}'s account")
+    if not bound:
+        print(f"{user} has no line without --account: nothing to bind")
     return EXIT_OK

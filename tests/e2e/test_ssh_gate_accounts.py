@@ -8,14 +8,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sshd import GateSshd, authorize, gate_sshd, let_in
+from sshd import LNK, GateSshd, authorize, gate_sshd, let_in
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -64,3 +66,70 @@ def test_a_key_let_in_for_a_deleted_account_does_not_enter_its_successor(
     own = sshd.ssh(successor, command="id -u")
     assert own.returncode == 0, own.stderr
     assert own.stdout.strip().isdigit()
+
+
+def _unbind(path: Path) -> None:
+    """The user's line as the gate wrote it before lines were bound: no `--account`."""
+    text = path.read_text(encoding="utf-8")
+    old = re.sub(r" --account [0-9:]+\"", '"', text)
+    assert old != text
+    path.write_text(old, encoding="utf-8")
+
+
+def _listed(box: RunningBox, sshd: GateSshd, user: str) -> str:
+    argv = ["box", "authorize", "--list", "--user", user, "--keys-dir", str(sshd.keys_dir)]
+    return subprocess.run(
+        [str(LNK), *argv], env=box.env, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_a_line_written_before_accounts_does_not_let_a_recycled_uid_in(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    """A line without `--account` (from before lines were bound) still sits in the file after
+    its user was deleted and made again with the same uid and name, and root let the new person
+    in with its own key: the old key's holder got a session as the new person. Now the old line
+    is refused at every session, naming what root does; the new person's key still gets in."""
+    user = let_in(running_box, sshd)
+    _unbind(sshd.keys_dir / user.name)
+    _recreate(user.name, user.uid)
+    successor = dataclasses.replace(user, key=user.key.with_name(f"{user.name}_successor"))
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(successor.key)], check=True
+    )
+    authorize(running_box, sshd, successor)
+
+    witness = user.folder / "entered"
+    refused = sshd.ssh(user, command=f"touch {witness}")  # the old key, its unbound line
+    assert refused.returncode != 0, refused.stdout
+    assert "key-account" in refused.stderr and "no --account" in refused.stderr
+    assert "lnk box authorize --bind" in refused.stderr
+    assert not witness.exists()
+    own = sshd.ssh(successor, command="id -u")
+    assert own.returncode == 0, own.stderr
+
+
+def test_root_sees_an_unbound_line_and_binds_it_to_the_account(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    """The admin's way out: `--list` marks the unbound line, `--bind --user U` binds U's such
+    lines to U's account as it is now (root vouches it is the same person), and the key gets
+    its session again."""
+    user = let_in(running_box, sshd)
+    _unbind(sshd.keys_dir / user.name)
+    assert "UNBOUND" in _listed(running_box, sshd, user.name)
+    assert sshd.ssh(user, command="id -u").returncode != 0
+
+    keys = str(sshd.keys_dir)
+    bound = subprocess.run(
+        [str(LNK), "box", "authorize", "--bind", "--user", user.name, "--keys-dir", keys],
+        env=running_box.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bound.returncode == 0, bound.stderr
+    assert f"to {user.name}'s account" in bound.stdout
+    assert "UNBOUND" not in _listed(running_box, sshd, user.name)
+    entered = sshd.ssh(user, command="id -u")
+    assert entered.returncode == 0, entered.stderr

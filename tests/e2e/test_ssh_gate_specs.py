@@ -101,8 +101,12 @@ def _enter_as(user: BoxUser, *args: str, env: dict[str, str]) -> subprocess.Comp
 def test_check_prints_the_grants_and_runs_nothing(
     running_box: RunningBox, sshd: GateSshd, user: BoxUser
 ) -> None:
+    from lnk_shared.accounts import home_token, prove_account
+
     mark = user.folder / f"ran-{secrets.token_hex(3)}"
-    result = _enter_as(
+    proof = prove_account(user.uid)
+    assert proof is not None
+    result = _enter_as(  # the line's own command, as `lnk box authorize` wrote it
         user,
         "--spec",
         str(user.spec),
@@ -110,6 +114,8 @@ def test_check_prints_the_grants_and_runs_nothing(
         str(user.folder),
         "--run-dir",
         str(running_box.run_dir),
+        "--account",
+        home_token(user.uid, proof),
         "--check",
         env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": f"touch {mark}"},
     )

@@ -457,6 +457,7 @@ def _loop_launch(box: RunningBox, grant: str, out: Path, n: int) -> tuple[int, s
         ("--write", "a second sandbox of the owner"),
         ("--write", "another user"),
         ("--read", "a second sandbox of the owner"),
+        ("--read", "another user"),
         ("--with-fd", "another user"),
     ],
 )

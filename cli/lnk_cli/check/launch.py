@@ -123,13 +123,17 @@ def _connect() -> socket.socket:
     return sock
 
 
-def _until_started(sock: socket.socket, run: CheckRun) -> None:
+def _until_started(
+    sock: socket.socket, run: CheckRun, judged: Callable[[], None] | None = None
+) -> None:
     while True:
         message, extra = recv_frame(sock, want_fds=True)
         for fd in extra:
             os.close(fd)
         kind = message.get("type")
         if kind == "open":
+            if judged is not None:  # judged, not yet bound: the window a swap aims at
+                judged()
             open_as_owner(lambda m, f: send_frame(sock, m, f), message.get("paths"))
         elif kind == "started":
             run.sandbox_id = str(message.get("id", ""))
@@ -202,13 +206,15 @@ def run_probes(
     *,
     stdin: int | None = None,
     stderr: int | None = None,
+    judged: Callable[[], None] | None = None,
 ) -> CheckRun:
     """Run the probes in the sandbox the arguments describe; return their output. `during`
     is called with the sandbox's id while it runs (held open by the probes' last steps, which
     wait for the end of the hold pipe on their stdin). `stdin` (the caller's terminal, for its
     probe) takes the hold pipe's place: the hold steps then do not wait, and what `during` sees
     is what it saw while the probes ran. `stderr`, when given, replaces the stderr pipe (the
-    caller reads what went to it)."""
+    caller reads what went to it). `judged`, when given, is called once the controller has judged
+    the request and before it binds anything (its "open" frame): `swap_race.py` swaps there."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -232,7 +238,7 @@ def run_probes(
         for fd in fds:
             os.close(fd)
         fds.clear()
-        _until_started(sock, run)
+        _until_started(sock, run, judged)
         interrupts.sock, interrupts.started = sock, True
         interrupts.forward()  # an interrupt while it was being made
         try:

@@ -3,7 +3,9 @@
 Order: judge the spec as the caller sees it (a spec that cannot be read or is refused ends
 here, exit 2 or 3, before anything is set up); set up the bait; build the plan; run the probes
 in ONE sandbox made by the controller exactly as a run with these flags would make it; read
-what the outside saw; remove the bait; report. Exit 0 when nothing leaked, 1 when anything did
+what the outside saw; ask the controller about the login PATH's folders and race it with a swap
+between judging and binding (`login_path.py`, `swap_race.py`: a launch each); remove the bait;
+report. Exit 0 when nothing leaked, 1 when anything did
 (or the check could not be completed: a sandbox that cannot be built is an error, not a pass).
 
 Design choices (issue 5):
@@ -51,6 +53,7 @@ from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_fo
 from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
+from lnk_cli.check.swap_race import swap_findings
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
 from lnk_cli.spec_show import grants_from_arguments
 from lnk_shared.errors import EXIT_OK, StateError
@@ -238,6 +241,7 @@ def check(args: argparse.Namespace) -> int:
             )
             findings = judge_all(probes, untrusted_results, outside)
             findings += login_path_findings(args, bait.home, interrupts)
+            findings += swap_findings(bait.home, interrupts)
         finally:
             with _signals_blocked():
                 problems = bait.remove()

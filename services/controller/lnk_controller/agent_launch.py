@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from lnk_controller import bridge_link, idmap_mounts
 from lnk_controller.agents import AgentPublic, AgentRegistry
+from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.cleanup import BRIDGE_RECORD
 from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
@@ -70,26 +71,31 @@ class AgentLaunch:
 
 
 def agent_for_launch(
-    registry: AgentRegistry, store: SandboxStore, owner_uid: int, name: str
+    registry: AgentRegistry, store: SandboxStore, caller: CallerCredentials, name: str
 ) -> AgentLaunch:
     """The caller's agent, not running, with its folder checked; `UsageError` or
-    `LaunchRefused` saying what is wrong."""
-    agent = registry.get(owner_uid, name)
+    `LaunchRefused` saying what is wrong. The folder is looked at as the caller
+    (`caller_credentials`): a link on the way into a folder the caller cannot search answers
+    as any other link does, whatever is there."""
+    agent = registry.get(caller.uid, name)
     if agent is None:
         raise UsageError(f"you have no agent named {name!r}: `lnk agent create {name}` first")
     live = {row.host_uid for row in store.find(live_only=True)}
     if agent.host_uid is not None and agent.host_uid in live:
         raise UsageError(f"agent {name!r} is already running (uid {agent.host_uid})")
-    owner = pwd.getpwuid(owner_uid)
-    # Links above the owner's home are the machine's (/home -> /data/home); below it, none.
-    home = os.path.join(os.path.realpath(owner.pw_dir), *AGENTS_FOLDER, name)
-    try:
-        info = os.lstat(home)
-    except OSError:
-        raise LaunchRefused(f"~/Link/Agents/{name}", "the agent's folder is missing") from None
-    if os.path.realpath(home) != home or not stat.S_ISDIR(info.st_mode) or info.st_uid != owner_uid:
+    owner = pwd.getpwuid(caller.uid)
+    shown = f"~/{'/'.join(AGENTS_FOLDER)}/{name}"
+    with caller_credentials(caller):
+        # Links above the owner's home are the machine's (/home -> /data/home); below it, none.
+        home = os.path.join(os.path.realpath(owner.pw_dir), *AGENTS_FOLDER, name)
+        linked = os.path.realpath(home) != home  # a link is a link, wherever it points
+        try:
+            info = None if linked else os.lstat(home)
+        except OSError:
+            raise LaunchRefused(shown, "the agent's folder is missing") from None
+    if info is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != caller.uid:
         raise LaunchRefused(
-            home, "the agent's folder must be a folder of yours, reached without links"
+            shown, "the agent's folder must be a folder of yours, reached without links"
         )
     return AgentLaunch(agent, home)
 

@@ -138,7 +138,7 @@ def _find_program(name: str, cwd: str) -> str:
         return os.path.normpath(os.path.join(cwd, name))
     for folder in SANDBOX_PATH.split(":"):
         candidate = os.path.join(folder, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK, effective_ids=True):
             return candidate
     raise SpecError(f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH})")
 
@@ -212,7 +212,7 @@ class Launcher:
         if request.agent is not None:
             if self.agents is None:
                 raise LaunchRefused("agents", "this controller keeps no agents")
-            agent = agent_for_launch(self.agents, self.store, owner_uid, request.agent)
+            agent = agent_for_launch(self.agents, self.store, caller, request.agent)
         builder = SpecBuilder()
         if request.spec_fd is not None:
             _read_spec_fd(fds[request.spec_fd], builder)
@@ -619,8 +619,7 @@ class Launcher:
             "hidden": hidden_mount_points(
                 grants.hidden,
                 home=pwd.getpwuid(owner_uid).pw_dir,
-                owner_uid=owner_uid,
-                owner_gid=pwd.getpwuid(owner_uid).pw_gid,
+                caller=judged.caller or credentials_of(owner_uid),
             ),
             "network_host": grants.spec.network_host,
             "system_sources": {"/usr": staged.usr} if staged.usr else {},

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lnk_controller import idmap_mounts
+from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
@@ -342,36 +343,52 @@ def _inside_binds(
 
 
 def hidden_mount_points(
-    hidden: tuple[str, ...], *, home: str, owner_uid: int, owner_gid: int
+    hidden: tuple[str, ...], *, home: str, caller: CallerCredentials
 ) -> tuple[str, ...]:
     """The protected folders to cover inside grants, each made to exist first: a missing one
-    under the owner's home (~/.lnk, ~/Link/History) is created empty, 0700 and the owner's,
-    walking from the home without following links, because bwrap cannot make a mount point in
-    a read-only grant and an uncovered name could appear there later. One elsewhere that does
-    not exist is left out: nothing can appear there through a read-only grant."""
+    under the owner's home (~/.lnk, ~/Link/History) is created empty and 0700, walking from the
+    home without following links, because bwrap cannot make a mount point in a read-only grant
+    and an uncovered name could appear there later. One elsewhere that does not exist is left
+    out: nothing can appear there through a read-only grant.
+
+    Every lookup and every folder made here is the caller's own (`caller_credentials`): a
+    protected path whose folder the caller cannot search (its `~/.lnk` a link into root's home)
+    answers as a missing one, so the launch tells nothing of what is there; a folder the caller
+    could not make itself (a home that is not its own) refuses the launch, and nothing is made
+    by root in its place."""
     out = []
-    for path in hidden:
-        if os.path.lexists(path):
-            out.append(path)
-            continue
-        if not inside(path, home) or path == home:
-            continue
-        fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            for part in os.path.relpath(path, home).split("/"):
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                    os.chown(part, owner_uid, owner_gid, dir_fd=fd, follow_symlinks=False)
-                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                next_fd = os.open(part, flags, dir_fd=fd)
-                os.close(fd)
-                fd = next_fd
-            out.append(path)
-        except OSError as exc:
-            raise LaunchRefused(path, f"cannot be kept hidden: {exc.strerror}") from None
-        finally:
-            os.close(fd)
+    with caller_credentials(caller):
+        real_home = os.path.realpath(home)  # links above the home are the machine's
+        for path in hidden:
+            if os.path.lexists(path):
+                out.append(path)
+            elif inside(path, real_home) and path != real_home:
+                _make_folders(path, real_home)
+                out.append(path)
     return tuple(out)
+
+
+def _make_folders(path: str, home: str) -> None:
+    """Make `path` and the folders above it up to `home`, 0700, without following a link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = -1
+    try:
+        fd = os.open(home, flags)
+        for part in os.path.relpath(path, home).split("/"):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            next_fd = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    except OSError as exc:
+        raise LaunchRefused(
+            path,
+            f"it must exist to be kept hidden, and you cannot make it ({exc.strerror}): "
+            "make it yourself as a folder (no link), or grant a folder that does not hold it",
+        ) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def stage_sandbox(

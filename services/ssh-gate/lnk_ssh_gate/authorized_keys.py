@@ -37,7 +37,9 @@ __all__ = [
     "GateLine",
     "KeyRefused",
     "PublicKey",
+    "bound_line",
     "check_folder",
+    "command_account",
     "forced_command",
     "key_line",
     "parse_gate_line",
@@ -168,6 +170,12 @@ class GateLine:
     comment: str
     ours: bool
 
+    @property
+    def bound(self) -> bool:
+        """Whether the line names the account it was written for (`--account`): a line the
+        gate wrote without it is refused at every session (`enter.plan_session`)."""
+        return command_account(self.command) is not None
+
 
 def parse_gate_line(line: str) -> GateLine | None:
     """Read back a line; None for blanks and comments. Lines not of the gate's form are
@@ -191,6 +199,42 @@ def parse_gate_line(line: str) -> GateLine | None:
             except (binascii.Error, ValueError, IndexError):
                 break
     return GateLine("?", "", "", False)
+
+
+def command_account(command: str) -> str | None:
+    """The `--account` word of a forced command, or None when it has none."""
+    words = command.split(" ")
+    return words[-1] if len(words) >= 2 and words[-2] == "--account" else None
+
+
+def _command_parts(command: str) -> tuple[str, str, str, str | None] | None:
+    """(lnk, spec, folder, run dir) of a forced command the gate wrote, or None when the
+    command is not of that form (then it is not the gate's to rewrite)."""
+    words = command.split(" ")
+    if command_account(command) is not None:
+        words = words[:-2]
+    if len(words) not in (7, 9) or words[1:3] != ["sandbox", "enter"]:
+        return None
+    if words[3] != "--spec" or words[5] != "--folder":
+        return None
+    if len(words) == 9 and words[7] != "--run-dir":
+        return None
+    return words[0], words[4], words[6], words[8] if len(words) == 9 else None
+
+
+def bound_line(line: str, account: str) -> str | None:
+    """The line again with its command bound to `account`, for a line the gate wrote without
+    `--account` (`lnk box authorize --bind`); None for any other line, which stays as it is.
+    Every path is checked again as when the line was first written."""
+    match = _GATE_LINE.fullmatch(line.strip())
+    if match is None or command_account(match.group(1)) is not None:
+        return None
+    parts = _command_parts(match.group(1))
+    if parts is None:
+        return None
+    lnk, spec, folder, run_dir = parts
+    key = PublicKey(match.group(2), match.group(3), match.group(4) or "")
+    return key_line(key, forced_command(lnk, spec, folder, run_dir, account))
 
 
 def check_folder(folder: str, protected: Sequence[tuple[str, str]]) -> None:

@@ -8,10 +8,13 @@ the box's root chose it when writing the key's line), the sandbox writes only `F
 session runs in it through the controller's launch socket. Everything that fails stops the
 session before anything runs, with a message on stderr and a non-zero exit.
 
-With `--account` (which `lnk box authorize` writes), the session runs only for the account the
-key was let in for: the same uid and the same home folder (device, inode, generation;
+`--account` (which `lnk box authorize` writes) names the account the key was let in for: the
+session runs only for the same uid and the same home folder (device, inode, generation;
 `lnk_shared.accounts`). A user deleted and made again with the same name, even with the same
-uid, is another account, and the old key's holder does not get in as it.
+uid, is another account, and the old key's holder does not get in as it. A line without
+`--account` (written before lines were bound) is refused at every session, naming what root
+does about it: `lnk box authorize --list` marks such lines, `--bind --user U` binds them to U's
+account as it is now.
 
 The spec must be root's, with every folder above it (so the key's holder cannot rewrite
 what it opens). Which box: `--run-dir` on the key's line, else `/run/lnk`. The environment
@@ -143,10 +146,16 @@ def plan_session(
 ) -> EnterPlan:
     """Check the key line's arguments, map the session's request, judge the spec as this user;
     raise before anything runs when any of it is refused."""
-    if account is not None:
-        check_account(account, os.getuid())
     check_line_path(spec, "the spec")
     check_line_path(folder, "the folder")
+    if account is None:
+        raise KeyAccountRefused(
+            "this key",
+            "its line was written before keys were bound to their account (no --account), so "
+            "a user given this uid or name later would get in with it; ask root to bind it "
+            "(lnk box authorize --bind --user NAME) or to authorize the key again",
+        )
+    check_account(account, os.getuid())
     box_run = Path(check_line_path(run_dir, "the box's run dir") if run_dir else DEFAULT_RUN_DIR)
     check_root_owned_path(box_run, "the box's run dir")
     # Root names the spec on the key's line; whoever could rewrite the file would choose

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lnk_shared.errors import StateError, UsageError
-from lnk_ssh_gate.authorized_keys import GateLine, KeyRefused, PublicKey, parse_gate_line
+from lnk_ssh_gate.authorized_keys import (
+    GateLine,
+    KeyRefused,
+    PublicKey,
+    bound_line,
+    parse_gate_line,
+)
 from lnk_ssh_gate.gate_paths import check_root_owned_path
 
 __all__ = ["DEFAULT_KEYS_DIR", "KeyStore", "ListedLine"]
@@ -134,6 +140,23 @@ class KeyStore:
                 if parsed is not None:
                     out.append(ListedLine(name, parsed))
         return out
+
+    def bind(self, user: str, account: str) -> list[str]:
+        """Bind every line of `user` the gate wrote without `--account` to `account` (the
+        user's account as it is now: root vouches it is the same person); the fingerprints of
+        the lines rewritten. Other lines stay as they are."""
+        done = []
+        with self._locked():
+            lines = self._read(user)
+            out = []
+            for line in lines:
+                bound = bound_line(line, account)
+                if bound is not None and (parsed := parse_gate_line(line)) is not None:
+                    done.append(parsed.fingerprint)
+                out.append(bound if bound is not None else line)
+            if done:
+                self._write(user, out)
+        return done
 
     def revoke(self, fingerprint: str, user: str | None = None) -> list[str]:
         """Remove every line of `fingerprint` (for `user`, or for every user); the users whose

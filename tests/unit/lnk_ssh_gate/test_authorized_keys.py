@@ -7,7 +7,9 @@ import pytest
 from lnk_ssh_gate.authorized_keys import (
     FolderRefused,
     KeyRefused,
+    bound_line,
     check_folder,
+    command_account,
     forced_command,
     key_line,
     parse_gate_line,
@@ -175,3 +177,45 @@ def test_lines_not_written_by_the_gate_are_listed_as_such() -> None:
     assert (plain.ours, plain.fingerprint) == (False, FINGERPRINT)
     assert parse_gate_line("# a comment") is None
     assert parse_gate_line("   ") is None
+
+
+ACCOUNT = "1000:64768:1192:720500964"
+
+
+@pytest.mark.parametrize("run_dir", [None, "/run/lnk-box"])
+def test_an_unbound_line_of_the_gate_is_bound_to_an_account(run_dir: str | None) -> None:
+    key = parse_public_key(f"{KEY} alice@laptop")
+    old = key_line(key, forced_command(LNK, "/srv/s.toml", "/srv/w", run_dir))
+    parsed = parse_gate_line(old)
+    assert parsed is not None and parsed.ours and not parsed.bound
+    new = bound_line(old, ACCOUNT)
+    assert new == key_line(key, forced_command(LNK, "/srv/s.toml", "/srv/w", run_dir, ACCOUNT))
+    again = parse_gate_line(new)
+    assert again is not None and again.bound and again.fingerprint == FINGERPRINT
+    assert command_account(again.command) == ACCOUNT
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # already bound: never rebound to another account
+        f'restrict,pty,command="{LNK} sandbox enter --spec /srv/s.toml --folder /srv/w '
+        f'--account 1:2:3:4" {KEY}',
+        # not the gate's command: not the gate's to rewrite
+        f'restrict,pty,command="/bin/sh -c id" {KEY}',
+        f'restrict,pty,command="{LNK} sandbox run --spec /srv/s.toml --folder /srv/w" {KEY}',
+        f'restrict,pty,command="{LNK} sandbox enter --folder /srv/w --spec /srv/s.toml" {KEY}',
+        f'restrict,pty,command="{LNK} sandbox enter --spec /srv/s.toml --folder /srv/w x y" {KEY}',
+        KEY,  # a bare key an admin added: no gate at all
+        "# a comment",
+        "",
+    ],
+)
+def test_other_lines_are_not_bound(line: str) -> None:
+    assert bound_line(line, ACCOUNT) is None
+
+
+def test_a_path_that_would_not_be_written_today_is_not_bound() -> None:
+    line = f'restrict,pty,command="{LNK} sandbox enter --spec s.toml --folder /srv/w" {KEY}'
+    with pytest.raises(GatePathRefused):
+        bound_line(line, ACCOUNT)

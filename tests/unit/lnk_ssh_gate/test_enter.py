@@ -47,10 +47,32 @@ def test_a_spec_others_than_root_could_rewrite_is_refused(place: tuple[Path, Pat
         _plan(spec, folder, {})
 
 
+def _my_account() -> str:
+    from lnk_shared.accounts import home_token, prove_account
+
+    proof = prove_account(os.getuid())
+    assert proof is not None
+    return home_token(os.getuid(), proof)
+
+
 def _plan(spec: Path, folder: Path, environ: dict[str, str], run_dir: str | None = RUN_DIR):
+    """A session of a line as `lnk box authorize` writes it: bound to this account."""
     return plan_session(
-        spec=str(spec), folder=str(folder), run_dir=run_dir, untrusted_environ=environ
+        spec=str(spec),
+        folder=str(folder),
+        run_dir=run_dir,
+        untrusted_environ=environ,
+        account=_my_account(),
     )
+
+
+def test_a_line_without_an_account_is_refused_naming_what_root_does(
+    place: tuple[Path, Path],
+) -> None:
+    """A line written before lines were bound: a user given its uid later would inherit it."""
+    spec, folder = place
+    with pytest.raises(KeyAccountRefused, match=r"no --account.*lnk box authorize --bind"):
+        plan_session(spec=str(spec), folder=str(folder), run_dir=RUN_DIR, untrusted_environ={})
 
 
 def test_a_command_is_planned_with_only_the_allowed_environment(place: tuple[Path, Path]) -> None:

@@ -119,3 +119,18 @@ def test_the_written_file_is_what_ssh_keygen_reads(root_dir: Path) -> None:
         ["ssh-keygen", "-lf", str(path)], capture_output=True, text=True, check=True
     ).stdout
     assert key.fingerprint in out
+
+
+def test_bind_rewrites_only_the_users_unbound_lines(root_dir: Path) -> None:
+    store = KeyStore(root_dir / "keys")
+    key, line = _line()
+    path = store.add(USER, key, line)
+    other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKd6Tgm3MkB7k5cZ6HqxH1b7Yv8KF4Yb0p8JX3C4k4Qn o@p"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{other}\n")  # an admin's own line: kept as it is
+    assert store.bind(USER, "0:1:2:3") == [key.fingerprint]
+    first, second = path.read_text().splitlines()
+    assert first.endswith(f'--account 0:1:2:3" {KEY}')
+    assert second == other
+    assert store.bind(USER, "0:9:9:9") == []  # a bound line is never bound again
+    assert path.read_text().splitlines()[0] == first
