@@ -24,6 +24,7 @@ def main() -> int:
 
     from lnk_proxy.admin import run_proxy
     from lnk_proxy.config import load_config
+    from lnk_proxy.event_loop import loop_factory
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s lnk-proxy %(message)s")
     refusal = refuse_identity(os.geteuid()) or refuse_identity(os.getuid())
@@ -31,7 +32,9 @@ def main() -> int:
         print(f"lnk-proxy: {refusal}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        asyncio.run(run_proxy(load_config()))
+        config = load_config()
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(run_proxy(config))
     except LnkError as exc:
         print(f"lnk-proxy: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -56,6 +56,7 @@ NLMSG_ERROR = 2
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWADDR, RTM_DELADDR = 20, 21
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
+RTM_NEWRULE, RTM_DELRULE = 32, 33
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
 IFLA_IFNAME, IFLA_MASTER, IFLA_LINKINFO = 3, 10, 18
 IFLA_INFO_KIND, IFLA_INFO_SLAVE_KIND = 1, 4
@@ -65,11 +66,16 @@ AF_INET, AF_INET6 = 2, 10
 # Route types (rtm_type): what the kernel does with a packet to that address.
 RTN_UNICAST, RTN_LOCAL, RTN_BROADCAST, RTN_ANYCAST, RTN_MULTICAST = 1, 2, 3, 4, 5
 
-# Multicast groups whose messages mean "this machine's links, addresses or routes changed":
-# RTMGRP_LINK, RTMGRP_IPV4_IFADDR, RTMGRP_IPV4_ROUTE, RTMGRP_IPV6_IFADDR, RTMGRP_IPV6_ROUTE.
-CHANGE_GROUPS = 0x1 | 0x10 | 0x40 | 0x100 | 0x400
+# Multicast groups whose messages mean "this machine's links, addresses, routes or routing
+# rules changed": RTMGRP_LINK, RTMGRP_IPV4_IFADDR, RTMGRP_IPV4_ROUTE, RTMGRP_IPV4_RULE,
+# RTMGRP_IPV6_IFADDR, RTMGRP_IPV6_ROUTE, and RTNLGRP_IPV6_RULE (group 19: bit 1 << 18). The
+# rules matter because `route_check` keeps the kernel's answer per address until a change.
+CHANGE_GROUPS = 0x1 | 0x10 | 0x40 | 0x80 | 0x100 | 0x400 | (1 << 18)
 _CHANGE_TYPES = frozenset(
-    {RTM_NEWLINK, RTM_DELLINK, RTM_NEWADDR, RTM_DELADDR, RTM_NEWROUTE, RTM_DELROUTE}
+    {
+        *(RTM_NEWLINK, RTM_DELLINK, RTM_NEWADDR, RTM_DELADDR),
+        *(RTM_NEWROUTE, RTM_DELROUTE, RTM_NEWRULE, RTM_DELRULE),
+    }
 )
 MAX_IFNAME = 16  # IFNAMSIZ, the terminating NUL included
 MAX_KIND = 64  # kinds are short words (bridge, openvswitch, macvlan); longer is malformed

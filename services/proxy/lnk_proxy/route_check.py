@@ -65,6 +65,9 @@ ROUTE_TIMEOUT_S = 1.0
 RECEIVE_SIZE = 32 * 1024  # one answer is a few hundred bytes; a link's with stats ~1.5 KiB
 SEQ_WRAP = 2**32
 MAX_KEPT_LINKS = 1024  # interfaces whose answer is kept; a host with more asks again
+# Addresses whose verdict is kept until the next change: a sandbox's working set of origins is
+# tens; past this (a scan of many addresses) the kept ones are forgotten and asked again.
+MAX_KEPT_VERDICTS = 4096
 
 
 def judge_route(address: IPAddress, route: RouteAnswer, link: LinkAnswer | None) -> Refused | None:
@@ -95,8 +98,9 @@ def judge_route(address: IPAddress, route: RouteAnswer, link: LinkAnswer | None)
 class RouteChecker:
     """Asks the kernel (one netlink socket, blocking with a bound) and judges the answer.
 
-    The route is asked for on every check; an interface's answer is kept until `invalidate`,
-    which the server calls whenever a netlink change message is queued (it drains them before
+    The verdict for an address (from the kernel's route and its interface's answer) is kept
+    until `invalidate`, as is each interface's answer; the server calls it whenever a netlink
+    change message (link, address, route or routing rule) is queued, and it drains them before
     each check: the kernel queues them as the change is made, so a kept answer is never older
     than the last change the kernel reported)."""
 
@@ -114,31 +118,45 @@ class RouteChecker:
         self._sock.settimeout(ROUTE_TIMEOUT_S)
         self._seq = itertools.count(1)
         self._links: dict[int, LinkAnswer] = {}
+        self._verdicts: dict[IPAddress, Refused | None] = {}
 
     def invalidate(self) -> None:
-        """A link, address or route changed: forget every interface's answer."""
+        """A link, address, route or rule changed: forget every kept verdict and interface."""
         self._links.clear()
+        self._verdicts.clear()
 
     def close(self) -> None:
         self._sock.close()
 
     def check(self, address: IPAddress) -> Refused | None:
-        """Refused when the route to `address` leads here or to guests (or cannot be read)."""
+        """Refused when the route to `address` leads here or to guests (or cannot be read).
+        The kernel's verdict is kept until `invalidate`; a failure to read it never is."""
+        if address in self._verdicts:
+            return self._verdicts[address]
+        verdict, kernel_said = self._ask_kernel(address)
+        if kernel_said:
+            if len(self._verdicts) >= MAX_KEPT_VERDICTS:
+                self._verdicts.clear()
+            self._verdicts[address] = verdict
+        return verdict
+
+    def _ask_kernel(self, address: IPAddress) -> tuple[Refused | None, bool]:
+        """The verdict, and whether it is the kernel's answer (False: it could not be read)."""
         try:
             route = self._route(address)
         except NetlinkError as exc:
-            return Refused(Rule.NO_ROUTE, f"{address} has no route: {exc.strerror}")
+            return Refused(Rule.NO_ROUTE, f"{address} has no route: {exc.strerror}"), True
         except (OSError, ValueError) as exc:
-            return Refused(Rule.NO_ROUTE, f"the route to {address} could not be read: {exc}")
+            refused = Refused(Rule.NO_ROUTE, f"the route to {address} could not be read: {exc}")
+            return refused, False
         link = None
         if route.oif is not None:
             try:
                 link = self._link(route.oif)
             except (OSError, ValueError) as exc:  # a link gone meanwhile: fail closed
-                return Refused(
-                    Rule.NO_ROUTE, f"the interface {route.oif} of {address} is unreadable: {exc}"
-                )
-        return judge_route(address, route, link)
+                reason = f"the interface {route.oif} of {address} is unreadable: {exc}"
+                return Refused(Rule.NO_ROUTE, reason), False
+        return judge_route(address, route, link), True
 
     def _ask(self, request: bytes, seq: int) -> bytes:
         self._sock.send(request)

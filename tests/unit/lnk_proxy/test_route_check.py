@@ -5,6 +5,7 @@ loopback (the only routes a unit test can rely on)."""
 from __future__ import annotations
 
 import ipaddress
+import sys
 
 import pytest
 
@@ -87,3 +88,65 @@ def test_the_kernel_routes_loopback_here(address: str) -> None:
         refused = checker.check(ipaddress.ip_address(address))
     assert refused is not None and refused.rule == Rule.NEVER_THIS_MACHINE
     assert "local" in refused.reason
+
+
+class _Scripted(RouteChecker):
+    """The kernel's answers scripted, and counted: only the netlink I/O is replaced."""
+
+    def __init__(self, route: RouteAnswer | Exception, found: LinkAnswer) -> None:
+        super().__init__()
+        self.route = route
+        self.found = found
+        self.asked = 0
+
+    def _route(self, address: object) -> RouteAnswer:
+        self.asked += 1
+        if isinstance(self.route, Exception):
+            raise self.route
+        return self.route
+
+    def _link(self, index: int) -> LinkAnswer:
+        return self.found
+
+
+def test_a_kept_verdict_is_used_until_a_change_then_the_kernel_is_asked_again() -> None:
+    with _Scripted(UNICAST, link()) as checker:
+        assert checker.check(ADDRESS) is None
+        assert checker.check(ADDRESS) is None
+        assert checker.asked == 1  # kept: no second netlink round trip
+        # The attack: the address is made local after it was judged (`ip addr add ... dev lo`).
+        checker.route = RouteAnswer(netlink.RTN_LOCAL, 1, False)
+        checker.invalidate()  # what the server does when the change message is queued
+        refused = checker.check(ADDRESS)
+        assert refused is not None and refused.rule == Rule.NEVER_THIS_MACHINE
+        assert checker.asked == 2
+
+
+def test_no_route_is_the_kernels_answer_and_kept_but_a_failed_read_is_never_kept() -> None:
+    gone = netlink.NetlinkError(101, "Network is unreachable")
+    with _Scripted(gone, link()) as checker:
+        assert checker.check(ADDRESS) == checker.check(ADDRESS)
+        assert checker.asked == 1
+    with _Scripted(TimeoutError("netlink wedged"), link()) as checker:
+        first = checker.check(ADDRESS)
+        assert first is not None and first.rule == Rule.NO_ROUTE
+        checker.route = UNICAST
+        assert checker.check(ADDRESS) is None  # asked again, not the kept failure
+        assert checker.asked == 2
+
+
+def test_kept_verdicts_are_bounded() -> None:
+    from lnk_proxy.route_check import MAX_KEPT_VERDICTS
+
+    with _Scripted(UNICAST, link()) as checker:
+        for n in range(MAX_KEPT_VERDICTS + 1):
+            checker.check(ipaddress.ip_address(0x0A000000 + n))
+        assert len(checker._verdicts) <= MAX_KEPT_VERDICTS
+
+
+def test_a_routing_rule_change_counts_as_a_change() -> None:
+    # `ip rule add` changes which table answers: the kept verdicts must be dropped.
+    assert netlink.CHANGE_GROUPS & 0x80 and netlink.CHANGE_GROUPS & (1 << 18)
+    for kind in (netlink.RTM_NEWRULE, netlink.RTM_DELRULE):
+        message = (16).to_bytes(4, sys.byteorder) + kind.to_bytes(2, sys.byteorder) + bytes(10)
+        assert netlink.is_change_message(message)
