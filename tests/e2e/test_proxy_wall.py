@@ -211,6 +211,9 @@ def test_the_wire_log_shows_each_decision_to_its_owner(
     assert other.returncode == 0  # root sees every sandbox's
 
 
+FROZEN_WINDOW_S = 2.0  # long enough for a running shell to read a line and curl to connect
+
+
 def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
     running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
 ) -> None:
@@ -226,15 +229,17 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
             "--yes",
             f"--read={ca_dir}",
             "--command=curl",
-            "--command=sleep",
             f"--internet-host={WWW}",
             "--",
             "/bin/sh",
             "-c",
-            f"sleep 2; curl -sS --max-time 10 http://{WWW}/",
+            # It waits for the test's word on stdin, which the test gives only once the
+            # sandbox is paused: the request can only be made after the pause, whatever the load.
+            f"read go; curl -sS --max-time 10 http://{WWW}/",
         ],
         env=env,
         cwd=str(owner.home),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -263,7 +268,10 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
         )
         assert paused.returncode == 0, paused.stderr
         assert (netbox.run_dir / "flags" / f"{sandbox_id}.pause").exists()
-        time.sleep(3)  # past its sleep: frozen, it makes no request
+        assert client.stdin is not None
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        time.sleep(FROZEN_WINDOW_S)  # a window to see nothing happen in, not a synchronisation
         assert internet.accepted(internet.www) == before
         # Frozen, the sandbox sends nothing; a request already on its way (here: written to
         # its listener, as its relay would) meets the pause flag and is refused.
