@@ -41,6 +41,7 @@ MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descrip
 MAX_CONNECTIONS = 65_536  # likewise: the proxy's descriptor limit is shared by all sandboxes
 MIN_WIRE_LOG = 64 << 10  # room for a few hundred lines: smaller could not log one exchange
 MAX_WIRE_LOG = 64 << 30  # a per-sandbox bound past the disks lnk runs on is a typo
+MAX_WIRE_BOX = 16 << 40  # likewise for the whole box's
 MAX_UNSAFE_NETWORKS = 64  # a test internet needs one or two ranges
 MAX_BUFFER_BUDGET = 64 << 30  # a sandbox's tunnels' kernel buffers past the largest machine's RAM
 
@@ -70,6 +71,8 @@ class ProxyConfig(BaseModel):
     )
     # Each sandbox's wire log, at most: a quarter kept for allowed decisions (`wire_log`).
     wire_log_max_bytes: int = Field(default=256 << 20, ge=MIN_WIRE_LOG, le=MAX_WIRE_LOG)
+    # Every sandbox's wire log together (`wire_log`): at it, new exchanges are refused.
+    wire_box_max_bytes: int = Field(default=8 << 30, ge=MIN_WIRE_LOG, le=MAX_WIRE_BOX)
 
     @model_validator(mode="before")
     @classmethod

@@ -159,7 +159,8 @@ class ProxyServer:
         # Descriptors for sandboxes' connections, shared out per sandbox (`descriptors`).
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.descriptor_limit = usable_limit(soft)
-        self.wire_log = WireLog(config.wire_log_dir, config.wire_log_max_bytes)
+        bounds = (config.wire_log_max_bytes, config.wire_box_max_bytes)
+        self.wire_log = WireLog(config.wire_log_dir, *bounds)
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
@@ -436,7 +437,8 @@ class ProxyServer:
 
     async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
         if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
-            return _Refusal("log-full", "the sandbox's wire log has no room for its line")
+            reason = "no room for its line in the sandbox's wire log or in the box's wire logs"
+            return _Refusal("log-full", reason)
         flagged = self._flags(listener)
         if flagged is not None:
             return flagged

@@ -176,3 +176,35 @@ def test_the_counts_of_a_closed_sandbox_are_written(tmp_path: Path) -> None:
         "www.example.com:443",
         3,
     )
+
+
+def test_the_box_bound_counts_every_sandboxs_log_and_refuses_before_anything_goes_unlogged(
+    tmp_path: Path,
+) -> None:
+    """Ended sandboxes' logs fill the folder to near the box's bound: a running sandbox with
+    room in its own log is no longer admitted (`log-full`), its refusals stop at three
+    quarters, and once retention removes an ended log it is admitted again."""
+    box = 256 * 1024
+    log = WireLog(tmp_path, max_bytes=box, box_max_bytes=box)
+    (tmp_path / "sbx-ended1.log").write_bytes(b"x" * (box // 2))
+    (tmp_path / "sbx-ended2.log").write_bytes(b"x" * (box // 4))
+    (tmp_path / "other.txt").write_bytes(b"y" * box)  # not a wire log: not counted
+    assert log.box_used() == box * 3 // 4
+    # Refusals: dropped at the box's refusal share (three quarters, already reached).
+    log.write(entry(decision="refused", rule="not-listed", target="new.example:443"))
+    assert (
+        not (tmp_path / "sbx-0123abcd.log").exists()
+        or lines_of(tmp_path / "sbx-0123abcd.log") == []
+    )
+    admitted = 0
+    while log.can_admit("sbx-0123abcd"):
+        log.write(entry())
+        admitted += 1
+        assert admitted < 10_000, "the box's bound was never reached"
+    assert admitted > 10  # allowed lines used the last quarter
+    assert log.box_used() + log.box_admit_margin > box
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.log")) <= box  # on disk
+    (tmp_path / "sbx-ended1.log").unlink()  # retention removed the oldest ended one
+    log._box_scanned -= wire_log.BOX_SCAN_S  # the next scan is due (instead of a 1 s wait)
+    assert log.can_admit("sbx-0123abcd")
+    assert len(lines_of(tmp_path / "sbx-0123abcd.log")) == admitted  # every admitted one logged
