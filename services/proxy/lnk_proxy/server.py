@@ -161,6 +161,9 @@ class ProxyServer:
         self.descriptor_limit = usable_limit(soft)
         bounds = (config.wire_log_max_bytes, config.wire_box_max_bytes)
         self.wire_log = WireLog(config.wire_log_dir, *bounds)
+        # Sizes the wire folder (`wire_log.box_used`): its own thread, never the event loop.
+        self._wire_scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wire-scan")
+        self.wire_log.scanner = self._wire_scanner
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
@@ -189,6 +192,7 @@ class ProxyServer:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
         self._reader.shutdown(wait=False, cancel_futures=True)
+        self._wire_scanner.shutdown(wait=False, cancel_futures=True)
         if self.routes is not None:
             self.routes.close()
 

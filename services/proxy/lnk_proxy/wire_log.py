@@ -25,10 +25,11 @@ Keeping the truth under a flood (`MAX_LOG_BYTES` per sandbox, or the config's bo
   unlogged.
 
 The whole box's wire logs (`MAX_BOX_BYTES`, or the config's `wire_box_max_bytes`): the folder's
-size (every `*.log` in it, running and ended sandboxes', read again every `BOX_SCAN_S` and
-counted up by every line written between) takes the same shares: refusals stop at three
-quarters of it, allowed lines at all of it, and a new exchange is admitted only with
-`ADMIT_MARGIN_BYTES` (an eighth of the box's bound at most) left, so at the box's bound
+size (every `*.log` in it, running and ended sandboxes', read again every `BOX_SCAN_S`, on
+the `scanner` thread when one is set: thousands of files take milliseconds, never spent on
+the event loop; counted up by every line written between) takes the same shares: refusals
+stop at three quarters of it, allowed lines at all of it, and a new exchange is admitted only
+with `ADMIT_MARGIN_BYTES` (an eighth of the box's bound at most) left, so at the box's bound
 running sandboxes' exchanges are refused (`log-full`), never sent unlogged. Room comes back
 when the controller's retention removes the logs of the sandboxes that ended longest ago
 (`lnk_controller.retention`, its `wire_keep_bytes`, below this bound); a running sandbox's log
@@ -45,6 +46,7 @@ Limits: this module does NOT
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -52,6 +54,7 @@ import os
 import re
 import stat
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -188,6 +191,9 @@ class WireLog:
         self.box_admit_margin = min(ADMIT_MARGIN_BYTES, self.box_max_bytes // 8)
         self._box_used = 0  # the folder's size at the last scan, plus the lines written since
         self._box_scanned = -BOX_SCAN_S  # monotonic time of that scan: none yet
+        self.scanner: Executor | None = None  # the thread that scans (else the caller's)
+        self._scanning: asyncio.Future[int] | None = None
+        self._written_since = 0  # bytes written while a scan runs: added to its result
         self._full: set[tuple[str, str]] = set()  # (sandbox or "the box", what) warned about
         self._counters: dict[str, RefusalCounter] = {}
         # One open file per sandbox, and its size: a line costs one write, not an open, an
@@ -227,14 +233,29 @@ class WireLog:
         return self._open[sandbox]
 
     def box_used(self) -> int:
-        """The box's wire logs' size: scanned at most every `BOX_SCAN_S`, counted between."""
+        """The box's wire logs' size: scanned at most every `BOX_SCAN_S`, counted between
+        (with a `scanner`, the scan runs there and its result counts from when it is back)."""
         now = time.monotonic()
-        if now - self._box_scanned >= BOX_SCAN_S:
-            self._box_used = _folder_size(self.directory)
+        if now - self._box_scanned >= BOX_SCAN_S and self._scanning is None:
             self._box_scanned = now
-            if self._box_used + self.box_admit_margin <= self.box_max_bytes:  # room: warn anew
-                self._full = {(whose, what) for whose, what in self._full if whose != "the box"}
+            if self.scanner is None:
+                self._scanned(_folder_size(self.directory))
+            else:
+                self._written_since = 0
+                loop = asyncio.get_running_loop()
+                self._scanning = loop.run_in_executor(self.scanner, _folder_size, self.directory)
+                self._scanning.add_done_callback(self._scan_done)
         return self._box_used
+
+    def _scan_done(self, future: asyncio.Future[int]) -> None:
+        self._scanning = None
+        if not future.cancelled() and future.exception() is None:
+            self._scanned(future.result() + self._written_since)
+
+    def _scanned(self, size: int) -> None:
+        self._box_used = size
+        if size + self.box_admit_margin <= self.box_max_bytes:  # room again: warn anew
+            self._full = {(whose, what) for whose, what in self._full if whose != "the box"}
 
     def can_admit(self, sandbox: str) -> bool:
         """Whether a new exchange's line is sure to be written (room in the sandbox's log and
@@ -287,6 +308,7 @@ class WireLog:
             return
         self._open[entry.sandbox] = (fd, size + len(line))
         self._box_used += len(line)
+        self._written_since += len(line)
 
     def _warn_full(self, whose: str, what: str, size: int) -> None:
         if (whose, what) not in self._full:

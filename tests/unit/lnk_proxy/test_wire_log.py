@@ -3,9 +3,12 @@ and cut at 300 characters, files 0640 appended without following links, bounded 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -208,3 +211,36 @@ def test_the_box_bound_counts_every_sandboxs_log_and_refuses_before_anything_goe
     log._box_scanned -= wire_log.BOX_SCAN_S  # the next scan is due (instead of a 1 s wait)
     assert log.can_admit("sbx-0123abcd")
     assert len(lines_of(tmp_path / "sbx-0123abcd.log")) == admitted  # every admitted one logged
+
+
+def test_with_a_scanner_the_folder_is_sized_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan runs on the scanner's thread; its result counts once back; until then the
+    last count stands."""
+    box = 256 * 1024
+    (tmp_path / "sbx-ended.log").write_bytes(b"x" * (box // 2))
+    threads: list[str] = []
+    real = wire_log._folder_size
+
+    def sized(directory: Path) -> int:
+        threads.append(threading.current_thread().name)
+        return real(directory)
+
+    monkeypatch.setattr(wire_log, "_folder_size", sized)
+
+    async def run() -> tuple[int, int]:
+        log = WireLog(tmp_path, max_bytes=box, box_max_bytes=box)
+        scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scan")
+        log.scanner = scanner
+        try:
+            first = log.box_used()  # the scan started: nothing counted yet
+            while log._scanning is not None:
+                await asyncio.sleep(0.01)
+            return first, log.box_used()
+        finally:
+            scanner.shutdown()
+
+    first, after = asyncio.run(run())
+    assert (first, after) == (0, box // 2)
+    assert threads and threads[0].startswith("scan")
