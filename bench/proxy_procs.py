@@ -184,6 +184,8 @@ def start_lnk(
         'unsafe_public_networks = ["198.18.0.0/15"]\ncontroller_uid = 0\n'
         f"connect_timeout_s = 3\nmax_tunnels_per_sandbox = {2 * IDLE_TUNNELS}\n"
         f"max_connections_per_sandbox = {4 * IDLE_TUNNELS}\n"
+        # (c)'s idle tunnels reserve their worst case (`tunnel_buffers`): room for twice them
+        f"tunnel_buffer_budget_bytes = {2 * IDLE_TUNNELS * (1 << 20)}\n"
     )
     for name in ("run", "state"):
         (base / name).mkdir(mode=0o755)

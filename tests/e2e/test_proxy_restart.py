@@ -1,7 +1,9 @@
 """A proxy restart loses no sandbox: a box of its own with the test internet behind its proxy, a
 sandbox that is running, `kill -9` of the proxy, then `lnk box up` (which starts what is down):
 the sandbox's next requests are judged and answered as before, because the controller kept the
-listening socket and handed it to the new proxy (`proxy_link.keep_listeners`).
+listening socket and handed it to the new proxy (`proxy_link.keep_listeners`). While the proxy
+is down, the sandbox's request gets the controller's 503 saying so (`proxy_standin`), where
+before it waited in the listener's backlog until its client gave up.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ REQUESTS = 10
 DEATH_S = 10.0  # a SIGKILLed process is gone in milliseconds
 SANDBOX_S = 120  # the whole run: a launch, a restart and eleven requests
 CURL = f'curl -sS --max-time 20 -o /dev/null -w "%{{http_code}}\\n" http://{WWW}/'
-SCRIPT = f"{CURL}; read go; for i in $(seq {REQUESTS}); do {CURL}; done"
+DOWN_S = 20  # the 503 comes within a second of the proxy's death (the keeper's interval)
+# The answer's body and code on one line (`echo` of it unquoted), whatever curl got: no wait.
+DOWN_CURL = f'echo $(curl -sS --max-time {DOWN_S} -w " %{{http_code}}" http://{WWW}/)'
+SCRIPT = f"{CURL}; read go; {DOWN_CURL}; read go; for i in $(seq {REQUESTS}); do {CURL}; done"
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +101,12 @@ def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
         status = netbox.lnk("box", "status")  # says so while it is down
         proxy_line = next(line for line in status.stdout.splitlines() if line.startswith("proxy "))
         assert status.returncode == 1 and " down " in proxy_line, status.stdout
+        sandbox.stdin.write("go\n")  # a request while the proxy is down
+        sandbox.stdin.flush()
+        said = sandbox.stdout.readline()
+        assert said.endswith(" 503\n") and "filtering proxy is down" in said, said
+        assert "lnk box up" in said
+        assert internet.accepted(internet.www) == before  # it went nowhere
         up = netbox.lnk("box", "up")
         assert up.returncode == 0, up.stderr
         assert _proxy_pid(netbox) != old

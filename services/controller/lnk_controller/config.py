@@ -94,6 +94,9 @@ class ControllerConfig(BaseModel):
     # many days, and only the newest this many; `lnk box prune` prunes now.
     ended_keep_days: int = Field(default=30, ge=0, le=10 * 365)
     ended_keep_count: int = Field(default=10_000, ge=0, le=10_000_000)
+    # The wire folder as a whole: past it the oldest ended sandboxes' logs go first. Below the
+    # proxy's wire_box_max_bytes (8 GiB), which refuses running sandboxes' exchanges at it.
+    wire_keep_bytes: int = Field(default=6 << 30, ge=0, le=16 << 40)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
     # Test boxes only, each reopening one class (UNSAFE_SWITCHES says which).
     unsafe_allow_set_id_modes: bool = False

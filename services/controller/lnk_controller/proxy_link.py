@@ -10,9 +10,11 @@ the controller keeps (`HELD`) until the listener is closed. `keep_listeners` ask
 every `KEEP_INTERVAL_S` which listeners it serves and hands each one it lacks back (`adopt`,
 with the socket and the grants it was opened with): after `kill -9` and a restart the kept
 socket was never closed, so a sandbox's connections wait in its backlog and are judged and
-answered once the new proxy adopts it. Does NOT keep listeners across a controller restart
-(a restarted controller holds none of the earlier ones: the proxy still serves them, but a
-proxy restart after that loses them).
+answered once the new proxy adopts it. While the proxy does not answer, the controller
+answers for it on the kept sockets (`proxy_standin`: each connection gets an HTTP 503 saying
+the proxy is down and that `lnk box up` starts it), so a sandbox's client learns at once.
+Does NOT keep listeners across a controller restart (none is needed: a restarted controller's
+reconcile ends every sandbox the killed one ran, `cleanup.reconcile`, and closes its listener).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_controller.config import ControllerConfig
+from lnk_controller.proxy_standin import StandIn
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.grants import Grants
 from lnk_shared.unix import recv_frame, send_frame
@@ -145,21 +148,38 @@ def open_listener(cfg: ControllerConfig, sandbox_id: str, grants: Grants) -> Pat
 
 
 def keep_listeners(cfg: ControllerConfig, stop: threading.Event) -> None:
-    """Until `stop`: hand every kept listener the proxy does not serve back to it."""
-    while not stop.wait(KEEP_INTERVAL_S):
+    """Until `stop`: hand every kept listener the proxy does not serve back to it; while the
+    proxy does not answer, answer the kept listeners' connections with a 503 (`StandIn`)."""
+    stand_in, down = StandIn(), False
+    while not (stop.is_set() if down else stop.wait(KEEP_INTERVAL_S)):  # serving is the wait
         held = HELD.snapshot()
+        down = False
         if not held:
             continue
         try:
             answer = _call(cfg, {"op": "list"})
-        except LaunchRefused:
-            continue  # down: `lnk box up` restarts it; the sockets wait here meanwhile
+        except (LaunchRefused, StateError):  # down: `lnk box up` restarts it
+            down = True
+            with HELD.handing:  # no listener is closed meanwhile
+                fds = [fd for fd, _ in HELD.snapshot().values()]
+                stand_in.serve(fds, KEEP_INTERVAL_S, lambda: _answers(cfg))
+            continue
+        stand_in.finish()
         served = answer.get("sandboxes")
         if not isinstance(served, list):
             continue
         for sandbox_id in held:
             if sandbox_id not in served:
                 _hand_back(cfg, sandbox_id)
+
+
+def _answers(cfg: ControllerConfig) -> bool:
+    """Whether the proxy answers on its admin socket now (a refused connect costs microseconds)."""
+    try:
+        _call(cfg, {"op": "ping"})
+    except (LaunchRefused, StateError):
+        return False
+    return True
 
 
 def _hand_back(cfg: ControllerConfig, sandbox_id: str) -> None:

@@ -8,6 +8,13 @@ so a launch never waits long behind a prune; the wire log of each pruned record 
 and a wire log whose record is gone (pruned before, or never written) goes too. Idempotent: a
 second prune with nothing new to prune removes nothing.
 
+The wire folder as a whole is kept under `wire_keep_bytes` (`trim_wire`, every
+`WIRE_CHECK_S`): past it, the logs of the sandboxes that ended longest ago go first (their
+records stay, saying the sandbox ended), until the folder is back under it. The proxy refuses
+running sandboxes' new exchanges when the folder reaches its own bound (`lnk_proxy.wire_log`,
+`wire_box_max_bytes`, set above this one), so a log is never cut, only removed whole once its
+sandbox ended.
+
 Does NOT: prune a live sandbox's record or log (only `state = 'ended'`, whatever its age); keep a
 copy of what it prunes (an admin who wants the history backs the database and the wire folder
 up); bound a live sandbox's own wire log (the proxy caps it: lnk_proxy.wire_log).
@@ -17,7 +24,9 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import astuple, dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,18 +40,20 @@ from lnk_controller.models import SandboxRow
 from lnk_controller.sandbox_store import ENDED
 from lnk_shared.errors import StateError
 
-__all__ = ["PRUNE_BATCH", "PRUNE_INTERVAL_S", "Pruned", "prune", "prune_every"]
+__all__ = ["PRUNE_BATCH", "PRUNE_INTERVAL_S", "Pruned", "prune", "prune_every", "trim_wire"]
 
 log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S = 3600.0  # an hour: history grows by at most an hour's sandboxes in between
 PRUNE_BATCH = 2000  # records per write transaction: ~10 ms of lock, a launch barely waits
+WIRE_CHECK_S = 10.0  # the wire folder's size is checked this often: a flood fills it in minutes
 WIRE_SUFFIX = ".log"
 
 _TABLE = cast(Table, SandboxRow.__table__)
 _OLDEST_ENDED = (
     select(_TABLE.c.id, _TABLE.c.ended_at).where(ENDED).order_by(_TABLE.c.ended_at.desc())
 )
+_ENDED_FIRST = select(_TABLE.c.id).where(ENDED).order_by(_TABLE.c.ended_at.asc())
 _DELETE = delete(_TABLE).where(ENDED, _TABLE.c.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -101,28 +112,103 @@ def _prune_wire(wire_dir: Path, kept: set[str]) -> int:
     return removed
 
 
+def _log_sizes(wire_dir: Path) -> dict[str, int]:
+    """Each `<id>.log` regular file's size, by id (links are not followed)."""
+    sizes: dict[str, int] = {}
+    try:
+        entries = list(os.scandir(wire_dir))
+    except FileNotFoundError:
+        return sizes
+    except OSError as exc:
+        raise StateError(f"cannot list the wire logs in {wire_dir}: {exc.strerror}") from exc
+    for entry in entries:
+        if not entry.name.endswith(WIRE_SUFFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            sizes[entry.name[: -len(WIRE_SUFFIX)]] = info.st_size
+    return sizes
+
+
+def trim_wire(engine: Engine, wire_dir: Path, keep_bytes: int) -> int:
+    """Remove the logs of the sandboxes that ended longest ago until the wire folder holds at
+    most `keep_bytes` (a live sandbox's log never); how many went. Raises StateError."""
+    sizes = _log_sizes(wire_dir)
+    total = sum(sizes.values())
+    if total <= keep_bytes:
+        return 0
+    with database_errors(database_path(engine), "trim the wire logs"), engine.connect() as conn:
+        ended = list(conn.execute(_ENDED_FIRST).scalars())
+    removed = 0
+    for sandbox_id in ended:
+        if total <= keep_bytes:
+            break
+        size = sizes.get(sandbox_id)
+        if size is None:
+            continue
+        try:
+            os.unlink(wire_dir / f"{sandbox_id}{WIRE_SUFFIX}")  # a link is removed, never followed
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.error("retention: cannot remove the wire log of %s: %s", sandbox_id, exc)
+            continue
+        total -= size
+        removed += 1
+    if total > keep_bytes:
+        log.warning(
+            "retention: the wire logs hold %d bytes, over wire_keep_bytes (%d), with no ended "
+            "sandbox's log left to remove: running sandboxes' logs are never cut",
+            total,
+            keep_bytes,
+        )
+    return removed
+
+
 def prune_every(
-    engine: Engine, wire_dir: Path, *, keep_days: int, keep_count: int
+    engine: Engine,
+    wire_dir: Path,
+    *,
+    keep_days: int,
+    keep_count: int,
+    wire_keep_bytes: int | None = None,
 ) -> Callable[[threading.Event], None]:
     """The body of the retention thread (for `supervisor.supervise`): a prune now, then every
-    PRUNE_INTERVAL_S until stopped; a failed prune is logged and tried again at the next."""
+    PRUNE_INTERVAL_S until stopped, and the wire folder trimmed to `wire_keep_bytes` every
+    WIRE_CHECK_S; a failed prune or trim is logged and tried again at the next."""
 
     def body(stop: threading.Event) -> None:
         while True:
-            try:
-                done = prune(
-                    engine,
-                    wire_dir,
-                    now=datetime.now(UTC),
-                    keep_days=keep_days,
-                    keep_count=keep_count,
-                )
-            except StateError as exc:
-                log.error("retention: %s", exc)
-            else:
-                if done.records or done.logs:
-                    log.info("retention: pruned %d record(s), %d wire log(s)", *astuple(done))
-            if stop.wait(PRUNE_INTERVAL_S):
-                return
+            _prune_once()
+            next_prune = time.monotonic() + PRUNE_INTERVAL_S
+            while time.monotonic() < next_prune:
+                if wire_keep_bytes is not None:
+                    _trim_once()
+                if stop.wait(min(WIRE_CHECK_S, max(0.0, next_prune - time.monotonic()))):
+                    return
+
+    def _trim_once() -> None:
+        assert wire_keep_bytes is not None
+        try:
+            removed = trim_wire(engine, wire_dir, wire_keep_bytes)
+        except StateError as exc:
+            log.error("retention: %s", exc)
+        else:
+            if removed:
+                log.info("retention: removed %d ended sandbox(es)' wire log(s) for room", removed)
+
+    def _prune_once() -> None:
+        try:
+            done = prune(
+                engine, wire_dir, now=datetime.now(UTC), keep_days=keep_days, keep_count=keep_count
+            )
+        except StateError as exc:
+            log.error("retention: %s", exc)
+        else:
+            if done.records or done.logs:
+                log.info("retention: pruned %d record(s), %d wire log(s)", *astuple(done))
 
     return body

@@ -154,6 +154,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     reaper = _reaper(store, cfg, launcher)
     supervise("reaper", reaper.run, stop)
     keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
+    keep["wire_keep_bytes"] = cfg.wire_keep_bytes
     supervise("retention", prune_every(engine, cfg.wire_dir, **keep), stop)
     supervise("bridge-reconcile", reconcile_every(cfg, store), stop)
     keeper = threading.Thread(  # a restarted proxy gets every running sandbox's listener

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lnk_proxy import tunnel_buffers
 from lnk_shared.addresses import IPNetwork
 from lnk_shared.service_config import load_service_config
 
@@ -40,7 +41,9 @@ MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descrip
 MAX_CONNECTIONS = 65_536  # likewise: the proxy's descriptor limit is shared by all sandboxes
 MIN_WIRE_LOG = 64 << 10  # room for a few hundred lines: smaller could not log one exchange
 MAX_WIRE_LOG = 64 << 30  # a per-sandbox bound past the disks lnk runs on is a typo
+MAX_WIRE_BOX = 16 << 40  # likewise for the whole box's
 MAX_UNSAFE_NETWORKS = 64  # a test internet needs one or two ranges
+MAX_BUFFER_BUDGET = 64 << 30  # a sandbox's tunnels' kernel buffers past the largest machine's RAM
 
 
 class ProxyConfig(BaseModel):
@@ -62,8 +65,14 @@ class ProxyConfig(BaseModel):
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
+    # Each sandbox's tunnels' fixed kernel buffers together, at worst (`tunnel_buffers`).
+    tunnel_buffer_budget_bytes: int = Field(
+        default=tunnel_buffers.BUDGET, ge=tunnel_buffers.SMALL.worst_case(), le=MAX_BUFFER_BUDGET
+    )
     # Each sandbox's wire log, at most: a quarter kept for allowed decisions (`wire_log`).
     wire_log_max_bytes: int = Field(default=256 << 20, ge=MIN_WIRE_LOG, le=MAX_WIRE_LOG)
+    # Every sandbox's wire log together (`wire_log`): at it, new exchanges are refused.
+    wire_box_max_bytes: int = Field(default=8 << 30, ge=MIN_WIRE_LOG, le=MAX_WIRE_BOX)
 
     @model_validator(mode="before")
     @classmethod

@@ -19,8 +19,12 @@ Timeouts: `Conn.timeout` bounds each wait for the socket to become readable or w
 idle bound, not a total); None waits forever (open tunnels). Reading a head is bounded in
 total by the caller.
 
+Buffers: a tunnel's sockets and pipes get the fixed sizes its `TunnelBuffers` name (the
+origin socket's before `connect`, so the kernel never autotunes them; `tunnel_buffers`).
+
 Limits: this module does NOT judge anything (the caller dials only `Allowed.address`), limit
-bandwidth, or bound the kernel's socket buffers (the kernel's defaults apply).
+bandwidth, or bound the kernel's socket buffers of plain http exchanges (the kernel's
+defaults apply to sockets dialed without `TunnelBuffers`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lnk_proxy.http_request import RequestRefused
+from lnk_proxy.tunnel_buffers import LARGE, SMALL, TunnelBuffers
 from lnk_shared.addresses import IPAddress
 
 __all__ = [
@@ -56,11 +61,6 @@ LISTENER_DIR_MODE = 0o700  # a folder made for listeners: a sandbox reaches its 
 BACKLOG = 128  # connections waiting for accept: a burst of clients in one sandbox
 READ_CHUNK = 64 * 1024  # one read while parsing heads and chunk lines: a head's budget and more
 _SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
-# A unix stream socket's send buffer bounds the bytes in flight to the sandbox: at the kernel's
-# default (208 KiB) a tunnel wakes the proxy every 208 KiB. 4 MiB (the kernel caps it at
-# net.core.wmem_max, 4 MiB here, 208 KiB on a stock Debian) took a 1 GiB tunnel from ~1.3 to
-# ~1.7-1.9 GiB/s here, with less proxy CPU.
-UNIX_SEND_BUFFER = 4 * 1024 * 1024
 
 
 class BufferPool:
@@ -252,22 +252,24 @@ class Conn:
             await self._wait(writable=False)
         return moved
 
-    async def splice_to(self, dst: Conn) -> None:
+    async def splice_to(self, dst: Conn, pipes: PipePool | None = None) -> None:
         """Move every byte up to end of stream to `dst`, socket to pipe to socket in the kernel
         (`splice`): the bytes never enter this process. A pipe is held only while bytes are in
-        flight. `_CannotSplice` when a socket cannot splice, before any byte moved."""
+        flight, from `pipes` (the large pool by default). `_CannotSplice` when a socket cannot
+        splice, before any byte moved."""
+        pool = PIPES if pipes is None else pipes
         if self.buffer:
             await dst.send(self.buffer)
             self.buffer.clear()
         moved = False
         while True:
-            pipe = PIPES.take()
+            pipe = pool.take()
             held = 0  # bytes in the pipe
             try:
                 while True:
                     if held == 0:
                         try:
-                            held = os.splice(self._fd, pipe[1], PIPES.size, flags=_SPLICE_FLAGS)
+                            held = os.splice(self._fd, pipe[1], pool.size, flags=_SPLICE_FLAGS)
                         except (BlockingIOError, InterruptedError):
                             break  # dry: give the pipe back while we wait
                         if held == 0:
@@ -286,7 +288,7 @@ class Conn:
                     raise _CannotSplice from exc
                 raise
             finally:
-                PIPES.give(pipe, empty=held == 0)
+                pool.give(pipe, empty=held == 0)
             await self._wait(writable=False)
 
     def shutdown_write(self) -> None:
@@ -300,11 +302,18 @@ class Conn:
         self.sock.close()
 
 
-async def dial(address: IPAddress, port: int, timeout_s: float) -> socket.socket:
-    """A TCP connection to exactly `address`:`port` (never a name: no second lookup)."""
+async def dial(
+    address: IPAddress, port: int, timeout_s: float, buffers: TunnelBuffers | None = None
+) -> socket.socket:
+    """A TCP connection to exactly `address`:`port` (never a name: no second lookup), with
+    `buffers`' fixed receive and send buffers (set before connect: the window offered in the
+    SYN is sized from them and the kernel never autotunes them) or the kernel's defaults."""
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
+        if buffers is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffers.tcp_receive)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.tcp_send)
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(timeout_s):  # not wait_for: no extra task per dial
@@ -349,24 +358,28 @@ class PipePool:
             os.close(pipe[1])
 
 
-PIPES = PipePool()
+PIPES = PipePool(size=LARGE.pipe)  # the large tunnels' (and the default)
+SMALL_PIPES = PipePool(size=SMALL.pipe)
+_PIPES_OF = {LARGE.pipe: PIPES, SMALL.pipe: SMALL_PIPES}
 
 
-async def tunnel(client: Conn, upstream: Conn) -> None:
+async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -> None:
     """Move bytes both ways until both directions end; a half-close is passed on. An error on
-    either side (a reset) ends both. Cancelling this ends both too."""
+    either side (a reset) ends both. Cancelling this ends both too. The sandbox's side gets
+    `buffers.unix_send` as its send buffer and both directions pipes of `buffers.pipe` (the
+    origin side was dialed with `buffers`)."""
+    pipes = _PIPES_OF.get(buffers.pipe) or PipePool(size=buffers.pipe, keep=0)
 
     async def one_way(src: Conn, dst: Conn) -> None:
         try:
-            await src.splice_to(dst)
+            await src.splice_to(dst, pipes)
         except _CannotSplice:
             await src.copy_to(dst)  # a socket that cannot splice: through a buffer
         dst.shutdown_write()
 
     for conn in (client, upstream):
-        if conn.sock.family == socket.AF_UNIX:  # the sandbox's side
-            with contextlib.suppress(OSError):  # a limit, not an allocation
-                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
+        if conn.sock.family == socket.AF_UNIX:  # the sandbox's side, before the tunnel's bytes
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.unix_send)
     tasks = [
         asyncio.create_task(one_way(client, upstream)),
         asyncio.create_task(one_way(upstream, client)),

@@ -19,7 +19,9 @@ together; a request needing a lookup takes one of `MAX_WAITING_LOOKUPS` slots, a
 sandbox has its own resolver (`resolver.SystemResolver`: its own threads, capped), so one
 sandbox's dead or slow names never hold another's lookups, the machine view (read on its own
 thread) or listener management. At a cap the request gets the 403 with `too-many-tunnels` or
-`too-many-lookups` (and its wire line) at once, never a queue. A new connection is refused
+`too-many-lookups` (and its wire line) at once, never a queue. A CONNECT also reserves its
+tunnel's fixed kernel buffers from its sandbox's budget (`tunnel_buffers`: large ones for the
+first, small ones after, `too-much-buffer` past the budget). A new connection is refused
 (`too-many-descriptors`) when the proxy's descriptors are taken and this sandbox already holds
 its reserved share of them (`descriptors.may_accept`).
 
@@ -80,6 +82,7 @@ from lnk_proxy.policy import (
 from lnk_proxy.policy_memo import PolicyMemo
 from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy, make_resolver
 from lnk_proxy.route_check import RouteChecker
+from lnk_proxy.tunnel_buffers import LARGE, TunnelBuffers, buffers_for
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
@@ -121,6 +124,8 @@ class _Listener:
     background: set[asyncio.Task[None]] = field(default_factory=set)  # accept loop, watcher
     tunnels: int = 0  # reserved when a CONNECT is read, before any await
     lookups: int = 0  # this sandbox's requests waiting for a lookup now
+    buffers: int = 0  # tunnels' worst-case kernel buffers reserved (`tunnel_buffers`)
+    large_buffers: int = 0  # of which by large tunnels
     resolver: Resolver | None = None  # this sandbox's only (the system one's threads)
     pool: UpstreamPool = field(default_factory=UpstreamPool)  # this sandbox's only
     answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
@@ -142,6 +147,7 @@ class _Exchange:
     target: str  # as the wire's log shows it
     consumed: int  # the client's bytes read before this request's head
     sent: int  # the bytes sent to the client before this answer
+    buffers: TunnelBuffers = LARGE  # a tunnel's, reserved from its sandbox's budget
 
 
 class ProxyServer:
@@ -153,7 +159,11 @@ class ProxyServer:
         # Descriptors for sandboxes' connections, shared out per sandbox (`descriptors`).
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.descriptor_limit = usable_limit(soft)
-        self.wire_log = WireLog(config.wire_log_dir, config.wire_log_max_bytes)
+        bounds = (config.wire_log_max_bytes, config.wire_box_max_bytes)
+        self.wire_log = WireLog(config.wire_log_dir, *bounds)
+        # Sizes the wire folder (`wire_log.box_used`): its own thread, never the event loop.
+        self._wire_scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wire-scan")
+        self.wire_log.scanner = self._wire_scanner
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
@@ -182,6 +192,7 @@ class ProxyServer:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
         self._reader.shutdown(wait=False, cancel_futures=True)
+        self._wire_scanner.shutdown(wait=False, cancel_futures=True)
         if self.routes is not None:
             self.routes.close()
 
@@ -385,31 +396,53 @@ class ProxyServer:
             await self._refuse(listener, client, method.decode("latin-1"), target, refusal)
             return False
         target = _shown_target(request)
-        tunnel = request.kind == "connect"
-        if tunnel:  # reserved now, before any await: concurrent CONNECTs cannot pass the cap
-            if listener.tunnels >= self.config.max_tunnels_per_sandbox:
-                limit = self.config.max_tunnels_per_sandbox
-                refusal = _Refusal("too-many-tunnels", f"{limit} tunnels already open")
-                await self._refuse(listener, client, request.method, target, refusal)
+        buffers: TunnelBuffers | None = None
+        if request.kind == "connect":  # reserved now, before any await: no cap is passed
+            reserved = self._reserve_tunnel(listener)
+            if isinstance(reserved, _Refusal):
+                await self._refuse(listener, client, request.method, target, reserved)
                 return False
-            listener.tunnels += 1
+            buffers = reserved
         try:
             verdict = await self._decide(listener, request)
             if not isinstance(verdict, Allowed):
                 await self._refuse(listener, client, request.method, target, verdict)
                 return False
             exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
-            if tunnel:
-                await self._tunnel(exchange)
+            if buffers is not None:
+                await self._tunnel(replace(exchange, buffers=buffers))
                 return False
         finally:
-            if tunnel:
-                listener.tunnels -= 1
+            if buffers is not None:
+                self._release_tunnel(listener, buffers)
         return await self._forward(exchange)
+
+    def _reserve_tunnel(self, listener: _Listener) -> TunnelBuffers | _Refusal:
+        """One of the sandbox's tunnel slots and its tunnel's buffers, taken before any await."""
+        if listener.tunnels >= self.config.max_tunnels_per_sandbox:
+            limit = self.config.max_tunnels_per_sandbox
+            return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
+        budget = self.config.tunnel_buffer_budget_bytes
+        buffers = buffers_for(listener.large_buffers, listener.buffers, budget)
+        if buffers is None:
+            reason = f"the sandbox's open tunnels hold its {budget} bytes of kernel buffers"
+            return _Refusal("too-much-buffer", reason)
+        listener.tunnels += 1
+        listener.buffers += buffers.worst_case()
+        if buffers is LARGE:
+            listener.large_buffers += buffers.worst_case()
+        return buffers
+
+    def _release_tunnel(self, listener: _Listener, buffers: TunnelBuffers) -> None:
+        listener.tunnels -= 1
+        listener.buffers -= buffers.worst_case()
+        if buffers is LARGE:
+            listener.large_buffers -= buffers.worst_case()
 
     async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
         if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
-            return _Refusal("log-full", "the sandbox's wire log has no room for its line")
+            reason = "no room for its line in the sandbox's wire log or in the box's wire logs"
+            return _Refusal("log-full", reason)
         flagged = self._flags(listener)
         if flagged is not None:
             return flagged
@@ -479,8 +512,9 @@ class ProxyServer:
             )
         )
 
-    async def _dial(self, allowed: Allowed) -> Conn:
-        return Conn(await dial(allowed.address, allowed.port, self.config.connect_timeout_s))
+    async def _dial(self, allowed: Allowed, buffers: TunnelBuffers | None = None) -> Conn:
+        timeout = self.config.connect_timeout_s
+        return Conn(await dial(allowed.address, allowed.port, timeout, buffers))
 
     async def _upstream(self, exchange: _Exchange, key: PoolKey) -> tuple[Conn, bool]:
         """An idle pooled connection to exactly the judged address, else a new one; and
@@ -494,13 +528,13 @@ class ProxyServer:
         client, error, dial_failed = exchange.client, "", False
         try:
             try:
-                upstream = await self._dial(exchange.allowed)
+                upstream = await self._dial(exchange.allowed, exchange.buffers)
             except (OSError, TimeoutError) as exc:
                 error, dial_failed = f"dial failed: {exc!r}", True
                 return
             try:
                 await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                await tunnel(client, upstream)
+                await tunnel(client, upstream, exchange.buffers)
             finally:
                 upstream.close()
         except asyncio.CancelledError:

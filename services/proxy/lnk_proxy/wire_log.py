@@ -24,9 +24,21 @@ Keeping the truth under a flood (`MAX_LOG_BYTES` per sandbox, or the config's bo
   the server refuses new exchanges (`log-full`) when it is not, rather than let them go
   unlogged.
 
+The whole box's wire logs (`MAX_BOX_BYTES`, or the config's `wire_box_max_bytes`): the folder's
+size (every `*.log` in it, running and ended sandboxes', read again every `BOX_SCAN_S`, on
+the `scanner` thread when one is set: thousands of files take milliseconds, never spent on
+the event loop; counted up by every line written between) takes the same shares: refusals
+stop at three quarters of it, allowed lines at all of it, and a new exchange is admitted only
+with `ADMIT_MARGIN_BYTES` (an eighth of the box's bound at most) left, so at the box's bound
+running sandboxes' exchanges are refused (`log-full`), never sent unlogged. Room comes back
+when the controller's retention removes the logs of the sandboxes that ended longest ago
+(`lnk_controller.retention`, its `wire_keep_bytes`, below this bound); a running sandbox's log
+is never removed to make room.
+
 Limits: this module does NOT
-- rotate logs or bound the whole box's logs (the controller's reader follows one file by byte
-  offset); past the refusal share, refusals are only counted in the proxy's own log;
+- rotate a sandbox's log (the controller's reader follows one file by byte offset, and dropping
+  its oldest lines would let a refusal flood push out the allowed decisions); past the refusal
+  share, refusals are only counted in the proxy's own log;
 - log allowed tunnels while they are open: a tunnel's line appears when it closes, and is lost
   if the proxy dies first;
 - fsync: a power cut can drop the last lines.
@@ -34,11 +46,15 @@ Limits: this module does NOT
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
 import re
+import stat
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +79,9 @@ log = logging.getLogger(__name__)
 LOG_FILE_MODE = 0o640  # the proxy writes; its group (the controller's readers) may read
 LOG_DIR_MODE = 0o750  # likewise for the folder: other users see no sandbox's traffic
 MAX_LOG_BYTES = 256 << 20  # a busy sandbox's month of lines; bounds the disk a sandbox can fill
+MAX_BOX_BYTES = 8 << 30  # every sandbox's log together: 32 sandboxes at their bound
+BOX_SCAN_S = 1.0  # the folder's size is read again this often (retention frees room meanwhile)
+LOG_SUFFIX = ".log"
 AGGREGATE_WINDOW_S = 5.0  # repeats of one refusal within this become one line with a count
 MAX_AGGREGATED_KEYS = 256  # distinct refusals counted per window; the rest by rule only
 MANY_TARGETS = "(many targets)"  # the target of refusals counted by rule only
@@ -161,12 +180,21 @@ class WireLog:
     """Appends lines to `<directory>/<sandbox>.log`; never raises to the caller on I/O errors
     (a full disk must not stop the proxy from refusing), it logs them instead."""
 
-    def __init__(self, directory: Path, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, max_bytes: int | None = None, box_max_bytes: int | None = None
+    ) -> None:
         self.directory = directory
         self.max_bytes = MAX_LOG_BYTES if max_bytes is None else max_bytes
-        self.refusal_bytes = self.max_bytes - self.max_bytes // 4  # the rest: allowed lines
+        self.refusal_bytes = _refusal_share(self.max_bytes)  # the rest: allowed lines
         self.admit_margin = min(ADMIT_MARGIN_BYTES, self.max_bytes // 8)
-        self._full: set[tuple[str, str]] = set()  # (sandbox, decision) warned about
+        self.box_max_bytes = MAX_BOX_BYTES if box_max_bytes is None else box_max_bytes
+        self.box_admit_margin = min(ADMIT_MARGIN_BYTES, self.box_max_bytes // 8)
+        self._box_used = 0  # the folder's size at the last scan, plus the lines written since
+        self._box_scanned = -BOX_SCAN_S  # monotonic time of that scan: none yet
+        self.scanner: Executor | None = None  # the thread that scans (else the caller's)
+        self._scanning: asyncio.Future[int] | None = None
+        self._written_since = 0  # bytes written while a scan runs: added to its result
+        self._full: set[tuple[str, str]] = set()  # (sandbox or "the box", what) warned about
         self._counters: dict[str, RefusalCounter] = {}
         # One open file per sandbox, and its size: a line costs one write, not an open, an
         # fstat and a close (those were a tenth of a small request's time in the proxy).
@@ -204,10 +232,41 @@ class WireLog:
         self._open[sandbox] = (fd, info.st_size)
         return self._open[sandbox]
 
+    def box_used(self) -> int:
+        """The box's wire logs' size: scanned at most every `BOX_SCAN_S`, counted between
+        (with a `scanner`, the scan runs there and its result counts from when it is back)."""
+        now = time.monotonic()
+        if now - self._box_scanned >= BOX_SCAN_S and self._scanning is None:
+            self._box_scanned = now
+            if self.scanner is None:
+                self._scanned(_folder_size(self.directory))
+            else:
+                self._written_since = 0
+                loop = asyncio.get_running_loop()
+                self._scanning = loop.run_in_executor(self.scanner, _folder_size, self.directory)
+                self._scanning.add_done_callback(self._scan_done)
+        return self._box_used
+
+    def _scan_done(self, future: asyncio.Future[int]) -> None:
+        self._scanning = None
+        if not future.cancelled() and future.exception() is None:
+            self._scanned(future.result() + self._written_since)
+
+    def _scanned(self, size: int) -> None:
+        self._box_used = size
+        if size + self.box_admit_margin <= self.box_max_bytes:  # room again: warn anew
+            self._full = {(whose, what) for whose, what in self._full if whose != "the box"}
+
     def can_admit(self, sandbox: str) -> bool:
-        """Whether a new exchange's line is sure to be written (room, and an open file)."""
+        """Whether a new exchange's line is sure to be written (room in the sandbox's log and
+        in the box's, and an open file)."""
         opened = self._file(sandbox)
-        return opened is not None and opened[1] + self.admit_margin <= self.max_bytes
+        if opened is None or opened[1] + self.admit_margin > self.max_bytes:
+            return False
+        if self.box_used() + self.box_admit_margin > self.box_max_bytes:
+            self._warn_full("the box", "new exchanges (refused: log-full)", self._box_used)
+            return False
+        return True
 
     def write(self, entry: WireEntry) -> None:
         if entry.decision == "refused" and not entry.repeated:
@@ -233,16 +292,14 @@ class WireLog:
         if opened is None:
             return
         fd, size = opened
-        limit = self.refusal_bytes if entry.decision == "refused" else self.max_bytes
+        refusal = entry.decision == "refused"
+        limit = self.refusal_bytes if refusal else self.max_bytes
+        box_limit = _refusal_share(self.box_max_bytes) if refusal else self.box_max_bytes
         if size + len(line) > limit:
-            if (entry.sandbox, entry.decision) not in self._full:
-                self._full.add((entry.sandbox, entry.decision))
-                log.warning(
-                    "wire log of %s is full for %s lines (%d bytes): dropped",
-                    entry.sandbox,
-                    entry.decision,
-                    size,
-                )
+            self._warn_full(entry.sandbox, f"{entry.decision} lines (dropped)", size)
+            return
+        if self.box_used() + len(line) > box_limit:
+            self._warn_full("the box", f"{entry.decision} lines (dropped)", self._box_used)
             return
         try:
             os.write(fd, line)
@@ -250,6 +307,13 @@ class WireLog:
             log.error("wire log of %s: cannot write: %s", entry.sandbox, exc)
             return
         self._open[entry.sandbox] = (fd, size + len(line))
+        self._box_used += len(line)
+        self._written_since += len(line)
+
+    def _warn_full(self, whose: str, what: str, size: int) -> None:
+        if (whose, what) not in self._full:
+            self._full.add((whose, what))
+            log.warning("wire log of %s is full for %s: %d bytes", whose, what, size)
 
     def close(self, sandbox: str) -> None:
         """The sandbox's listener is closed: write its counts, close its file (a later line
@@ -257,7 +321,28 @@ class WireLog:
         self.flush(sandbox, every=True)
         self._counters.pop(sandbox, None)
         opened = self._open.pop(sandbox, None)
-        self._full.discard((sandbox, "allowed"))
-        self._full.discard((sandbox, "refused"))
+        self._full = {(whose, what) for whose, what in self._full if whose != sandbox}
         if opened is not None:
             os.close(opened[0])
+
+
+def _refusal_share(bound: int) -> int:
+    """Refusals stop at three quarters of a bound: the last quarter is for allowed lines."""
+    return bound - bound // 4
+
+
+def _folder_size(directory: Path) -> int:
+    """The bytes of every `*.log` file in `directory` (links are not followed)."""
+    total = 0
+    try:
+        with os.scandir(directory) as entries:
+            for found in entries:
+                if not found.name.endswith(LOG_SUFFIX):
+                    continue
+                with contextlib.suppress(FileNotFoundError):  # removed by retention meanwhile
+                    info = found.stat(follow_symlinks=False)
+                    if stat.S_ISREG(info.st_mode):
+                        total += info.st_size
+    except OSError as exc:
+        log.error("wire logs in %s: cannot read their size: %s", directory, exc)
+    return total

@@ -5,6 +5,7 @@ launch's path or the reaper's served by a partial index on live rows only."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from lnk_controller import db
-from lnk_controller.retention import prune
+from lnk_controller.retention import prune, prune_every, trim_wire
 from lnk_controller.sandbox_store import LIVE_UIDS, find_query
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -150,3 +151,57 @@ def test_each_live_query_reads_a_partial_index_of_live_rows_only(
         conn.exec_driver_sql("ANALYZE")
     plan = _plan(engine, statement)
     assert plan and all("ix_sandboxes_live_" in step for step in plan), (name, plan)
+
+
+def test_the_wire_folder_is_trimmed_oldest_ended_first_and_never_a_live_log(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Past `keep_bytes`, the logs of the sandboxes that ended longest ago go first, their
+    records stay; a running sandbox's log is never removed, even when it alone is over."""
+    wire = tmp_path / "wire"
+    wire.mkdir()
+    _add(
+        engine,
+        [
+            ("sbx-oldest", "ended", NOW - timedelta(days=3)),
+            ("sbx-middle", "ended", NOW - timedelta(days=2)),
+            ("sbx-newest", "ended", NOW - timedelta(days=1)),
+            ("sbx-live", "running", None),
+        ],
+    )
+    for sandbox_id in ("sbx-oldest", "sbx-middle", "sbx-newest", "sbx-live"):
+        (wire / f"{sandbox_id}.log").write_bytes(b"x" * 1000)
+    (wire / "notes.txt").write_bytes(b"y" * 5000)  # not a wire log: neither counted nor removed
+    assert trim_wire(engine, wire, keep_bytes=4000) == 0  # at the bound: nothing goes
+    assert trim_wire(engine, wire, keep_bytes=2500) == 2  # the two oldest ended ones
+    assert sorted(p.name for p in wire.iterdir()) == ["notes.txt", "sbx-live.log", "sbx-newest.log"]
+    assert trim_wire(engine, wire, keep_bytes=0) == 1  # the newest ended one; never the live
+    assert sorted(p.name for p in wire.iterdir()) == ["notes.txt", "sbx-live.log"]
+    assert _ids(engine) == {"sbx-oldest", "sbx-middle", "sbx-newest", "sbx-live"}  # records stay
+    assert trim_wire(engine, tmp_path / "none", keep_bytes=0) == 0  # no folder yet
+
+
+def test_a_link_in_the_wire_folder_is_removed_never_followed(
+    engine: Engine, tmp_path: Path
+) -> None:
+    wire = tmp_path / "wire"
+    wire.mkdir()
+    precious = tmp_path / "precious"
+    precious.write_bytes(b"z" * 10_000)
+    _add(engine, [("sbx-a", "ended", NOW - timedelta(days=1))])
+    (wire / "sbx-a.log").symlink_to(precious)  # its size does not count: nothing over
+    assert trim_wire(engine, wire, keep_bytes=100) == 0
+    assert precious.read_bytes() == b"z" * 10_000
+
+
+def test_the_retention_thread_trims_the_wire_folder_too(engine: Engine, tmp_path: Path) -> None:
+    wire = tmp_path / "wire"
+    wire.mkdir()
+    _add(engine, [("sbx-ended", "ended", datetime.now(UTC)), ("sbx-live", "running", None)])
+    for sandbox_id in ("sbx-ended", "sbx-live"):
+        (wire / f"{sandbox_id}.log").write_bytes(b"x" * 1000)
+    stop = threading.Event()
+    stop.set()  # one prune and one trim, then it returns
+    prune_every(engine, wire, keep_days=30, keep_count=100, wire_keep_bytes=1500)(stop)
+    assert sorted(p.name for p in wire.iterdir()) == ["sbx-live.log"]
+    assert _ids(engine) == {"sbx-ended", "sbx-live"}  # its record is young: kept

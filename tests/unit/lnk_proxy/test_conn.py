@@ -4,6 +4,7 @@ sockets bound with their mode set and never over something that is not a socket.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import shutil
 import socket
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from lnk_proxy import conn
-from lnk_proxy.conn import BufferPool, Conn, bind_listener, tunnel
+from lnk_proxy.conn import BufferPool, Conn, bind_listener, dial, tunnel
+from lnk_proxy.tunnel_buffers import LARGE, SMALL, TunnelBuffers
 
 
 async def _tunnel_both_ways(up: int, down: int) -> tuple[bytes, bytes]:
@@ -124,14 +126,15 @@ def test_an_idle_tunnel_holds_no_pipe() -> None:
     assert after == 0
 
 
-def test_a_tunnel_widens_the_sandbox_sides_send_buffer() -> None:
-    """More bytes in flight to the sandbox per wake-up (the kernel caps it at wmem_max)."""
+@pytest.mark.parametrize("sizes", [LARGE, SMALL], ids=["large", "small"])
+def test_a_tunnel_fixes_the_sandbox_sides_send_buffer(sizes: TunnelBuffers) -> None:
+    """The bytes in flight to the sandbox are its class's, whatever the default (the kernel
+    caps the value at wmem_max)."""
 
-    async def run() -> tuple[int, int]:
+    async def run() -> int:
         client_far, client_near = socket.socketpair()
         origin_near, origin_far = _tcp_pair()
-        before = client_near.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-        task = asyncio.create_task(tunnel(Conn(client_near), Conn(origin_near)))
+        task = asyncio.create_task(tunnel(Conn(client_near), Conn(origin_near), sizes))
         await asyncio.sleep(0.01)
         after = client_near.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         task.cancel()
@@ -139,13 +142,43 @@ def test_a_tunnel_widens_the_sandbox_sides_send_buffer() -> None:
             await task
         for sock in (client_far, client_near, origin_near, origin_far):
             sock.close()
-        return before, after
+        return after
 
-    before, after = asyncio.run(run())
+    after = asyncio.run(run())
     with open("/proc/sys/net/core/wmem_max") as f:
         cap = int(f.read())
-    assert after == 2 * min(conn.UNIX_SEND_BUFFER, cap)  # the kernel doubles what it grants
-    assert after > before or cap * 2 <= before
+    assert after == 2 * min(sizes.unix_send, cap)  # the kernel doubles what it grants
+
+
+@pytest.mark.parametrize("sizes", [LARGE, SMALL], ids=["large", "small"])
+def test_a_tunnels_origin_socket_has_fixed_buffers_from_before_connect(
+    sizes: TunnelBuffers,
+) -> None:
+    """Set before connect: the kernel never autotunes them (a receive buffer set by the
+    program stays at its value, where one left alone grows to tcp_rmem's maximum)."""
+
+    async def run() -> tuple[int, int]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        try:
+            sock = await dial(ipaddress.ip_address("127.0.0.1"), port, 5.0, sizes)
+        finally:
+            listener.close()
+        try:
+            return (
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+            )
+        finally:
+            sock.close()
+
+    receive, send = asyncio.run(run())
+    with open("/proc/sys/net/core/rmem_max") as f:
+        rmem_max = int(f.read())
+    with open("/proc/sys/net/core/wmem_max") as f:
+        wmem_max = int(f.read())
+    assert receive == 2 * min(sizes.tcp_receive, rmem_max)
+    assert send == 2 * min(sizes.tcp_send, wmem_max)
 
 
 def test_cancelling_a_tunnel_ends_both_directions() -> None:

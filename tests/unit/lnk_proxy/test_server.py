@@ -18,6 +18,7 @@ from lnk_proxy import server as server_module
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
+from lnk_proxy.tunnel_buffers import SMALL
 from lnk_shared.addresses import IPAddress
 from lnk_shared.hosts import parse_host_pattern
 
@@ -257,3 +258,64 @@ def test_a_sandbox_taking_every_descriptor_leaves_another_its_share(base: Path) 
     assert [body(a) for a in flooder] == [b"lnk: refused (too-many-descriptors)\n"] * 3
     assert [body(a) for a in other] == [b"lnk: refused (never-loopback)\n"]  # its 5th
     assert "too-many-descriptors" in log_rules(config, "sbx-a")
+
+
+class HeldResolver:
+    """Lookups that wait until `release`: CONNECTs hold their tunnel's reservation meanwhile."""
+
+    caches_answers = False
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.released = asyncio.Event()
+
+    async def resolve(self, name: str) -> tuple[IPAddress, ...]:
+        self.waiting += 1
+        await self.released.wait()
+        return ()
+
+
+def test_a_sandbox_at_its_buffer_budget_is_refused_and_another_keeps_its_own(base: Path) -> None:
+    """A budget of two small tunnels: two CONNECTs waiting on their lookup hold it, the third
+    is refused at once (`too-much-buffer`, logged) before any lookup; another sandbox's CONNECT
+    is still judged; once the two end, the budget is free again."""
+    budget = 2 * SMALL.worst_case()
+    config = ProxyConfig(
+        run_dir=base / "run", state_dir=base / "state", tunnel_buffer_budget_bytes=budget
+    )
+    resolver = HeldResolver()
+    grants = ProxyGrants(internet=(parse_host_pattern("*.example.com"),))
+    connect = b"CONNECT a.example.com:443 HTTP/1.1\r\n\r\n"
+
+    async def run() -> tuple[bytes, bytes, list[bytes], bytes, int]:
+        server = ProxyServer(config, resolver=resolver)
+        await server.start()
+        paths = []
+        for sandbox in ("sbx-a", "sbx-b"):
+            path = config.run_dir / "sbx" / f"{sandbox}.sock"
+            await server.open_listener(sandbox, path, grants, SECRET)
+            paths.append(path)
+        try:
+            held = [asyncio.create_task(exchange(paths[0], connect)) for _ in range(2)]
+            while resolver.waiting < 2:
+                await asyncio.sleep(0.01)
+            third = await exchange(paths[0], connect)
+            other = asyncio.create_task(exchange(paths[1], connect))
+            while resolver.waiting < 3:  # the other sandbox's reached its lookup
+                await asyncio.sleep(0.01)
+            resolver.released.set()
+            ended = [await task for task in held]
+            reserved = server._listeners["sbx-a"].buffers
+            again = await exchange(paths[0], connect)
+            return third, await other, ended, again, reserved
+        finally:
+            await server.close()
+
+    third, other, ended, again, reserved = asyncio.run(run())
+    assert body(third) == b"lnk: refused (too-much-buffer)\n"
+    assert [body(a) for a in ended] == [b"lnk: refused (no-address)\n"] * 2
+    assert body(other) == b"lnk: refused (no-address)\n"  # judged: not at sbx-a's budget
+    assert reserved == 0  # given back when the exchanges ended
+    assert body(again) == b"lnk: refused (no-address)\n"
+    assert log_rules(config, "sbx-a")[0] == "too-much-buffer"
+    assert "too-much-buffer" not in log_rules(config, "sbx-b")

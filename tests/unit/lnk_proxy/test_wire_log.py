@@ -3,9 +3,12 @@ and cut at 300 characters, files 0640 appended without following links, bounded 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -176,3 +179,68 @@ def test_the_counts_of_a_closed_sandbox_are_written(tmp_path: Path) -> None:
         "www.example.com:443",
         3,
     )
+
+
+def test_the_box_bound_counts_every_sandboxs_log_and_refuses_before_anything_goes_unlogged(
+    tmp_path: Path,
+) -> None:
+    """Ended sandboxes' logs fill the folder to near the box's bound: a running sandbox with
+    room in its own log is no longer admitted (`log-full`), its refusals stop at three
+    quarters, and once retention removes an ended log it is admitted again."""
+    box = 256 * 1024
+    log = WireLog(tmp_path, max_bytes=box, box_max_bytes=box)
+    (tmp_path / "sbx-ended1.log").write_bytes(b"x" * (box // 2))
+    (tmp_path / "sbx-ended2.log").write_bytes(b"x" * (box // 4))
+    (tmp_path / "other.txt").write_bytes(b"y" * box)  # not a wire log: not counted
+    assert log.box_used() == box * 3 // 4
+    # Refusals: dropped at the box's refusal share (three quarters, already reached).
+    log.write(entry(decision="refused", rule="not-listed", target="new.example:443"))
+    assert (
+        not (tmp_path / "sbx-0123abcd.log").exists()
+        or lines_of(tmp_path / "sbx-0123abcd.log") == []
+    )
+    admitted = 0
+    while log.can_admit("sbx-0123abcd"):
+        log.write(entry())
+        admitted += 1
+        assert admitted < 10_000, "the box's bound was never reached"
+    assert admitted > 10  # allowed lines used the last quarter
+    assert log.box_used() + log.box_admit_margin > box
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.log")) <= box  # on disk
+    (tmp_path / "sbx-ended1.log").unlink()  # retention removed the oldest ended one
+    log._box_scanned -= wire_log.BOX_SCAN_S  # the next scan is due (instead of a 1 s wait)
+    assert log.can_admit("sbx-0123abcd")
+    assert len(lines_of(tmp_path / "sbx-0123abcd.log")) == admitted  # every admitted one logged
+
+
+def test_with_a_scanner_the_folder_is_sized_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan runs on the scanner's thread; its result counts once back; until then the
+    last count stands."""
+    box = 256 * 1024
+    (tmp_path / "sbx-ended.log").write_bytes(b"x" * (box // 2))
+    threads: list[str] = []
+    real = wire_log._folder_size
+
+    def sized(directory: Path) -> int:
+        threads.append(threading.current_thread().name)
+        return real(directory)
+
+    monkeypatch.setattr(wire_log, "_folder_size", sized)
+
+    async def run() -> tuple[int, int]:
+        log = WireLog(tmp_path, max_bytes=box, box_max_bytes=box)
+        scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scan")
+        log.scanner = scanner
+        try:
+            first = log.box_used()  # the scan started: nothing counted yet
+            while log._scanning is not None:
+                await asyncio.sleep(0.01)
+            return first, log.box_used()
+        finally:
+            scanner.shutdown()
+
+    first, after = asyncio.run(run())
+    assert (first, after) == (0, box // 2)
+    assert threads and threads[0].startswith("scan")

@@ -1,0 +1,78 @@
+"""The kernel memory a tunnel may pin in the proxy, fixed, and each sandbox's budget for it.
+Pure: the server keeps each sandbox's reserved bytes and asks `buffers_for` before any await.
+
+Left to the kernel, a tunnel whose sandbox never reads pinned 32-39 MiB: the origin socket's
+receive buffer autotuned to `tcp_rmem`'s maximum (32 MiB here) plus the unix send buffer and a
+pipe, none of it charged to the sandbox. Here every buffer of a tunnel has a fixed size, set
+before it is used (the origin socket's before `connect`, so the kernel never autotunes it and
+the window it offers is sized from it; the sandbox side's before the tunnel's first byte), so
+a tunnel's worst case is known (`TunnelBuffers.worst_case`), and a sandbox's tunnels together
+reserve at most `BUDGET`:
+- the first tunnels of a sandbox get `LARGE` sizes (a 1 GiB download at near direct speed)
+  while the sandbox's large ones reserve at most `LARGE_SHARE` of its budget;
+- later ones get `SMALL` sizes (a few round trips' worth on a LAN: slower, never stuck);
+- once neither fits, a new tunnel is refused (`too-much-buffer`) at once.
+
+The worst case counts what the kernel may hold for a tunnel on the proxy's side: the origin
+socket's receive and send buffers and the proxy's end of the unix socket's send buffer, each
+twice the size asked (`socket(7)`: the kernel doubles the value for its bookkeeping), and one
+pipe per direction full.
+
+Does NOT bound: the bytes a sandbox sent that wait in the proxy's unix receive queue (they are
+charged to the sandbox's own socket's send buffer, in its own cgroup, and freed with it); plain
+http exchanges (a pooled 1 MiB user-space buffer per direction in flight, `conn.BufferPool`, and
+the kernel's defaults for their sockets; capped per sandbox by `max_connections_per_sandbox`);
+pages a spliced skb pins beyond the bytes it carries; the machine's total (sandboxes times
+`BUDGET`, with the descriptor cap of `descriptors` bounding how many tunnels exist at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BUDGET", "LARGE", "LARGE_SHARE", "SMALL", "TunnelBuffers", "buffers_for"]
+
+KERNEL_DOUBLES = 2  # socket(7): SO_RCVBUF/SO_SNDBUF's value is doubled for the kernel's overhead
+MiB = 1024 * 1024
+KiB = 1024
+
+
+@dataclass(frozen=True)
+class TunnelBuffers:
+    """The sizes asked for one tunnel's buffers (bytes)."""
+
+    name: str
+    tcp_receive: int  # the origin socket's SO_RCVBUF: what the origin may send ahead
+    tcp_send: int  # the origin socket's SO_SNDBUF: what waits for the origin to read
+    unix_send: int  # the sandbox side's SO_SNDBUF: what waits for the sandbox to read
+    pipe: int  # each direction's splice pipe (F_SETPIPE_SZ)
+
+    def worst_case(self) -> int:
+        """The most the kernel holds for this tunnel on the proxy's side (see the module)."""
+        sockets = self.tcp_receive + self.tcp_send + self.unix_send
+        return KERNEL_DOUBLES * sockets + 2 * self.pipe  # a pipe per direction
+
+
+# 1 MiB each (2 MiB as the kernel counts): bench/proxy.py --rounds 3 on this 2-core machine
+# (loaded by other runs), 1 GiB medians: direct 413 MiB/s, through the relay 449 (109 %), the
+# proxy alone 796. A window this size carries 1 Gbit/s up to ~16 ms of round trip; a longer,
+# faster path (a far origin) is held to about window / RTT, the price of a known bound.
+LARGE = TunnelBuffers("large", 1 * MiB, 1 * MiB, 1 * MiB, 1 * MiB)  # 8 MiB at worst
+# 64 KiB each: the kernel's default pipe, a few round trips on a LAN; 512 KiB at worst.
+SMALL = TunnelBuffers("small", 64 * KiB, 64 * KiB, 64 * KiB, 64 * KiB)
+# A sandbox's tunnels together: 16 large ones (64 MiB) and 384 small ones could use it, more
+# than `max_tunnels_per_sandbox` (256) lets it open; ten sandboxes at their budget pin 2.5 GiB
+# where one alone pinned 8-10 GiB before.
+BUDGET = 256 * MiB
+LARGE_SHARE = 4  # large tunnels reserve at most a quarter of the budget: the rest for many small
+
+
+def buffers_for(reserved_large: int, reserved: int, budget: int = BUDGET) -> TunnelBuffers | None:
+    """Sizes for a sandbox's next tunnel while its open tunnels reserve `reserved` bytes
+    (`reserved_large` of them by large ones), or None when it is at its budget."""
+    large = LARGE.worst_case()
+    if reserved_large + large <= budget // LARGE_SHARE and reserved + large <= budget:
+        return LARGE
+    if reserved + SMALL.worst_case() <= budget:
+        return SMALL
+    return None
