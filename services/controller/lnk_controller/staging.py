@@ -28,11 +28,29 @@ bind from the wall: the flag alone refuses its removal, rename, replacement, fil
 to everyone without CAP_LINUX_IMMUTABLE, and a bind each (~49 for an empty folder) was most of
 a write grant's start. Where the flag does not take, the bind stands over it as before.
 
+Kept out of a plain `ls` too? A plain `ls` (no `-a`) already hides the dot names; the five
+that are not (mise.toml, mise.local.toml, bunfig.toml, rust-toolchain, rust-toolchain.toml)
+show while the sandbox runs. Tried, on this kernel (6.18, ext4), and why each fails:
+- a placeholder of another kind: git skips FIFOs and sockets everywhere, `git clean -n -d`
+  too, but neither can be made immutable on ext4 (FS_IOC_SETFLAGS needs an open descriptor:
+  a socket inode gives ENXIO, a FIFO's ioctl ENOTTY; the path-based file_setattr(2) of 6.17
+  says EOPNOTSUPP for ext4's special inodes), so each would need the wall's bind again and
+  the owner's `rm` would uncover it; a FIFO is also a channel between sandbox and host tool;
+- an overmount of the write folder's top with a view lacking them: new top-level files would
+  land in the view, not in the owner's folder;
+- Landlock in place of a placeholder: its MAKE_* rights cover the whole top of the folder, so
+  refusing the names refuses every new top-level file;
+- seccomp: a filter cannot read the path a call names; a user-notification supervisor that
+  reads it races the sandbox's other threads (the kernel reads the path again after it);
+- a bind of the parent, or an overlay: the parent is not granted; an overlay over the owner's
+  folder makes the owner's own edits during the run undefined (above).
+
 What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
-sockets; links resolve inside the sandbox's own view); keep placeholders out of a plain `ls`
-while the sandbox runs (no mechanism above does, see there); protect names below the top of a
-write folder; make a placeholder immutable on a filesystem without FS_IMMUTABLE_FL (there the
-wall's read-only bind over it stands in the sandbox's way, and the owner can still remove it).
+sockets; links resolve inside the sandbox's own view); keep the five non-dot placeholders out
+of a plain `ls`, or any out of `ls -a` and `git clean -n -d` (see above); protect names below
+the top of a write folder; make a placeholder immutable on a filesystem without
+FS_IMMUTABLE_FL (there the wall's read-only bind over it stands in the sandbox's way, and the
+owner can still remove it).
 """
 
 from __future__ import annotations
