@@ -130,9 +130,10 @@ def _clean(
 
 # Placeholders removed at once: removing a folder frees its block, and on a filesystem mounted
 # with `discard` (this host's ext4) ext4 then waits for the device's discard, 2-4 ms each with
-# the CPU idle; ~34 of them one after another were most of a write grant's clean-up. Each is
-# its own name in the owner's folder (none is inside another: staging makes only the
-# outermost missing one), so they are independent. Eight overlap the waits on two cores.
+# the CPU idle; ~49 of them (an empty folder) one after another were most of a write grant's
+# clean-up. Each is its own name in the owner's folder (none is inside another: staging makes
+# only the outermost missing one), so they are independent. Eight overlap the waits on two
+# cores (bench/README.md).
 PLACEHOLDER_REMOVERS = 8
 
 
