@@ -296,13 +296,17 @@ def main() -> int:
         "--rows", action="store_true", help="plain, read and write grant; limits on and off"
     )
     parser.add_argument("--old-prefix", type=Path, help="with --rows: an earlier box, beside")
+    parser.add_argument(
+        "--protections", action="store_true", help="with --rows: one box per wall switch off"
+    )
     args = parser.parse_args()
     if args.history:
         return history_main(args)
     if args.rows:
-        from start_rows import rows_main
+        from start_rows import boxes_for, rows_main
 
-        return rows_main(args.runs, args.old_prefix, BARE, UID_BASE)
+        boxes = boxes_for(args.protections, args.old_prefix)
+        return rows_main(args.runs, boxes, BARE, UID_BASE)
     config = (
         f"[limits]\nowner_sandboxes = {args.concurrent + 1}\n"
         f"owner_memory_mb = {(args.concurrent + 1) * 1024}\n"

@@ -1,6 +1,11 @@
 """Sandbox start by kind of launch and by box, side by side in one run (sandbox_start.py --rows).
 
     sudo /opt/lnk/venv/bin/python bench/sandbox_start.py --rows [--old-prefix /opt/lnk-old]
+    sudo /opt/lnk/venv/bin/python bench/sandbox_start.py --rows --protections
+
+With --protections the boxes are the shipped one (limits off) and one more per wall switch of
+PROTECTION_SWITCHES, turned on (`unsafe_...`, a test setting): each ratio below 1 is what that
+protection costs.
 
 Boxes, all up at once, their launches interleaved so every one sees the same machine:
 - `old`: the box installed in --old-prefix (a checkout of an earlier commit, installed with
@@ -10,7 +15,7 @@ Boxes, all up at once, their launches interleaved so every one sees the same mac
 - `limits on`: this box as any box runs it.
 Rows: `lnk sandbox run -- /bin/true` plain, with `--read` of a small project folder, and with
 `--write` of one (PROJECT_DIRS x PROJECT_FILES files), against bare bwrap /bin/true. Each
-cell is the median in ms with its ratio to bare bwrap and to the `old` box's same row; below,
+cell is the median in ms with its ratio to bare bwrap and to the first box's same row; below,
 each box's controller phases for each row (judged, started, ran, cleaned: its log's line per
 launch, in launch order, so the n-th line is the n-th launch of that box).
 """
@@ -59,7 +64,36 @@ def _phase_rows(box: PrivateBox, skip: int, rows: int) -> list[list[tuple[float,
     return [lines[r::rows] for r in range(rows)]
 
 
-def rows_main(runs: int, old_prefix: Path | None, bare: list[str], uid_base: int) -> int:
+# Each wall protection's switch that acts at a launch of these rows (config.WALL_SWITCHES):
+# a box with one turned off, against the shipped box, shows what that protection costs.
+PROTECTION_SWITCHES = (
+    "unsafe_protected_names_unguarded",
+    "unsafe_skip_mode_sweep",
+    "unsafe_command_line_visible",
+    "unsafe_writable_dev",
+    "unsafe_host_identity",
+    "unsafe_skip_identity_check",
+    "unsafe_login_path_unjudged",
+)
+LIMITS_OFF = "[limits]\nunsafe_no_limits = true\n"
+
+
+def boxes_for(protections: bool, old_prefix: Path | None) -> list[tuple[str, Path, str]]:
+    """(label, prefix, controller.toml lines) of each box, the one the others are set against
+    first: the old box and limits on and off; or, with `protections`, the shipped box (limits
+    off, so only the wall differs) and one box per switch."""
+    if protections:
+        return [
+            ("all on", PREFIX, LIMITS_OFF),
+            *((s, PREFIX, f"{s} = true\n{LIMITS_OFF}") for s in PROTECTION_SWITCHES),
+        ]
+    old = [("old", old_prefix, "")] if old_prefix is not None else []
+    return [*old, ("limits off", PREFIX, LIMITS_OFF), ("limits on", PREFIX, "[limits]\n")]
+
+
+def rows_main(
+    runs: int, boxes_wanted: list[tuple[str, Path, str]], bare: list[str], uid_base: int
+) -> int:
     work = Path(tempfile.mkdtemp(prefix="lnk-bench-rows-"))
     read_dir, write_dir = project(work, "read"), project(work, "write")
     # spec files, not flags: a box keeps one approval for the flags' spec, one for each file
@@ -69,14 +103,6 @@ def rows_main(runs: int, old_prefix: Path | None, bare: list[str], uid_base: int
         ["sandbox", "run", "--", "/bin/true"],
         ["sandbox", "run", "--spec", str(work / "read.toml"), "--", "/bin/true"],
         ["sandbox", "run", "--spec", str(work / "write.toml"), "--", "/bin/true"],
-    ]
-    limited = "[limits]\n"
-    boxes_wanted: list[tuple[str, Path, str]] = []
-    if old_prefix is not None:
-        boxes_wanted.append(("old", old_prefix, ""))
-    boxes_wanted += [
-        ("limits off", PREFIX, limited + "unsafe_no_limits = true\n"),
-        ("limits on", PREFIX, limited),
     ]
     try:
         with ExitStack() as stack:
@@ -114,27 +140,23 @@ def _report(
     bare_ms: list[float],
     phases: dict[str, list[list[tuple[float, ...]]]],
 ) -> None:
+    """One line per box: each row's median, its ratio to bare bwrap and to the first box."""
     bm = statistics.median(bare_ms)
+    base = labels[0]
     print(f"runs: {runs}; bare bwrap /bin/true median {bm:.1f} ms")
-    print("median ms (x bare bwrap" + (", x old)" if "old" in labels else ")"))
-    print(f"{'':14}" + "".join(f"{label:>26}" for label in labels))
-    for r, name in enumerate(ROW_NAMES):
+    print(f"median ms (x bare bwrap, x {base})")
+    print(f"{'':34}" + "".join(f"{name:>24}" for name in ROW_NAMES))
+    for label in labels:
         cells = []
-        for label in labels:
+        for r in range(len(ROW_NAMES)):
             m = statistics.median(times[(label, r)])
-            vs_old = (
-                f" {m / statistics.median(times[('old', r)]):4.2f}"
-                if "old" in labels and label != "old"
-                else ""
-            )
-            cells.append(f"{m:7.1f} ({m / bm:4.1f}x{vs_old})")
-        print(f"{name:14}" + "".join(f"{c:>26}" for c in cells))
+            vs = statistics.median(times[(base, r)])
+            cells.append(f"{m:7.1f} ({m / bm:4.1f}x {m / vs:4.2f})")
+        print(f"{label:34}" + "".join(f"{c:>24}" for c in cells))
     print("controller phases, median ms: judged / started / ran / cleaned")
-    for r, name in enumerate(ROW_NAMES):
-        cells = []
-        for label in labels:
-            rows = phases[label][r]
-            cells.append(
-                " / ".join(f"{statistics.median(p[i] for p in rows):.1f}" for i in range(4))
-            )
-        print(f"{name:14}" + "".join(f"{c:>27}" for c in cells))
+    for label in labels:
+        cells = [
+            " / ".join(f"{statistics.median(p[i] for p in rows):.0f}" for i in range(4))
+            for rows in phases[label]
+        ]
+        print(f"{label:34}" + "".join(f"{c:>24}" for c in cells))
