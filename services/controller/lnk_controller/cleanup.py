@@ -132,9 +132,10 @@ def _clean(
 # with `discard` (this host's ext4) ext4 then waits for the device's discard, 2-4 ms each with
 # the CPU idle; ~49 of them (an empty folder) one after another were most of a write grant's
 # clean-up. Each is its own name in the owner's folder (none is inside another: staging makes
-# only the outermost missing one), so they are independent. Eight overlap the waits on two
-# cores (bench/README.md).
-PLACEHOLDER_REMOVERS = 8
+# only the outermost missing one), so they are independent. Four at once overlap those waits
+# and cost nothing when there are none (49 removed in ~10 ms by 1, 2 or 4 threads on a quiet
+# 2-core host; 8 were slower there, ~15 ms, the threads contending for the interpreter).
+PLACEHOLDER_REMOVERS = 4
 
 
 def _remove_placeholders(records: list[str]) -> list[str]:
