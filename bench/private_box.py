@@ -27,9 +27,12 @@ class PrivateBox:
 
 
 @contextmanager
-def private_box(uid_base: int, uid_blocks: int, config: str = "") -> Iterator[PrivateBox]:
+def private_box(
+    uid_base: int, uid_blocks: int, config: str = "", prefix: Path = PREFIX
+) -> Iterator[PrivateBox]:
     """A running box whose uid block is one of `uid_blocks` blocks from `uid_base` (each bench
-    has its own span, away from the e2e tests')."""
+    has its own span, away from the e2e tests'), run by the box installed in `prefix`."""
+    lnk = str(prefix / "venv" / "bin" / "lnk")
     tag = secrets.token_hex(3)
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
@@ -46,10 +49,10 @@ def private_box(uid_base: int, uid_blocks: int, config: str = "") -> Iterator[Pr
         f"uid_first = {uids[0]}\nuid_last = {uids[-1]}\n{config}"
     )
     try:
-        subprocess.run([LNK, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([lnk, "box", "up"], env=env, check=True, stdout=subprocess.DEVNULL)
         yield PrivateBox(env, uids)
     finally:
-        subprocess.run([LNK, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)
+        subprocess.run([lnk, "box", "down"], env=env, check=False, stdout=subprocess.DEVNULL)
         subprocess.run(
             ["umount", "-l", f"{env['LNK_RUN_DIR']}/sandboxes"], check=False, capture_output=True
         )

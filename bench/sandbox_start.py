@@ -2,6 +2,7 @@
 
     sudo /opt/lnk/venv/bin/python bench/sandbox_start.py [--runs 30] [--concurrent 20]
     sudo /opt/lnk/venv/bin/python bench/sandbox_start.py --history 200000
+    sudo /opt/lnk/venv/bin/python bench/sandbox_start.py --rows [--old-prefix P] (start_rows.py)
 
 With --history N: two boxes at once, one with an empty database and one with N ended records,
 their launches interleaved, side by side (the cost must stay flat in history: within 10 %).
@@ -291,9 +292,21 @@ def main() -> int:
         "--history", type=int, default=0, help="compare with this many ended records (200000)"
     )
     parser.add_argument("--limits", choices=["on", "off"], default="on")
+    parser.add_argument(
+        "--rows", action="store_true", help="plain, read and write grant; limits on and off"
+    )
+    parser.add_argument("--old-prefix", type=Path, help="with --rows: an earlier box, beside")
+    parser.add_argument(
+        "--protections", action="store_true", help="with --rows: one box per wall switch off"
+    )
     args = parser.parse_args()
     if args.history:
         return history_main(args)
+    if args.rows:
+        from start_rows import boxes_for, rows_main
+
+        boxes = boxes_for(args.protections, args.old_prefix)
+        return rows_main(args.runs, boxes, BARE, UID_BASE)
     config = (
         f"[limits]\nowner_sandboxes = {args.concurrent + 1}\n"
         f"owner_memory_mb = {(args.concurrent + 1) * 1024}\n"

@@ -567,6 +567,7 @@ def test_the_role_writes_the_box_limits_and_delegates_their_controllers(
         "owner_sandboxes": 8,
         "owner_memory_mb": 4096,
         "reserve_memory_mb": 512,
+        "favordynmods": True,
     }
     unit = next(box.unit_dir.glob("*controller*.service")).read_text()
     assert "\nDelegate=pids memory cpu\n" in unit

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import uvicorn
 
-from lnk_controller import cgroup_limits, cgroups, idmap_mounts, landlock, proxy_link, seccomp
+from lnk_controller import (
+    cgroup_favor,
+    cgroup_limits,
+    cgroups,
+    idmap_mounts,
+    landlock,
+    proxy_link,
+    seccomp,
+)
 from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
@@ -129,6 +137,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     remembered = RememberedSpecs(engine)
     _check_kernel(cfg)
     _place_cgroups()
+    cgroup_favor.apply(enabled=cfg.limits.favordynmods, limits_on=not cfg.limits.unsafe_no_limits)
     cleaned = reconcile(store, cfg)
     if cleaned:
         log.info("reconcile: cleaned %d sandbox(es) a previous run left", cleaned)

@@ -23,11 +23,34 @@ of the box's; `git clean -d -n` does list them), immutable while the sandbox run
 detaches the sandbox's cover if the name is removed from the host's side: `rm` or `git clean
 -fdx` by the owner would uncover it), and removed when the sandbox ends or, after a crash, by
 the controller's reconcile on its next start. Inside `.git` they are files git reads as absent.
+A placeholder sealed (the flag set, and its name still its inode after that) gets no read-only
+bind from the wall: the flag alone refuses its removal, rename, replacement, filling and chmod
+to everyone without CAP_LINUX_IMMUTABLE, and a bind each (~49 for an empty folder) was most of
+a write grant's start. Where the flag does not take, the bind stands over it as before.
+
+Kept out of a plain `ls` too? A plain `ls` (no `-a`) already hides the dot names; the five
+that are not (mise.toml, mise.local.toml, bunfig.toml, rust-toolchain, rust-toolchain.toml)
+show while the sandbox runs. Tried, on this kernel (6.18, ext4), and why each fails:
+- a placeholder of another kind: git skips FIFOs and sockets everywhere, `git clean -n -d`
+  too, but neither can be made immutable on ext4 (FS_IOC_SETFLAGS needs an open descriptor:
+  a socket inode gives ENXIO, a FIFO's ioctl ENOTTY; the path-based file_setattr(2) of 6.17
+  says EOPNOTSUPP for ext4's special inodes), so each would need the wall's bind again and
+  the owner's `rm` would uncover it; a FIFO is also a channel between sandbox and host tool;
+- an overmount of the write folder's top with a view lacking them: new top-level files would
+  land in the view, not in the owner's folder;
+- Landlock in place of a placeholder: its MAKE_* rights cover the whole top of the folder, so
+  refusing the names refuses every new top-level file;
+- seccomp: a filter cannot read the path a call names; a user-notification supervisor that
+  reads it races the sandbox's other threads (the kernel reads the path again after it);
+- a bind of the parent, or an overlay: the parent is not granted; an overlay over the owner's
+  folder makes the owner's own edits during the run undefined (above).
 
 What this does NOT do: hide sockets or links deep inside a granted folder (seccomp blocks unix
-sockets; links resolve inside the sandbox's own view); keep placeholders out of a plain `ls`
-while the sandbox runs (no mechanism above does, see there); protect names below the top of a
-write folder; make a placeholder immutable on a filesystem without FS_IMMUTABLE_FL.
+sockets; links resolve inside the sandbox's own view); keep the five non-dot placeholders out
+of a plain `ls`, or any out of `ls -a` and `git clean -n -d` (see above); protect names below
+the top of a write folder; make a placeholder immutable on a filesystem without
+FS_IMMUTABLE_FL (there the wall's read-only bind over it stands in the sandbox's way, and the
+owner can still remove it).
 """
 
 from __future__ import annotations
@@ -204,13 +227,15 @@ def _placeholders(
     owner_uid: int,
     owner_gid: int,
     as_files: bool = False,
-) -> list[str]:
+) -> list[tuple[str, bool]]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
-    paths, which the wall binds read-only. They are recorded in one write once made (each
-    record names the very inode, which exists only then), also when making one fails; only
-    then are they made the owner's and immutable."""
-    made: list[tuple[int, str, str]] = []  # (open fd, path, record)
+    paths, each with whether it is sealed (see `_sealed`: then it needs no read-only bind of
+    the wall's). They are recorded in one write once made (each record names the very inode,
+    which exists only then), also when making one fails; only then are they made the owner's
+    and immutable."""
+    made: list[tuple[int, int, str, str, str]] = []  # (fd, parent fd, name, path, record)
+    sealed: list[tuple[str, bool]] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
         try:
@@ -224,34 +249,51 @@ def _placeholders(
                 try:
                     made_fd = _make_placeholder(parent_fd, name, content)
                 except OSError as exc:
+                    os.close(parent_fd)
                     raise LaunchRefused(
                         f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
                     ) from None
-                finally:
-                    os.close(parent_fd)
                 info = os.fstat(made_fd)
                 path = os.path.join(folder, entry)
-                made.append((made_fd, path, f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"))
+                record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"
+                made.append((made_fd, parent_fd, name, path, record))
         finally:
             if made:  # recorded even when a later one failed, so clean-up removes them
-                store.add_mounts(sandbox_id, [record for _, _, record in made])
-        for made_fd, path, _ in made:
+                store.add_mounts(sandbox_id, [m[4] for m in made])
+        for made_fd, parent_fd, name, path, _ in made:
             try:
                 os.fchown(made_fd, owner_uid, owner_gid)
-                _set_immutable(made_fd, True)
+                immutable = _set_immutable(made_fd, True)
             except OSError as exc:
                 raise LaunchRefused(path, f"cannot keep it read-only: {exc.strerror}") from None
+            sealed.append((path, immutable and _sealed(made_fd, parent_fd, name)))
     finally:
-        for made_fd, _, _ in made:
+        for made_fd, parent_fd, _, _, _ in made:
             os.close(made_fd)
+            os.close(parent_fd)
         os.close(dir_fd)
-    return [path for _, path, _ in made]
+    return sealed
 
 
-def _set_immutable(fd: int, on: bool) -> None:
-    """Set or clear FS_IMMUTABLE_FL on an open placeholder. A filesystem without the flag
-    (ENOTTY, EOPNOTSUPP, EINVAL) leaves the placeholder removable by its owner, which only
-    uncovers the name for the owner's own writes; nothing else is given up."""
+def _sealed(fd: int, parent_fd: int, name: str) -> bool:
+    """Whether `name` under `parent_fd` is still the immutable placeholder open on `fd`. Then
+    nobody without CAP_LINUX_IMMUTABLE (no sandbox) can remove, rename, replace, fill or
+    chmod it, or make anything inside it, so the wall needs no read-only bind over it: one
+    mount fewer per name (and one fewer mount-table parse in bwrap). Checked after the flag is
+    set: a name swapped before that is not our inode and keeps its bind."""
+    try:
+        there = os.lstat(name, dir_fd=parent_fd)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _set_immutable(fd: int, on: bool) -> bool:
+    """Set or clear FS_IMMUTABLE_FL on an open placeholder; whether it now is as asked. A
+    filesystem without the flag (ENOTTY, EOPNOTSUPP, EINVAL) leaves the placeholder removable
+    by its owner, which only uncovers the name for the owner's own writes (the wall's bind
+    over it then stands in the sandbox's way); nothing else is given up."""
     try:
         buf = bytearray(struct.pack("l", 0))
         fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
@@ -262,6 +304,8 @@ def _set_immutable(fd: int, on: bool) -> None:
     except OSError as exc:
         if exc.errno not in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
             raise
+        return False
+    return True
 
 
 def _holds_only_placeholder(fd: int, info: os.stat_result) -> bool:
@@ -305,13 +349,18 @@ def remove_placeholder(record: str) -> None:
 
 
 def _inside_binds(
-    binds: list[Bind], read_only_inside: tuple[str, ...], placeholders: frozenset[str]
+    binds: list[Bind],
+    read_only_inside: tuple[str, ...],
+    placeholders: frozenset[str],
+    sealed: frozenset[str] = frozenset(),
 ) -> list[Bind]:
     """Binds over the dot entries of each write grant: `.git` pinned to itself (a mount point
     cannot be renamed away, so no new `.git` with hooks can take its place), then every dot entry
     tools run bound read-only over itself. A link in such a place is refused: the sandbox could
     rewrite whatever it points to. Each entry is looked at through the staged mount (the object
-    judged), never by its path outside, which a swap could have moved elsewhere since."""
+    judged), never by its path outside, which a swap could have moved elsewhere since. A
+    `sealed` placeholder (immutable, see `_sealed`) needs no bind: the kernel refuses every
+    change to it already."""
     pins: list[Bind] = []
     ro: list[Bind] = []
     for bind in binds:
@@ -327,6 +376,8 @@ def _inside_binds(
                 continue
             if path == git and any(p.dest == git for p in pins):
                 continue  # a real .git folder: pinned above, its hooks and config read-only
+            if path in sealed:
+                continue
             staged = os.path.join(bind.source, os.path.relpath(path, bind.dest))
             try:
                 info = os.lstat(staged)
@@ -417,7 +468,7 @@ def stage_sandbox(
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
     binds: list[Bind] = []
-    placeholders: list[str] = []
+    placeholders: list[tuple[str, bool]] = []
     userns_fd = idmap_mounts.make_userns_fd(
         ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
     )
@@ -466,7 +517,12 @@ def stage_sandbox(
             binds.append(Bind(str(target), real, write))
     finally:
         os.close(userns_fd)
-    read_only = _inside_binds(binds, read_only_inside, frozenset(placeholders))
+    read_only = _inside_binds(
+        binds,
+        read_only_inside,
+        frozenset(p for p, _ in placeholders),
+        frozenset(p for p, sealed in placeholders if sealed),
+    )
     if "unsafe_protected_names_unguarded" in unsafe:
         read_only = []
     made = {name: str(staging / name) for name in TMPFS_NAMES}  # recorded with the record
