@@ -190,3 +190,25 @@ def test_a_missing_settings_folder_is_made_by_its_owner(
     info = os.lstat(asker.home / ".lnk")
     assert stat.S_ISDIR(info.st_mode)
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (asker.uid, asker.gid, 0o700)
+
+
+def test_no_placeholder_is_made_in_another_users_folder_inside_a_write_grant(
+    running_box: RunningBox, asker: User, third: User
+) -> None:
+    """The asker's write folder holds a `.git` of the third user's, 0700: the asker cannot make
+    anything in it, nor can its sandbox (which writes only as the asker, and cannot chmod a
+    folder it does not own). Root made `.git/hooks` and the other git placeholders there, in a
+    folder of another user's; now nothing is made there, and the sandbox still runs."""
+    work = asker.home / "work"
+    _as(asker, "/bin/mkdir", str(work))
+    foreign = work / ".git"
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, third.uid, third.gid)
+    ask = ("sandbox", "run", "--yes", f"--write={work}", "--", "/bin/sh", "-c", "echo ran")
+    try:
+        ran = _ask(running_box, asker, *ask)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.split() == ["ran"]
+        assert sorted(os.listdir(foreign)) == [], "nothing of the box's in another user's folder"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -542,6 +542,7 @@ class Launcher:
                 ),
                 program_files=_program_files(judged),
                 unsafe=cfg.unsafe_switches,
+                caller=judged.caller or credentials_of(owner_uid),
                 programs_apart=self._programs_apart(judged),
                 exec_over=exec_mounts.system_exec_binds(judged.execute, LOADERS)
                 if self._programs_apart(judged)

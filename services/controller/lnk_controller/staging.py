@@ -218,6 +218,54 @@ def _make_placeholder(parent_fd: int, name: str, content: bytes | None) -> int:
     return fd
 
 
+def _make_as_owner(
+    dir_fd: int,
+    parent: str,
+    name: str,
+    content: bytes | None,
+    *,
+    caller: CallerCredentials | None,
+    owner_uid: int,
+) -> tuple[int, int] | None:
+    """Make one placeholder as the owner would (`caller_credentials`): (its fd, its parent's
+    fd), or None where the owner may not make it and could not make itself able to, because a
+    folder on the way is another user's (then the sandbox, which writes only as the owner,
+    cannot make the name either, and root must not make anything in that user's folder).
+    Where the folder in the way is the owner's own (a `.git` it made 0555), the sandbox could
+    chmod it and make the name: root makes the placeholder, as the owner could have."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+    def make() -> tuple[int, int]:
+        parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
+        try:
+            return _make_placeholder(parent_fd, name, content), parent_fd
+        except BaseException:
+            os.close(parent_fd)
+            raise
+
+    if caller is None:
+        return make()
+    try:
+        with caller_credentials(caller):
+            return make()
+    except PermissionError:
+        if not _folders_owned_by(dir_fd, parent, owner_uid):
+            return None
+    return make()
+
+
+def _folders_owned_by(dir_fd: int, parent: str, uid: int) -> bool:
+    """Whether every folder from the grant's top down to `parent` is `uid`'s (lstat, no link
+    followed: the walk found them as folders)."""
+    path = ""
+    for part in ["", *(parent.split("/") if parent else [])]:
+        path = f"{path}/{part}".strip("/")
+        info = os.lstat(path or ".", dir_fd=dir_fd)
+        if info.st_uid != uid:
+            return False
+    return True
+
+
 def _placeholders(
     *,
     sandbox_id: str,
@@ -227,13 +275,15 @@ def _placeholders(
     owner_uid: int,
     owner_gid: int,
     as_files: bool = False,
+    caller: CallerCredentials | None = None,
 ) -> list[tuple[str, bool]]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
     paths, each with whether it is sealed (see `_sealed`: then it needs no read-only bind of
     the wall's). They are recorded in one write once made (each record names the very inode,
     which exists only then), also when making one fails; only then are they made the owner's
-    and immutable."""
+    and immutable. Each is made as the owner (`caller`, see `_make_as_owner`): never in a
+    folder of another user's that the owner could not write."""
     made: list[tuple[int, int, str, str, str]] = []  # (fd, parent fd, name, path, record)
     sealed: list[tuple[str, bool]] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
@@ -244,15 +294,17 @@ def _placeholders(
                 if as_files and wanted is None and "/" not in entry and _is_file_name(entry):
                     content = b""  # unsafe_placeholders_visible: an empty file git lists
                 parent, _, name = entry.rpartition("/")
-                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
                 try:
-                    made_fd = _make_placeholder(parent_fd, name, content)
+                    opened = _make_as_owner(
+                        dir_fd, parent, name, content, caller=caller, owner_uid=owner_uid
+                    )
                 except OSError as exc:
-                    os.close(parent_fd)
                     raise LaunchRefused(
                         f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
                     ) from None
+                if opened is None:
+                    continue  # a folder of another user's the sandbox cannot write either
+                made_fd, parent_fd = opened
                 info = os.fstat(made_fd)
                 path = os.path.join(folder, entry)
                 record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"
@@ -383,6 +435,11 @@ def _inside_binds(
                 info = os.lstat(staged)
             except (FileNotFoundError, NotADirectoryError):
                 continue
+            except PermissionError:
+                # Behind a folder of another user's: through the idmapped mount not even root
+                # may search it (its owner is unmapped there), so the sandbox, which has less,
+                # cannot reach the entry either.
+                continue
             if stat.S_ISLNK(info.st_mode):
                 raise LaunchRefused(
                     path,
@@ -461,6 +518,7 @@ def stage_sandbox(
     tmp_size: int,
     program_files: frozenset[str] = frozenset(),
     unsafe: tuple[str, ...] = (),
+    caller: CallerCredentials | None = None,
 ) -> Staged:
     """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
     closed): read grants noexec, each granted program in one bound on its own, and a noexec
@@ -502,6 +560,7 @@ def stage_sandbox(
                     owner_uid=owner_uid,
                     owner_gid=owner.pw_gid,
                     as_files="unsafe_placeholders_visible" in unsafe,
+                    caller=caller,
                 )
             if programs_apart:
                 runs_here = is_program or real in execute
