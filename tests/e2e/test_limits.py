@@ -202,6 +202,18 @@ def test_a_fork_storm_meets_its_process_limit_and_others_still_start(
         assert f"the sandbox reached its process limit ({PROCESSES})" in err
         assert took < START_S, f"another owner's sandbox took {took:.2f} s to run"
         _nothing_left(box, sandbox_id)
+        # `lnk sandbox list` and `show` say it too, in the words the client was told.
+        said = next(line for line in err.splitlines() if "process limit" in line)
+        said = said.removeprefix("lnk: ")
+        listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
+        (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+        assert (row["limit_met"], row["exit_status"]) == (said, 0)
+        assert row["limits"].startswith(f"{PROCESSES} processes")
+        shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
+        assert shown.returncode == 0, shown.stderr
+        assert f"limit met: {said}" in shown.stdout
+        human = _lnk(running_box, box, "sandbox", "list", "--all")
+        assert f"({said})" in human.stdout
 
 
 def test_a_memory_hog_is_stopped_at_its_limit_and_the_client_told(
@@ -310,6 +322,8 @@ def test_check_tries_the_limits_and_reports_them(running_box: RunningBox, privat
         code, doc, err = _check(running_box, box)
     assert code == 0, err
     assert _limit_verdicts(doc) == {"limits:processes": "refused", "limits:open_files": "refused"}
+    # The probe's threads met the process limit: the report says so as a client is told it.
+    assert doc["limit_met"].startswith(f"the sandbox reached its process limit ({PROCESSES}): ")
     assert doc["limits"].startswith(f"{PROCESSES} processes, 1 GiB memory"), doc["limits"]
     assert "v1 pids" in doc["limits"] and "v1 memory" in doc["limits"]
 
@@ -323,6 +337,7 @@ def test_check_reports_a_sandbox_without_limits_as_leaked(
     assert code == 1, err  # leaked
     assert _limit_verdicts(doc) == {"limits:processes": "leaked", "limits:open_files": "leaked"}
     assert doc["limits"].startswith("none")
+    assert doc["limit_met"] is None  # no limit, none met
     assert "unsafe_no_limits" in log  # the switch says so at each launch
 
 
