@@ -3,7 +3,8 @@ fork storm whose first children spin on every core, its memory nearly full with 
 /tmp, /dev/shm and home filled, its open files at the cap) while, from outside, each of the
 box's other users is timed and must answer within a stated bound: another owner's
 `lnk sandbox run -- /bin/true`, the controller's API (`lnk sandbox list`), the proxy answering
-another sandbox's request to a host of the test internet, and the store bridge. The host's free
+another sandbox's request to a host of the test internet, the store bridge, and an SSH gate
+session (a real sshd, a box user's key, `lnk sandbox enter`). The host's free
 memory is sampled all along and never drops below the box's reserve. Then the hog asks past the
 memory limit: the sandbox is stopped, its client told which limit, and nothing of it is left.
 """
@@ -24,6 +25,7 @@ import install_prefix
 import pytest
 from as_user import as_user
 from bridge_helpers import bridge_admin
+from sshd import gate_sshd, let_in
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
 from net import WWW, TestInternet
@@ -40,8 +42,16 @@ TMP_MB = 40  # each of /tmp, /dev/shm and home: filled to this, three of them un
 HOLD_MB = 96  # the hog's first hold: with the folders' 120 MiB, near the limit but under it
 OPEN_FILES = 256  # the sandbox's open-file limit, met by its main process
 RESERVE_MB = 512  # lnk_controller.limits.BoxLimits' reserve_memory_mb default
-START_S = 2.0  # another owner's sandbox starts within this (the issue's bound)
-ANSWER_S = 2.0  # the API, the proxy and the bridge each answer within this
+# How long each may take while the sandbox holds every limit (quiet, on this 2-core machine:
+# 0.1-0.3 s for the first two, under 0.3 s for the proxy, milliseconds for the bridge, ~1.3 s
+# for a gate session); each bound leaves room for a machine others share, not for a stall.
+BOUNDS_S = {
+    "another owner's sandbox": 2.0,  # `lnk sandbox run -- /bin/true`: the issue's bound
+    "the controller's API": 3.0,  # `lnk sandbox list`: a Python client's start and one request
+    "the proxy": 2.0,  # one request of another sandbox to the test internet, answered
+    "the store bridge": 2.0,  # its admin socket's ping, answered
+    "an SSH gate session": 4.0,  # ssh's key exchange and `lnk sandbox enter`'s sandbox
+}
 ROUNDS = 3  # each of them is timed this many times while the sandbox holds its limits
 SAMPLE_S = 0.02  # the memory sampler's period: a hog fills 16 MiB in about this
 RUN_TIMEOUT_S = 120
@@ -97,7 +107,7 @@ else:
     at_cap = False
 print("held", refused, len(kids), at_cap, len(fds), filled // MIB, flush=True)
 sys.stdin.readline()
-while len(held) * 16 < {HOG_CAP_MB} and time.monotonic() < deadline:
+while len(held) * 16 < {HOG_CAP_MB}:
     held.append(bytearray(16 * MIB))
 print("not stopped", len(held) * 16, flush=True)
 """
@@ -171,8 +181,10 @@ def test_one_sandbox_at_every_limit_at_once_and_nothing_else_suffers(
     with (
         private_box(config, proxy_config=proxy_config) as box,
         _other_owner() as other,
+        gate_sshd() as sshd,
     ):
         uid, gid, home = other
+        gate_user = let_in(box, sshd)
         client = subprocess.Popen(
             as_user(
                 uid,
@@ -197,6 +209,7 @@ def test_one_sandbox_at_every_limit_at_once_and_nothing_else_suffers(
                 "the controller's API": lambda: _listed(running_box, box),
                 "the proxy": ask_proxy,
                 "the store bridge": lambda: _pinged(box),
+                "an SSH gate session": lambda: _session(sshd, gate_user),
             }
             quiet = {name: _timed(check) for name, check in checks.items()}
             watching.start()
@@ -213,6 +226,9 @@ def test_one_sandbox_at_every_limit_at_once_and_nothing_else_suffers(
                 for name, check in checks.items():
                     took[name].append(_timed(check))
             assert hog.poll() is None, "the sandbox ended before it was asked past its memory"
+            # Still at its process limit all the while (its children stop at 30 s, after this).
+            pids = v1_hierarchies()["pids"] / sandbox_id / "pids.current"
+            assert int(pids.read_text()) == PROCESSES, "the storm ended before it was measured"
             hog.stdin.write("more\n")
             hog.stdin.flush()
             out, err = hog.communicate(timeout=RUN_TIMEOUT_S)
@@ -229,14 +245,14 @@ def test_one_sandbox_at_every_limit_at_once_and_nothing_else_suffers(
         assert hog.returncode == 128 + 9, err
         said = f"the sandbox reached its memory limit ({MEMORY_MB} MiB) and was stopped"
         assert said in err
-        bounds = {name: START_S if name.startswith("another") else ANSWER_S for name in checks}
         slow = {
             name: (f"{max(times):.2f} s (quiet: {quiet[name]:.2f} s)")
             for name, times in took.items()
-            if max(times) >= bounds[name]
+            if max(times) >= BOUNDS_S[name]
         }
         assert not slow, f"these suffered while one sandbox was at every limit: {slow}"
-        assert after < START_S, f"another owner's sandbox took {after:.2f} s after the kill"
+        bound = BOUNDS_S["another owner's sandbox"]
+        assert after < bound, f"another owner's sandbox took {after:.2f} s after the kill"
         assert sampler.samples > 0 and 0 < sampler.most_used <= MEMORY_MB * 1024 * 1024
         assert sampler.least_free >= RESERVE_MB * 1024 * 1024, (
             f"the host's free memory fell to {sampler.least_free // (1024 * 1024)} MiB"
@@ -249,6 +265,11 @@ def _listed(running_box: RunningBox, box: Any) -> None:
     listed = _lnk(running_box, box, "sandbox", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     json.loads(listed.stdout)
+
+
+def _session(sshd: Any, user: Any) -> None:
+    result = sshd.ssh(user, command="true")
+    assert result.returncode == 0, result.stderr
 
 
 def _pinged(box: Any) -> None:
