@@ -177,6 +177,15 @@ def _true_as_other(box: Any, running_box: RunningBox, other: tuple[int, int, Pat
     return took
 
 
+def _listed_and_shown(running_box: RunningBox, box: Any, sandbox_id: str) -> tuple[Any, str]:
+    """The ended sandbox's row in `lnk sandbox list --all --json`, and `show`'s output."""
+    listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
+    (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+    shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
+    assert shown.returncode == 0, shown.stderr
+    return row, shown.stdout
+
+
 def test_a_fork_storm_meets_its_process_limit_and_others_still_start(
     running_box: RunningBox, private_box: Any
 ) -> None:
@@ -205,13 +214,10 @@ def test_a_fork_storm_meets_its_process_limit_and_others_still_start(
         # `lnk sandbox list` and `show` say it too, in the words the client was told.
         said = next(line for line in err.splitlines() if "process limit" in line)
         said = said.removeprefix("lnk: ")
-        listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
-        (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+        row, shown = _listed_and_shown(running_box, box, sandbox_id)
         assert (row["limit_met"], row["exit_status"]) == (said, 0)
         assert row["limits"].startswith(f"{PROCESSES} processes")
-        shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
-        assert shown.returncode == 0, shown.stderr
-        assert f"limit met: {said}" in shown.stdout
+        assert f"limit met: {said}" in shown
         human = _lnk(running_box, box, "sandbox", "list", "--all")
         assert f"({said})" in human.stdout
 
@@ -228,13 +234,10 @@ def test_a_memory_hog_is_stopped_at_its_limit_and_the_client_told(
         assert said in err
         sandbox_id = out.split()[0]
         _nothing_left(box, sandbox_id)
-        listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
-        (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+        row, shown = _listed_and_shown(running_box, box, sandbox_id)
         assert (row["limit_met"], row["exit_status"]) == (said, 137)
         assert row["limits"].startswith(f"{PROCESSES_DEFAULT} processes, {MEMORY_MB} MiB memory")
-        shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
-        assert shown.returncode == 0, shown.stderr
-        assert f"limit met: {said}" in shown.stdout
+        assert f"limit met: {said}" in shown
 
 
 def test_filling_tmp_shm_and_home_stops_at_the_memory_limit(
