@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.oom_scores import SERVICE_OOM_SCORE_ADJ
 from lnk_shared.paths import BoxPaths
 
 __all__ = ["register"]
@@ -235,6 +236,23 @@ def _tail(log_path: Path, offset: int) -> str:
     return " | ".join(lines[-LOG_TAIL_LINES:])
 
 
+def _below_the_sandboxes(service: Service, pid: int) -> None:
+    """The service's OOM score adjustment, below every sandbox's (lnk_shared.oom_scores): when
+    the host runs out of memory, its OOM killer takes sandboxes first. Lowering it takes
+    CAP_SYS_RESOURCE, which a container's root may lack: then the service stays at 0, still
+    below the sandboxes' +500, and this says so. A service already gone is reported below."""
+    try:
+        Path(f"/proc/{pid}/oom_score_adj").write_text(f"{SERVICE_OOM_SCORE_ADJ}\n")
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    except PermissionError:
+        print(
+            f"{service.name}: its OOM score stays at 0, not {SERVICE_OOM_SCORE_ADJ} (lowering it "
+            "needs CAP_SYS_RESOURCE, which this root lacks); sandboxes stand above it anyway",
+            file=sys.stderr,
+        )
+
+
 def _start(box: BoxPaths, service: Service, logs: Path) -> subprocess.Popen[bytes]:
     log_path = logs / f"{service.name}.log"
     prepare = {"proxy": _prepare_proxy, "bridge-store": _prepare_bridge_store}.get(service.name)
@@ -261,6 +279,7 @@ def _start(box: BoxPaths, service: Service, logs: Path) -> subprocess.Popen[byte
             log.close()
     where = "the output above" if unwritable else str(log_path)
     _pidfile(box, service).write_text(f"{process.pid}\n")
+    _below_the_sandboxes(service, process.pid)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _answers(box, service):
         if process.poll() is not None:

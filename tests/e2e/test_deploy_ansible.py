@@ -569,5 +569,9 @@ def test_the_role_writes_the_box_limits_and_delegates_their_controllers(
         "reserve_memory_mb": 512,
         "favordynmods": True,
     }
+    assert (config["tmp_size_mb"], config["max_lease_seconds"]) == (256, 7 * 24 * 3600)
     unit = next(box.unit_dir.glob("*controller*.service")).read_text()
     assert "\nDelegate=pids memory cpu\n" in unit
+    for name in ("controller", "proxy", "bridge-store"):  # below every sandbox, OOM killer's
+        service = next(box.unit_dir.glob(f"*{name}.service"))
+        assert "\nOOMScoreAdjust=-500\n" in service.read_text(), service

@@ -177,6 +177,15 @@ def _true_as_other(box: Any, running_box: RunningBox, other: tuple[int, int, Pat
     return took
 
 
+def _listed_and_shown(running_box: RunningBox, box: Any, sandbox_id: str) -> tuple[Any, str]:
+    """The ended sandbox's row in `lnk sandbox list --all --json`, and `show`'s output."""
+    listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
+    (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+    shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
+    assert shown.returncode == 0, shown.stderr
+    return row, shown.stdout
+
+
 def test_a_fork_storm_meets_its_process_limit_and_others_still_start(
     running_box: RunningBox, private_box: Any
 ) -> None:
@@ -202,6 +211,15 @@ def test_a_fork_storm_meets_its_process_limit_and_others_still_start(
         assert f"the sandbox reached its process limit ({PROCESSES})" in err
         assert took < START_S, f"another owner's sandbox took {took:.2f} s to run"
         _nothing_left(box, sandbox_id)
+        # `lnk sandbox list` and `show` say it too, in the words the client was told.
+        said = next(line for line in err.splitlines() if "process limit" in line)
+        said = said.removeprefix("lnk: ")
+        row, shown = _listed_and_shown(running_box, box, sandbox_id)
+        assert (row["limit_met"], row["exit_status"]) == (said, 0)
+        assert row["limits"].startswith(f"{PROCESSES} processes")
+        assert f"limit met: {said}" in shown
+        human = _lnk(running_box, box, "sandbox", "list", "--all")
+        assert f"({said})" in human.stdout
 
 
 def test_a_memory_hog_is_stopped_at_its_limit_and_the_client_told(
@@ -216,13 +234,10 @@ def test_a_memory_hog_is_stopped_at_its_limit_and_the_client_told(
         assert said in err
         sandbox_id = out.split()[0]
         _nothing_left(box, sandbox_id)
-        listed = _lnk(running_box, box, "sandbox", "list", "--all", "--json")
-        (row,) = [r for r in json.loads(listed.stdout) if r["id"] == sandbox_id]
+        row, shown = _listed_and_shown(running_box, box, sandbox_id)
         assert (row["limit_met"], row["exit_status"]) == (said, 137)
         assert row["limits"].startswith(f"{PROCESSES_DEFAULT} processes, {MEMORY_MB} MiB memory")
-        shown = _lnk(running_box, box, "sandbox", "show", sandbox_id)
-        assert shown.returncode == 0, shown.stderr
-        assert f"limit met: {said}" in shown.stdout
+        assert f"limit met: {said}" in shown
 
 
 def test_filling_tmp_shm_and_home_stops_at_the_memory_limit(
@@ -309,7 +324,13 @@ def test_check_tries_the_limits_and_reports_them(running_box: RunningBox, privat
     with private_box(f"[limits]\nprocesses = {PROCESSES}\n") as box:
         code, doc, err = _check(running_box, box)
     assert code == 0, err
-    assert _limit_verdicts(doc) == {"limits:processes": "refused", "limits:open_files": "refused"}
+    assert _limit_verdicts(doc) == {
+        "limits:processes": "refused",
+        "limits:open_files": "refused",
+        "limits:oom_score": "refused",
+    }
+    # The probe's threads met the process limit: the report says so as a client is told it.
+    assert doc["limit_met"].startswith(f"the sandbox reached its process limit ({PROCESSES}): ")
     assert doc["limits"].startswith(f"{PROCESSES} processes, 1 GiB memory"), doc["limits"]
     assert "v1 pids" in doc["limits"] and "v1 memory" in doc["limits"]
 
@@ -321,8 +342,13 @@ def test_check_reports_a_sandbox_without_limits_as_leaked(
         code, doc, err = _check(running_box, box)
         log = (box.state_dir / "logs" / "controller.log").read_text()
     assert code == 1, err  # leaked
-    assert _limit_verdicts(doc) == {"limits:processes": "leaked", "limits:open_files": "leaked"}
+    assert _limit_verdicts(doc) == {
+        "limits:processes": "leaked",
+        "limits:open_files": "leaked",
+        "limits:oom_score": "leaked",  # it inherits the controller's, below its own services'
+    }
     assert doc["limits"].startswith("none")
+    assert doc["limit_met"] is None  # no limit, none met
     assert "unsafe_no_limits" in log  # the switch says so at each launch
 
 
@@ -357,3 +383,48 @@ def test_a_launch_may_ask_for_less_never_for_more(
             assert named in more.stderr and "more than this box allows" in more.stderr
             assert "Traceback" not in more.stderr
             assert box.user_lines() == []  # nothing was made for it
+
+
+LOWER_OOM_SCORE = """
+with open("/proc/self/oom_score_adj") as f:
+    score = int(f.read())
+print(score, flush=True)
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(score - 1))
+    print("lowered")
+except OSError as exc:
+    print("refused", exc.errno)
+"""
+
+
+def test_the_hosts_oom_killer_takes_a_sandbox_before_the_services(
+    running_box: RunningBox, private_box: Any
+) -> None:
+    """A sandbox cannot make itself look smaller than the box's services to the host's OOM
+    killer: they stand at -500 (at 0 where root lacks CAP_SYS_RESOURCE, as in a container),
+    it at +500, and it cannot lower its own."""
+    with private_box() as box:
+        for service in ("controller", "proxy", "bridge-store"):
+            pid = (box.run_dir / f"{service}.pid").read_text().strip()
+            score = Path(f"/proc/{pid}/oom_score_adj").read_text()
+            assert score == ("-500\n" if _may_lower_oom_scores() else "0\n"), service
+        result = _lnk(
+            running_box,
+            box,
+            *("sandbox", "run", "--yes", "--command=python3", "--"),
+            *("python3", "-c", LOWER_OOM_SCORE),
+        )
+        assert result.returncode == 0, result.stderr
+        score, refused = result.stdout.splitlines()
+        assert score == "500"
+        assert refused.startswith("refused "), refused  # EACCES by the kernel's floor
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def _may_lower_oom_scores() -> bool:
+    with open("/proc/self/status", encoding="ascii") as f:
+        effective = next(line for line in f if line.startswith("CapEff:")).split()[1]
+    return bool(int(effective, 16) >> CAP_SYS_RESOURCE & 1)

@@ -76,6 +76,7 @@ class CheckRun:
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     limits: str = ""  # the sandbox's limits, as the controller said when it started it
+    limit_met: str = ""  # the limit it met (its process limit, under the limits probe), if any
 
 
 def _request(args: argparse.Namespace, plan: str, fds: list[int]) -> dict[str, Any]:
@@ -167,6 +168,8 @@ def _collect(sock: socket.socket, out_r: int, err_r: int, run: CheckRun) -> None
                         )
                     status = message.get("status")
                     run.status = status if type(status) is int else EXIT_ERROR
+                    if "message" in message:  # the limit it met, as `lnk sandbox run` says it
+                        run.limit_met = clean_text(str(message["message"]), 300)
                     _drain(buffers)
                     return
                 fd = int(key.fd)

@@ -27,6 +27,7 @@ from typing import Any
 
 from lnk_cli.check.bait import PREFIX, Bait
 from lnk_shared.grants import Grants
+from lnk_shared.oom_scores import SANDBOX_OOM_SCORE_ADJ
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 from lnk_shared.refusals import inside
 
@@ -550,10 +551,17 @@ def _processes(c: _Context) -> None:
 
 def _limits(c: _Context) -> None:
     """A fork bomb's and a descriptor hog's first steps: past these counts a sandbox has no
-    limit a shared box can live with (the box's defaults are 512 and 1024)."""
+    limit a shared box can live with (the box's defaults are 512 and 1024); and a sandbox that
+    makes itself look smaller than the box's services to the host's OOM killer."""
     for what, count, tried in (
         ("processes", PROBE_THREADS, f"start {PROBE_THREADS} threads (a fork bomb's first steps)"),
         ("open_files", PROBE_FILES, f"raise its open-file limit and open {PROBE_FILES} files"),
+        (
+            "oom_score",
+            SANDBOX_OOM_SCORE_ADJ,
+            "stand below the box's services for the host's OOM killer (OOM score adjustment "
+            f"under {SANDBOX_OOM_SCORE_ADJ}, or lowered)",
+        ),
     ):
         c.add(
             Probe(

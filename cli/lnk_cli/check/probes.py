@@ -464,10 +464,35 @@ def _hold(step: dict[str, Any]) -> dict[str, Any]:
     return _stopped("the outside did not look in time")
 
 
+OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
+
+
+def _oom_score(floor: int) -> dict[str, Any]:
+    """Through when the sandbox's OOM score adjustment is below `floor` (the host's OOM killer
+    would take a box service before it) or it can lower its own; stopped when it stands at or
+    above the floor and the kernel refuses to lower it."""
+    with open(OOM_SCORE_ADJ, encoding="ascii") as f:
+        value = int(f.read().strip())
+    if value < floor:
+        return _through(f"its OOM score adjustment is {value}, below {floor}")
+    try:
+        fd = os.open(OOM_SCORE_ADJ, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, str(value - 1).encode())  # a step down: any lowering at all
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return _stopped(f"it stands at {value}; lowering it was refused ({_errno_name(exc)})")
+    return _through(f"it lowered its OOM score adjustment from {value}")
+
+
 def _limits(step: dict[str, Any]) -> dict[str, Any]:
     """Start `count` threads, or open `count` files after raising the soft limit to the hard
-    one; stopped when the kernel refuses one first. Everything is released before it returns."""
+    one; stopped when the kernel refuses one first. Everything is released before it returns.
+    (`oom_score`: `count` is the floor, see _oom_score.)"""
     count = int(step["count"])
+    if step["what"] == "oom_score":
+        return _oom_score(count)
     if step["what"] == "processes":
         release = threading.Event()
         started: list[threading.Thread] = []

@@ -2,6 +2,7 @@
 
 JSON (`REPORT_VERSION` 1):
     {"version": 1, "sandbox": ID, "spec": PATH | null, "leaked": BOOL, "limits": TEXT,
+     "limit_met": TEXT | null,
      "summary": {"refused": N, "allowed": N, "known gap": N, "leaked": N},
      "probes": [{"id", "tried", "expected", "observed", "verdict"}, ...]}
 Probe ids are stable across runs (paths and addresses in them are this machine's); new probes
@@ -32,6 +33,7 @@ def print_json(
     sandbox: str,
     spec: str | None,
     limits: str = "",
+    limit_met: str = "",
 ) -> None:
     counts = summary(findings)
     doc = {
@@ -40,6 +42,8 @@ def print_json(
         "spec": spec,
         "leaked": counts["leaked"] > 0,
         "limits": limits,  # as the controller set them; the limits:* probes try them
+        # The limit the sandbox met, in the words `lnk sandbox run` uses (null: none).
+        "limit_met": limit_met or None,
         "summary": counts,
         "probes": [
             {
@@ -57,11 +61,18 @@ def print_json(
 
 
 def print_human(
-    findings: Sequence[Finding], out: TextIO, *, spec: str | None, limits: str = ""
+    findings: Sequence[Finding],
+    out: TextIO,
+    *,
+    spec: str | None,
+    limits: str = "",
+    limit_met: str = "",
 ) -> None:
     out.write(f"lnk sandbox check: {clean_text(spec or 'the spec given by flags', 4096)}\n")
     if limits:
         out.write(f"limits: {clean_text(limits)}\n")
+    if limit_met:
+        out.write(f"limit met: {clean_text(limit_met)}\n")
     for f in findings:  # paths in them are names from disk: no control character gets out
         note = "" if f.verdict == f.expected else f"  (expected {f.expected})"
         tried, observed = clean_text(f.tried, 4096), clean_text(f.observed, 4096)

@@ -250,10 +250,17 @@ def check(args: argparse.Namespace) -> int:
                 print(f"lnk: could not remove what the check made: {problem}", file=sys.stderr)
     if args.json:
         print_json(
-            findings, sys.stdout, sandbox=run.sandbox_id, spec=spec.source, limits=run.limits
+            findings,
+            sys.stdout,
+            sandbox=run.sandbox_id,
+            spec=spec.source,
+            limits=run.limits,
+            limit_met=run.limit_met,
         )
     else:
-        print_human(findings, sys.stdout, spec=spec.source, limits=run.limits)
+        print_human(
+            findings, sys.stdout, spec=spec.source, limits=run.limits, limit_met=run.limit_met
+        )
     sys.stdout.flush()
     if any(f.verdict == LEAKED for f in findings) or problems:
         return EXIT_LEAKED  # a bait left behind fails the check too: the message said where

@@ -87,8 +87,13 @@ class ControllerConfig(BaseModel):
     )
     uid_first: int = Field(default=2_000_000_000, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
     uid_last: int = Field(default=2_000_099_999, ge=MIN_SANDBOX_UID, le=MAX_SANDBOX_UID)
+    # A sandbox's lease: a working day, so a forgotten sandbox is gone by the next one; its owner
+    # extends it (lnk sandbox lease) up to max_lease_seconds, a week, so none runs unwatched longer.
     lease_seconds: int = Field(default=12 * 3600, ge=1, le=30 * DAY)
     max_lease_seconds: int = Field(default=7 * DAY, ge=1, le=30 * DAY)
+    # Each of a sandbox's /tmp, /dev/shm and home tmpfs folders (MiB), never above its memory
+    # limit (limits.tmpfs_size), whose pages they are: a quarter of the default 1 GiB each, so
+    # a build's temporary files fit and the program keeps room of its own.
     tmp_size_mb: int = Field(default=256, ge=1, le=64 * 1024)
     # Retention (lnk_controller.retention): an ended sandbox's record and wire log are kept this
     # many days, and only the newest this many; `lnk box prune` prunes now.
@@ -148,7 +153,8 @@ class ControllerConfig(BaseModel):
         if self.limits.unsafe_no_limits:
             log.warning(
                 "limits.unsafe_no_limits: sandboxes run with NO process, memory, CPU or "
-                "open-file limit (a test setting; never on a real box)"
+                "open-file limit, and the host's OOM killer does not take them before the "
+                "box's services (a test setting; never on a real box)"
             )
         if self.limits.unsafe_allow_unlimited:
             log.warning(

@@ -79,7 +79,8 @@ class BoxLimits(BaseModel):
     # A host where the kernel can apply no limit (no cgroup controller to use) refuses to start
     # sandboxes; this lets them start with rlimits only (a warning at each launch).
     unsafe_allow_unlimited: bool = False
-    # Test only: no cgroup limit and no rlimit at all, so `lnk sandbox check` can show it leaks.
+    # Test only: no cgroup limit, no rlimit and no OOM score above the services' at all, so
+    # `lnk sandbox check` can show it leaks.
     unsafe_no_limits: bool = False
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from lnk_controller import cgroup_limits, cgroups
 from lnk_controller.limits import MIB, BoxLimits, Limits, admit, describe, outcome_message
 from lnk_shared.errors import LaunchRefused, StateError
+from lnk_shared.oom_scores import SANDBOX_OOM_SCORE_ADJ
 
 __all__ = ["Applied", "Ledger", "apply", "outcome", "release", "remove_leftovers"]
 
@@ -42,7 +43,8 @@ class Applied:
         return tuple(c for c in cgroup_limits.CONTROLLERS if c not in self.v2 and c not in self.v1)
 
     def launcher_args(self) -> list[str]:
-        """lnk-spawn's options: join the v1 groups, set the rlimit floor."""
+        """lnk-spawn's options: join the v1 groups, set the rlimit floor and the OOM score
+        adjustment that puts the sandbox before the box's services (lnk_shared.oom_scores)."""
         if self.limits is None:
             return []
         args: list[str] = []
@@ -50,6 +52,7 @@ class Applied:
             args += ["--join", str(group)]
         args += ["--rlimit", f"nproc={self.limits.processes}"]
         args += ["--rlimit", f"nofile={self.limits.open_files}"]
+        args += ["--oom-score-adj", str(SANDBOX_OOM_SCORE_ADJ)]
         return args
 
 

@@ -249,6 +249,43 @@ def test_limits_steps_go_through_below_a_limit() -> None:
         assert outcome["outcome"] == "through", outcome
 
 
+def test_an_oom_score_below_the_floor_goes_through() -> None:
+    with open("/proc/self/oom_score_adj", encoding="ascii") as f:
+        ours = int(f.read())
+    outcome = run_step({"kind": "limits", "what": "oom_score", "count": ours + 1})
+    assert outcome["outcome"] == "through", outcome
+    assert f"is {ours}, below {ours + 1}" in outcome["detail"]
+
+
+# In a child raised to 500 and dropped to an unprivileged uid (root may always lower it): the
+# kernel refuses to go back down, as in a sandbox lnk-spawn started.
+RAISED = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from lnk_cli.check.probes import run_step
+with open("/proc/self/oom_score_adj", "w") as f:
+    f.write("500")
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+print(json.dumps(run_step({"kind": "limits", "what": "oom_score", "count": 500})))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising and dropping needs root")
+def test_an_oom_score_at_the_floor_that_cannot_be_lowered_is_stopped() -> None:
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", RAISED, CLI_DIR],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    outcome = json.loads(result.stdout)
+    assert outcome["outcome"] == "stopped", outcome
+    assert "stands at 500" in outcome["detail"] and "EACCES" in outcome["detail"]
+
+
 # In a child whose open-file limit is lowered (hard, so the probe cannot raise it): refused.
 # (The processes step is refused in a sandbox: e2e test_limits; RLIMIT_NPROC spares root.)
 LIMITED = """

@@ -64,3 +64,17 @@ def test_bidi_zero_width_and_c1_are_shown_as_escapes() -> None:
     text = out.getvalue()
     assert "\\u202eevil\\u200b" in text and "\\x9b2J" in text and "/home/u/\\ufeffspec" in text
     assert all(line.isprintable() for line in text.splitlines())
+
+
+def test_the_limit_the_sandbox_met_is_reported_both_ways() -> None:
+    met = "the sandbox reached its process limit (64): 3 new processes were refused"
+    out = io.StringIO()
+    print_json(FINDINGS, out, sandbox="s", spec=None, limits="64 processes", limit_met=met)
+    assert json.loads(out.getvalue())["limit_met"] == met
+    none = io.StringIO()
+    print_json(FINDINGS, none, sandbox="s", spec=None)
+    assert json.loads(none.getvalue())["limit_met"] is None
+    human = io.StringIO()
+    print_human(FINDINGS, human, spec=None, limits="64 processes", limit_met=met + "\x1b[2J")
+    lines = human.getvalue().splitlines()
+    assert lines[1:3] == ["limits: 64 processes", f"limit met: {met}\\x1b[2J"]

@@ -1,10 +1,14 @@
 """lnk_controller.cgroup_limits on a fake cgroup tree: the v2 path (a delegated subtree, as
-systemd's Delegate= gives the controller's unit) and finding a hybrid host's v1 hierarchies."""
+systemd's Delegate= gives the controller's unit) and finding a hybrid host's v1 hierarchies;
+and on the real v2 tree of the machine the tests run on (what it offers, and only that)."""
 
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
+
+import pytest
 
 from lnk_controller import cgroup_limits, cgroups
 from lnk_controller.limits import MIB, Limits
@@ -131,3 +135,38 @@ def test_all_sandboxes_together_leave_the_host_its_reserve(tmp_path: Path) -> No
     assert (v1_parent / "memory.limit_in_bytes").read_text() == str(3 * 1024 * MIB)
     meminfo = "MemTotal:        4026532 kB\nMemFree:  100 kB\n"
     assert cgroup_limits.host_memory(meminfo) == 4026532 * 1024
+
+
+def test_the_real_v2_tree_gets_the_limits_it_offers_and_no_others() -> None:
+    """On the machine the tests run on, for real (root only): a group of its v2 tree gets the
+    controllers the kernel offers it, its limits written and read back from the kernel; where
+    the v2 tree offers none of them (a hybrid host such as this test machine, whose pids,
+    memory and cpu are bound to v1 and so cannot be offered in v2, even by a private cgroup2
+    mount: it is the same hierarchy), none is claimed and delegated_parent moves nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("makes groups in the host's cgroup v2 tree")
+    root = cgroups.root()
+    parent = root / f"lnk-test-{secrets.token_hex(4)}"
+    parent.mkdir()
+    try:
+        offered = set((parent / "cgroup.controllers").read_text().split())
+        expected = tuple(c for c in cgroup_limits.CONTROLLERS if c in offered)
+        assert cgroup_limits.v2_available(parent) == expected
+        if not expected:
+            assert cgroup_limits.delegated_parent(root, "/" + parent.name) is None
+            assert not (parent / cgroup_limits.LEAF).exists()  # nothing moved into a leaf
+            return
+        group = parent / "sbx1"
+        group.mkdir()
+        try:
+            cgroup_limits.apply_v2(group, expected, LIMITS)
+            if "pids" in expected:
+                assert (group / "pids.max").read_text() == "64\n"
+            if "memory" in expected:
+                assert (group / "memory.max").read_text() == f"{512 * MIB}\n"
+            if "cpu" in expected:
+                assert (group / "cpu.max").read_text() == "50000 100000\n"
+        finally:
+            group.rmdir()
+    finally:
+        parent.rmdir()

@@ -184,6 +184,45 @@ def test_own_clock_gives_the_child_boot_and_monotonic_clocks_that_start_at_zero(
         assert namespace == os.readlink("/proc/self/ns/time")
 
 
+LOWER_OOM_SCORE = r"""
+import errno
+with open("/proc/self/oom_score_adj") as f:
+    print(f.read().strip())
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("499")  # one step down: any lowering at all
+    print("lowered")
+except OSError as exc:
+    print(errno.errorcode[exc.errno])
+"""
+
+
+def test_the_oom_score_adjustment_is_the_childs_floor(lnk_spawn: Path, group: Path) -> None:
+    """Set as root before the drop: where root holds CAP_SYS_RESOURCE the kernel makes it the
+    child's floor, so the sandbox, as its own user, cannot make itself look smaller to the
+    host's OOM killer. A root without it (a container's, as on this test machine) sets the
+    value but no floor: then Landlock (no write under /proc) is what holds it, e2e
+    test_limits."""
+    argv = [*_argv(lnk_spawn, group), "--oom-score-adj", "500", "--"]
+    result = subprocess.run(
+        [*argv, PYTHON, "-I", "-S", "-c", LOWER_OOM_SCORE],
+        capture_output=True,
+        text=True,
+        env={},
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    floor = _has_cap_sys_resource()
+    assert result.stdout.split() == ["500", "EACCES" if floor else "lowered"]
+
+
+def _has_cap_sys_resource() -> bool:
+    with open("/proc/self/status", encoding="ascii") as f:
+        effective = next(line for line in f if line.startswith("CapEff:")).split()[1]
+    return bool(int(effective, 16) >> 24 & 1)  # CAP_SYS_RESOURCE
+
+
 def test_the_exit_code_comes_back(lnk_spawn: Path, group: Path) -> None:
     result = subprocess.run(
         [*_argv(lnk_spawn, group), "--", "/bin/sh", "-c", "exit 7"],
@@ -350,6 +389,15 @@ def test_ctty_gives_the_child_the_terminal_as_its_controlling_tty(
         (["--cgroup", "G", "--uid", "00", "--gid", str(GID)], "not '00'"),
         (["--cgroup", "G", "--uid", "", "--gid", str(GID)], "not ''"),
         (["--cgroup", "G", "--uid", str(UID), "--gid", str(GID), "--pid"], "unknown"),
+        (
+            ["--cgroup", "G", "--uid", str(UID), "--gid", str(GID), "--oom-score-adj", "-500"],
+            "0 to",
+        ),
+        (
+            ["--cgroup", "G", "--uid", str(UID), "--gid", str(GID), "--oom-score-adj", "1001"],
+            "0 to",
+        ),
+        (["--cgroup", "G", "--uid", str(UID), "--gid", str(GID), "--oom-score-adj", ""], "0 to"),
         (["--cgroup", "G", "--uid", str(UID), "--gid"], "unknown or incomplete"),
     ],
 )

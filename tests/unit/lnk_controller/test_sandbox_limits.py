@@ -41,7 +41,10 @@ def test_unsafe_allow_unlimited_runs_on_rlimits_with_a_warning(
     with caplog.at_level(logging.WARNING):
         applied = sandbox_limits.apply(box, "sbx1", no_controllers, LIMITS)
     assert applied.missing == ("pids", "memory", "cpu")
-    assert applied.launcher_args() == ["--rlimit", "nproc=64", "--rlimit", "nofile=128"]
+    assert applied.launcher_args() == [
+        *("--rlimit", "nproc=64", "--rlimit", "nofile=128"),
+        *("--oom-score-adj", "500"),  # lnk_shared.oom_scores: before the services
+    ]
     assert "rlimits only" in caplog.text
 
 

@@ -18,14 +18,19 @@
  * Limits: each --join DIR is a cgroup v1 group (a hybrid host's pids, memory or cpu hierarchy)
  * lnk-spawn joins before the clone, so its child is born there too (v1 has no CLONE_INTO_CGROUP);
  * each --rlimit NAME=N (nproc, nofile) is set, soft and hard, in the child before the drop to the
- * sandbox user, a floor under the cgroup limits (RLIMIT_NPROC counts the sandbox's fresh uid).
+ * sandbox user, a floor under the cgroup limits (RLIMIT_NPROC counts the sandbox's fresh uid);
+ * --oom-score-adj N (0 to 1000) is the child's OOM score adjustment, written as root: when the
+ * host runs out of memory its OOM killer takes a sandbox before the box's services (which run
+ * at or below 0). Where root holds CAP_SYS_RESOURCE the kernel also makes it the floor the
+ * sandbox cannot go below (oom_score_adj_min); a container's root without it sets no floor,
+ * and then the confiner's Landlock ruleset (no write under /proc) is what keeps it.
  *
  * Inherited descriptors are left as they are: the controller passes bwrap's data memfds and
  * status pipe by number. Any failure before the exec prints `lnk-spawn: WHAT: ERROR` and exits
  * 126: nothing of the sandbox ran.
  *
  * Usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--own-clock]
- *        [--join DIR]... [--rlimit NAME=N]... -- PROGRAM [ARGS...]
+ *        [--join DIR]... [--rlimit NAME=N]... [--oom-score-adj N] -- PROGRAM [ARGS...]
  * PID is the controller's: lnk-spawn refuses to start anything once it is not its parent.
  */
 #define _GNU_SOURCE
@@ -52,9 +57,11 @@
 #define TIMENS_OFFSETS "/proc/self/timens_offsets"
 #define USAGE                                                                                \
     "usage: lnk-spawn --parent PID --cgroup DIR --uid UID --gid GID [--ctty] [--own-clock] " \
-    "[--join DIR]... [--rlimit nproc|nofile=N]... -- PROGRAM [ARGS...]"
+    "[--join DIR]... [--rlimit nproc|nofile=N]... [--oom-score-adj 0-1000] -- PROGRAM [ARGS...]"
 #define MAX_JOINS 4   /* the v1 hierarchies a sandbox joins: pids, memory, cpu */
 #define MAX_RLIMITS 2 /* nproc and nofile */
+#define OOM_SCORE_ADJ "/proc/self/oom_score_adj"
+#define MAX_OOM_SCORE_ADJ 1000 /* the kernel's OOM_SCORE_ADJ_MAX; below 0 a sandbox is never put */
 
 /* Print `lnk-spawn: WHAT: strerror(errno)` and exit 126. _exit: the child shares no stdio
    buffer to flush (stderr is unbuffered), and no atexit handler of the parent may run twice. */
@@ -143,6 +150,31 @@ static struct limit parse_rlimit(const char *text) {
     return parsed;
 }
 
+/* N for --oom-score-adj: 0 to MAX_OOM_SCORE_ADJ, as written to /proc (-1: none asked). */
+static int parse_oom_score_adj(const char *text) {
+    size_t length = strlen(text);
+    if (length == 0 || length > 4 || strspn(text, "0123456789") != length ||
+        strtoul(text, NULL, 10) > MAX_OOM_SCORE_ADJ) {
+        fprintf(stderr, "lnk-spawn: --oom-score-adj must be 0 to %d, not '%s'\n%s\n",
+                MAX_OOM_SCORE_ADJ, text, USAGE);
+        _exit(EXIT_REFUSED);
+    }
+    return (int)strtoul(text, NULL, 10);
+}
+
+/* The child's OOM score adjustment, written while it is root (see the header). */
+static void set_oom_score_adj(int value) {
+    char text[16];
+    int length = snprintf(text, sizeof text, "%d", value);
+    int fd = open(OOM_SCORE_ADJ, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        fail("cannot open " OOM_SCORE_ADJ);
+    if (write(fd, text, (size_t)length) != length)
+        fail("cannot set the sandbox's OOM score adjustment");
+    if (close(fd) != 0)
+        fail("cannot close " OOM_SCORE_ADJ);
+}
+
 /* Move lnk-spawn into the v1 group DIR ("0" is the writer): its child is born there. */
 static void join_group(const char *dir) {
     char path[4096];
@@ -164,7 +196,7 @@ static void join_group(const char *dir) {
    lnk-spawn is gone (getppid() cannot tell: the parent is outside this pid namespace). */
 __attribute__((noreturn)) static void child(const sigset_t *mask, int alive, unsigned uid,
                                             unsigned gid, int ctty, const struct limit *limits,
-                                            int nlimits, char **argv) {
+                                            int nlimits, int oom_score_adj, char **argv) {
     if (sigprocmask(SIG_SETMASK, mask, NULL) != 0)
         fail("cannot restore the signal mask");
     for (int k = 0; k < nlimits; k++) {
@@ -172,6 +204,8 @@ __attribute__((noreturn)) static void child(const sigset_t *mask, int alive, uns
         if (setrlimit(limits[k].resource, &both) != 0)
             fail("cannot set an --rlimit");
     }
+    if (oom_score_adj >= 0)
+        set_oom_score_adj(oom_score_adj);
     forbid_memfd_exec();
     if (ctty && setsid() < 0)
         fail("cannot start a session");
@@ -238,7 +272,7 @@ int main(int argc, char **argv) {
     const char *parent_text = NULL, *cgroup = NULL, *uid_text = NULL, *gid_text = NULL;
     const char *joins[MAX_JOINS];
     struct limit limits[MAX_RLIMITS];
-    int ctty = 0, clock = 0, i = 1, njoins = 0, nlimits = 0;
+    int ctty = 0, clock = 0, i = 1, njoins = 0, nlimits = 0, oom_score_adj = -1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "--ctty") == 0)
             ctty = 1;
@@ -248,6 +282,8 @@ int main(int argc, char **argv) {
             joins[njoins++] = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--rlimit") == 0 && nlimits < MAX_RLIMITS)
             limits[nlimits++] = parse_rlimit(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--oom-score-adj") == 0)
+            oom_score_adj = parse_oom_score_adj(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--parent") == 0)
             parent_text = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--cgroup") == 0)
@@ -297,7 +333,7 @@ int main(int argc, char **argv) {
     if (pid == 0) {
         if (close(alive[1]) != 0)
             fail("cannot close the liveness pipe");
-        child(&mask, alive[0], uid, gid, ctty, limits, nlimits, argv + i + 1);
+        child(&mask, alive[0], uid, gid, ctty, limits, nlimits, oom_score_adj, argv + i + 1);
     }
     if (close(group) != 0 || close(alive[0]) != 0) /* alive[1] stays open until lnk-spawn ends */
         fail("cannot close the cgroup or the liveness pipe");
