@@ -166,7 +166,7 @@ def keep_listeners(cfg: ControllerConfig, stop: threading.Event) -> None:
             continue
         try:
             answer = _call(cfg, {"op": "list"})
-        except LaunchRefused:
+        except StateError:  # `_call`'s "does not answer" (was LaunchRefused, which ended this)
             continue  # down: `lnk box up` restarts it; the sockets wait here meanwhile
         served = answer.get("sandboxes")
         if not isinstance(served, list):
@@ -184,7 +184,7 @@ def _hand_back(cfg: ControllerConfig, sandbox_id: str) -> None:
         fd, command = kept
         try:
             reply = _call(cfg, command, [fd])
-        except LaunchRefused as exc:
+        except StateError as exc:
             log.error("handing the listener of %s back to the proxy: %s", sandbox_id, exc)
             return
     if reply.get("ok") is True:
