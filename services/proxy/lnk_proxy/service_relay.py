@@ -183,13 +183,14 @@ async def relay(
     context: ssl.SSLContext,
     connect_timeout_s: float,
     io_timeout_s: float,
+    port: int = HTTPS_PORT,
 ) -> None:
     """One exchange with the rule's host at the vetted `address`; the answer, scrubbed, goes to
     `client` close-delimited. OSError, TimeoutError, ssl.SSLError, BadResponse or
     RequestRefused (a body the client framed badly) when it cannot be completed; their texts
     never hold the secret (`scrub_text` is applied by the caller's log line)."""
     host = forward.rule.host
-    sock = await dial(address, HTTPS_PORT, connect_timeout_s)
+    sock = await dial(address, port, connect_timeout_s)
     try:
         async with asyncio.timeout(connect_timeout_s):
             reader, writer = await asyncio.open_connection(
