@@ -19,7 +19,7 @@ from typing import Any
 import install_prefix
 import pytest
 from as_user import as_user
-from net import TELEGRAM, TestInternet
+from net import TELEGRAM, WWW, TestInternet
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -83,10 +83,10 @@ def _sandbox_argv(running_box: RunningBox, script: str, *flags: str) -> list[str
 
 
 def _in_sandbox(
-    running_box: RunningBox, box: Any, script: str, stdin: str = ""
+    running_box: RunningBox, box: Any, script: str, stdin: str = "", flags: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _sandbox_argv(running_box, script),
+        _sandbox_argv(running_box, script, *flags),
         env=_env(running_box, box),
         cwd=str(running_box.owner.home),
         input=stdin,
@@ -113,8 +113,8 @@ def _wire(box: Any) -> str:
     return "".join(p.read_text() for p in (Path(box.state_dir) / "wire").rglob("*") if p.is_file())
 
 
-def _set_secret(running_box: RunningBox, box: Any, value: str) -> None:
-    done = _lnk(running_box, box, "secret", "set", "bot", stdin=value + "\n")
+def _set_secret(running_box: RunningBox, box: Any, value: str, name: str = "bot") -> None:
+    done = _lnk(running_box, box, "secret", "set", name, stdin=value + "\n")
     assert done.returncode == 0, done.stderr
 
 
@@ -233,3 +233,28 @@ def test_a_sandbox_whose_secret_is_missing_is_not_started(
     assert "'bot'" in ran.stderr and "lnk secret set bot" in ran.stderr
     assert "Traceback" not in ran.stderr
     assert not marker.exists()
+
+
+def test_a_bearer_rule_forces_its_key_in_authorization_and_scrubs_it_from_the_answer(
+    running_box: RunningBox, netbox: Any, internet: Any
+) -> None:
+    key = "sk-" + secrets.token_urlsafe(30)
+    _set_secret(running_box, netbox, _token())
+    _set_secret(running_box, netbox, key, name="key")
+    before = len(internet.requests(internet.www))
+    url = f"http://{WWW}/headers"
+    script = (
+        f'{CURL} -H "Authorization: Bearer $LNK_SECRET_KEY" {url}; echo; '
+        f"{CURL} -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer mine' {url}"
+    )
+    flags = (f"--service=bearer:key@{WWW}:GET /headers",)
+    ran = _in_sandbox(running_box, netbox, script, flags=flags)
+    assert ran.returncode == 0, ran.stderr
+    # The service echoed the head it got: the key in its place, scrubbed on the way back.
+    assert "Authorization: Bearer lnk-secret-key" in ran.stdout
+    assert ran.stdout.endswith("403")  # a key of its own: refused
+    assert key not in ran.stdout + ran.stderr
+    arrived = internet.requests(internet.www)[before:]
+    assert [(r["path"], r["authorization"]) for r in arrived] == [("/headers", f"Bearer {key}")]
+    assert key not in _wire(netbox)
+    assert _holding(Path(netbox.state_dir), key) == []
