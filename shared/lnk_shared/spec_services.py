@@ -51,6 +51,7 @@ __all__ = [
     "ServiceRule",
     "parse_service_flag",
     "parse_service_table",
+    "service_placeholder",
 ]
 
 TELEGRAM_HOST = "api.telegram.org"
@@ -94,6 +95,14 @@ class ServiceRule:
         if self.kind != "telegram" or folded in TELEGRAM_ALWAYS_REFUSED:
             return False
         return folded in {a.lower() for a in self.allow}
+
+
+def service_placeholder(rule: ServiceRule) -> str:
+    """What the sandbox's program holds in the secret's place. Telegram's has a bot token's
+    shape (`digits:word`), which libraries check before they send anything."""
+    if rule.kind == "telegram":
+        return f"0:lnk-secret-{rule.secret}"
+    return f"lnk-secret-{rule.secret}"
 
 
 def parse_service_table(table: object, origin: Origin) -> ServiceRule:

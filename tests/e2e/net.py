@@ -82,6 +82,7 @@ LOOP = "loop.test-public.example"  # answers 127.0.0.1
 MIXED = "mixed.test-public.example"  # answers www and the LAN host
 META = "meta.test-public.example"  # answers the cloud metadata address
 REBIND = "rebind.test-public.example"  # answers www, or the LAN host after net.rebind()
+TELEGRAM = "api.telegram.org"  # answers the other host: a Bot API shape (service rules' tests)
 METADATA_ADDRESS = "169.254.169.254"
 
 
@@ -164,6 +165,11 @@ class TestInternet:
         lines = self.host(which).log.read_text(encoding="utf-8").splitlines()
         return [Accepted(**json.loads(line)) for line in lines if line.endswith("}")]
 
+    def requests(self, which: Host | str) -> list[dict[str, Any]]:
+        """The Bot API and Authorization-carrying requests that reached `which` (its record)."""
+        path = Path(f"{self.host(which).log}.requests")
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
     def accepted(self, which: Host | str, port: int | None = None) -> int:
         return sum(1 for c in self.connections(which) if port is None or c.port == port)
 
@@ -226,6 +232,7 @@ class TestInternet:
             MIXED: [self.www.address, self.nas.address],
             META: [METADATA_ADDRESS],
             REBIND: [self.www.address],
+            TELEGRAM: [self.other.address],
         }
         self.dns_file = self.tmp / "dns.json"
         self._write_dns()

@@ -13,7 +13,12 @@ Answers, on every port (plain on `http`, TLS on `https`), with keep-alive:
 - `GET /redirect?to=URL`: a 302 to URL;
 - `GET /simple/`, `/simple/lnk-demo/`, `/packages/WHEEL`: a PEP 503 package index holding one
   pure-Python wheel, `lnk-demo` 1.0 (built in memory at start), for pip from a sandbox;
-- `POST` (any path): the request body (Content-Length or chunked);
+- `GET|POST /bot<TOKEN>/<METHOD>` (the Bot API's shape): `{"ok": true, "result": {"method":
+  METHOD, "token": TOKEN, "body": BODY}}` (the token echoed, so a test sees a proxy scrub it);
+  every such request, and every `Authorization` header, is recorded as a JSON line
+  (`{"method", "path", "authorization"}`) in `<log>.requests`: the upstream's own record of
+  what arrived;
+- `POST` (any other path): the request body (Content-Length or chunked);
 - anything else: 404.
 
 Security limitations: none needed; it only ever listens inside a namespace the tests made.
@@ -90,6 +95,7 @@ class Host:
         self.name = name
         self.log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self.ended_log = open(log_path + ".ended", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self.requests = open(log_path + ".requests", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def accepted(self, writer: asyncio.StreamWriter, port: int, log: Any = None) -> None:
         peer = writer.get_extra_info("peername")
@@ -140,7 +146,20 @@ class Host:
         body = await _read_body(reader, headers)
         url = urlsplit(target)
         query = parse_qs(url.query)
-        if method == "POST":
+        if url.path.startswith(("/bot", "/file/bot")) or "authorization" in headers:
+            record = {
+                "method": method,
+                "path": target,
+                "authorization": headers.get("authorization"),
+            }
+            self.requests.write(json.dumps(record) + "\n")
+        bot = url.path.split("/")
+        if len(bot) == 3 and bot[1].startswith("bot") and method in ("GET", "POST"):
+            result = {"method": bot[2], "token": bot[1][3:], "body": body.decode("latin-1")}
+            answer = json.dumps({"ok": True, "result": result}).encode()
+            kind = {"Content-Type": "application/json"}
+            writer.write(_response(200, answer, close=close, extra=kind))
+        elif method == "POST":
             writer.write(_response(200, body, close=close))
         elif method != "GET":
             writer.write(_response(405, b"method not allowed\n", close=close))

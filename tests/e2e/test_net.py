@@ -31,6 +31,7 @@ from net import (
     OTHER,
     PUBLIC_RANGE,
     REBIND,
+    TELEGRAM,
     WWW,
     Host,
     TestInternet,
@@ -242,6 +243,7 @@ def test_dns_table_names_hostile_answers_and_is_written_as_json(internet: TestIn
         MIXED: [www, nas],
         "meta.test-public.example": ["169.254.169.254"],
         REBIND: [www],
+        TELEGRAM: [internet.other.address],
     }
     assert json.loads(internet.dns_file.read_text()) == internet.dns
 

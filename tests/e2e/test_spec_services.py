@@ -1,8 +1,8 @@
 """A spec's [[services]], end to end on the installed box: `lnk spec show` and the approval
 question name each rule's host, its secret by name and what it allows; a change in a rule asks
 again; a spec or flag carrying a secret's value is refused without repeating it; Telegram's
-setWebhook is refused whatever the spec says; and a sandbox with a rule is not started (the
-proxy does not add secrets yet), so nothing runs with a rule the proxy would not enforce."""
+setWebhook is refused whatever the spec says; and a sandbox whose rule names a secret the
+owner does not keep is not started (test_service_relay.py runs one that is)."""
 
 from __future__ import annotations
 
@@ -142,13 +142,17 @@ def test_the_question_shows_the_rule_and_a_changed_rule_asks_again(
 
 
 @pytest.mark.needs_root
-def test_a_sandbox_with_a_rule_is_not_started_until_the_proxy_adds_secrets(
+def test_a_sandbox_whose_rule_names_a_secret_not_kept_is_not_started(
     running_box: RunningBox,
 ) -> None:
     marker = running_box.owner.home / ("ran-" + secrets.token_hex(3))
-    ran = running_box.run("--service", "telegram:bot:getMe", cmd=["/usr/bin/touch", str(marker)])
+    name = "unset-" + secrets.token_hex(3)
+    ran = running_box.run(
+        "--service", f"telegram:{name}:getMe", cmd=["/usr/bin/touch", str(marker)]
+    )
     assert ran.returncode == EXIT_REFUSED, ran.stderr
-    assert "refused [launch]: [[services]]" in ran.stderr
+    assert f"refused [launch]: [[services]] secret '{name}'" in ran.stderr
+    assert f"lnk secret set {name}" in ran.stderr
     assert not marker.exists()
     listed = running_box.as_owner("sandbox", "list", "--all", "--json")
     assert str(marker) not in listed.stdout  # no sandbox was even recorded

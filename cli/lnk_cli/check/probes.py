@@ -217,8 +217,13 @@ def _proxy(step: dict[str, Any]) -> dict[str, Any]:
     target = step["target"]
     if step["method"] == "CONNECT":
         head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
-    else:
-        head = f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
+    else:  # a service rule's probe names its verb, path and headers (`plan_services`)
+        verb, path = step.get("verb", "GET"), step.get("path", "/")
+        extra = "".join(f"{line}\r\n" for line in step.get("headers", []))
+        head = (
+            f"{verb} http://{target}{path} HTTP/1.1\r\nHost: {target}\r\n{extra}"
+            "Connection: close\r\n\r\n"
+        )
     with socket.create_connection(address, timeout=NET_TIMEOUT_S) as s:
         s.sendall(head.encode())
         answer = b""

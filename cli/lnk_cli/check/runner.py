@@ -51,6 +51,7 @@ from lnk_cli.check.login_path import login_path_findings
 from lnk_cli.check.outside_look import look
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.plan_left import wall_probes
+from lnk_cli.check.plan_services import service_probes
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
 from lnk_cli.check.swap_race import swap_findings
@@ -108,7 +109,8 @@ def _wire_allowed(sandbox_id: str) -> frozenset[str]:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 line = json.loads(raw)
                 if line.get("decision") == "allowed":
-                    allowed.add(_target_key(str(line.get("target", ""))))
+                    target = str(line.get("target", ""))
+                    allowed |= {_target_key(target), target}  # a service probe's: the URL
         if not doc.get("lines"):
             break
         offset = int(doc.get("offset", offset))
@@ -215,6 +217,7 @@ def check(args: argparse.Namespace) -> int:
             nonce = secrets.token_hex(4)
             probes += caller_probes(caller, write_folders(grants), bait.home, nonce)
             probes += wall_probes(grants, nonce + secrets.token_hex(2))
+            probes += service_probes(grants)
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:

@@ -15,6 +15,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -91,9 +92,10 @@ def make_app(
 
         add_agent_routes(app, cfg, agents, store)
     if secrets is not None:
+        from lnk_controller.secret_grants import secret_changed
         from lnk_controller.secrets_api import add_secret_routes
 
-        add_secret_routes(app, cfg, secrets)
+        add_secret_routes(app, cfg, secrets, partial(secret_changed, cfg, store, secrets))
 
     @app.exception_handler(LnkError)
     def refused(_request: Request, exc: LnkError) -> JSONResponse:

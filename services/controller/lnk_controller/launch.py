@@ -35,6 +35,7 @@ from lnk_controller import (
     proxy_link,
     sandbox_limits,
     seccomp,
+    secret_grants,
 )
 from lnk_controller.agent_launch import (
     AGENT_DIR_INSIDE,
@@ -55,6 +56,7 @@ from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
+from lnk_controller.secret_store import SecretStore
 from lnk_controller.spawn import (
     MIN_LANDLOCK_ABI,
     Running,
@@ -173,11 +175,13 @@ class Launcher:
         store: SandboxStore,
         remembered: RememberedSpecs,
         agents: AgentRegistry | None = None,
+        secrets: SecretStore | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.remembered = remembered
         self.agents = agents
+        self.secrets = secrets  # the owner's secret store: service rules' values
         self.uid_range = host_users.UidRange(cfg.uid_first, cfg.uid_last)
         # Makes sandbox users while their mounts are staged (they wait on the /etc lock anyway).
         self._user_maker = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="user")
@@ -237,13 +241,8 @@ class Launcher:
             check_self_widening(agent_home, "the agent's home", ctx)
         if grants.spec.store_driver is not None:
             self._check_store(grants.spec.store_driver, agent)
-        if grants.spec.services and not request.dry:
-            raise LaunchRefused(
-                "[[services]]",
-                "this box's proxy does not yet add a service's secret upstream, so a sandbox "
-                "with a service rule is not started (it is shown and may be approved: "
-                "`lnk spec show`, `lnk spec approve`); run it without [[services]] for now",
-            )
+        if not request.dry:  # a rule's secret missing: refused, named, before anything starts
+            secret_grants.check_present(self.secrets, owner_uid, grants.spec.services)
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
             raise LaunchRefused(
                 "an agent's spec",
@@ -557,7 +556,10 @@ class Launcher:
         relay: dict[str, object] = {}
         if grants.spec.has_proxy:
             self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
-            listener = proxy_link.open_listener(cfg, row.id, grants)
+            services = secret_grants.service_fields(
+                self.secrets, row.owner_uid, grants.spec.services
+            )
+            listener = proxy_link.open_listener(cfg, row.id, grants, services)
             staged_socket = Path(row.staging_dir) / "proxy.sock"
             self.store.add_mount(row.id, str(staged_socket))
             idmap_mounts.stage_bind(listener, staged_socket)
@@ -592,6 +594,7 @@ class Launcher:
             "LNK_SANDBOX_ID": row.id,
             **request.env,
             **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
+            **secret_grants.placeholder_env(grants.spec.services),
             **agent_env,
         }
         granted_writes = [b.dest for b in staged.binds if b.write]

@@ -75,6 +75,13 @@ class HeldListeners:
         if old is not None:
             os.close(old[0])
 
+    def update(self, sandbox_id: str, command: dict[str, Any]) -> None:
+        """The command a listener is handed back with, changed (its secrets); none if closed."""
+        with self._lock:
+            kept = self._held.get(sandbox_id)
+            if kept is not None:
+                self._held[sandbox_id] = (kept[0], command)
+
     def drop(self, sandbox_id: str) -> None:
         with self._lock:
             old = self._held.pop(sandbox_id, None)
@@ -120,8 +127,14 @@ def _call_with_fds(
     return answer, received
 
 
-def open_listener(cfg: ControllerConfig, sandbox_id: str, grants: Grants) -> Path:
-    """Ask the proxy for this sandbox's listener; return the socket's path on the host."""
+def open_listener(
+    cfg: ControllerConfig,
+    sandbox_id: str,
+    grants: Grants,
+    services: dict[str, Any] | None = None,
+) -> Path:
+    """Ask the proxy for this sandbox's listener; return the socket's path on the host.
+    `services`: its rules and their secrets' values (`secret_grants.service_fields`)."""
     spec = grants.spec
     path = cfg.proxy_dir / f"{sandbox_id}.sock"
     command = {
@@ -136,6 +149,7 @@ def open_listener(cfg: ControllerConfig, sandbox_id: str, grants: Grants) -> Pat
             "localhost_ports": list(spec.ports),
         },
         "secret": secrets.token_hex(SECRET_BYTES),
+        **(services or {}),
     }
     answer, fds = _call_with_fds(cfg, command)
     if answer.get("ok") is not True or len(fds) != 1:
@@ -190,13 +204,34 @@ def _hand_back(cfg: ControllerConfig, sandbox_id: str) -> None:
         fd, command = kept
         try:
             reply = _call(cfg, command, [fd])
-        except LaunchRefused as exc:
+        except StateError as exc:
             log.error("handing the listener of %s back to the proxy: %s", sandbox_id, exc)
             return
     if reply.get("ok") is True:
         log.info("the restarted proxy serves %s again", sandbox_id)
     else:
         log.error("the proxy refused the listener of %s: %s", sandbox_id, reply)
+
+
+def held_services(sandbox_id: str) -> list[dict[str, Any]]:
+    """The service rules the sandbox's listener was opened with ([] if none or not held)."""
+    kept = HELD.snapshot().get(sandbox_id)
+    return list(kept[1].get("services", [])) if kept is not None else []
+
+
+def send_secrets(cfg: ControllerConfig, sandbox_id: str, values: dict[str, str]) -> None:
+    """The sandbox's service secrets now (one left out: refused from its next request). Kept
+    first with the listener, so a proxy restarted meanwhile adopts it with these."""
+    with HELD.handing:
+        kept = HELD.snapshot().get(sandbox_id)
+        if kept is None:
+            return  # closed meanwhile
+        HELD.update(sandbox_id, {**kept[1], "service_secrets": values})
+    answer = _call(cfg, {"op": "secrets", "sandbox": sandbox_id, "service_secrets": values})
+    if answer.get("ok") is not True:
+        raise StateError(
+            f"the proxy did not take the new secrets of {sandbox_id}: {answer.get('error')}"
+        )
 
 
 def close_listener(cfg: ControllerConfig, sandbox_id: str) -> None:

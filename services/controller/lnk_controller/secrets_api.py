@@ -13,6 +13,7 @@ secrets.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -48,7 +49,15 @@ def parse_secret_body(body: bytes) -> bytes:
         ) from None
 
 
-def add_secret_routes(app: FastAPI, cfg: ControllerConfig, secrets: SecretStore) -> None:
+def add_secret_routes(
+    app: FastAPI,
+    cfg: ControllerConfig,
+    secrets: SecretStore,
+    changed: Callable[[int, str], object] = lambda _uid, _name: None,
+) -> None:
+    """`changed(owner_uid, name)` after a secret is set or removed: running sandboxes whose
+    rules name it get the new value, or lose it (`secret_grants.secret_changed`)."""
+
     def owner(uid: int) -> int:
         if cfg.uid_first <= uid <= cfg.uid_last:
             raise HTTPException(status_code=403, detail="a sandbox keeps no secrets")
@@ -74,6 +83,7 @@ def add_secret_routes(app: FastAPI, cfg: ControllerConfig, secrets: SecretStore)
             raise refused(exc) from None
         finally:
             body[:] = b"\0" * len(body)
+        await run_in_threadpool(changed, uid, name)
         return {"name": name, "new": new}
 
     @app.get("/v1/secrets")
@@ -97,4 +107,5 @@ def add_secret_routes(app: FastAPI, cfg: ControllerConfig, secrets: SecretStore)
             raise refused(exc) from None
         if not removed:
             raise HTTPException(status_code=404, detail=f"you keep no secret named {name!r}")
+        changed(uid, name)  # before the answer: a running sandbox's next request is refused
         return {"name": name, "removed": True}

@@ -145,8 +145,8 @@ def run_controller(cfg: ControllerConfig) -> None:
     agents = AgentRegistry(engine, cfg.state_dir / "agent-keys")
     if reconcile_agents(cfg, store, agents):
         log.info("reconcile: agents without a sandbox marked stopped")
-    launcher = Launcher(cfg, store, remembered, agents)
     secrets = SecretStore(engine, load_box_key(cfg.state_dir / "secrets.key"))
+    launcher = Launcher(cfg, store, remembered, agents, secrets)
     forget = partial(
         forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents, secrets=secrets
     )

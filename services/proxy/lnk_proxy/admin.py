@@ -9,18 +9,22 @@ reply per command:
      "grants": {"internet_any": bool, "internet": [host, ...],
                 "lan_any": bool, "lan": [name | address | range, ...]}}
     {"op": "adopt", ...the fields of open..., with the listening socket attached}
+    {"op": "secrets", "sandbox": ID, "service_secrets": {NAME: VALUE, ...}}
     {"op": "close", "sandbox": ID}
     {"op": "list"}
     {"op": "ping"}
 
-and the reply `{"ok": true}` or `{"ok": false, "error": "..."}`. The reply to `open` carries the
-new listener's descriptor (SCM_RIGHTS): the controller keeps it, so the listening socket
-outlives this process; after a restart the controller hands each one back with `adopt`
-(`list` answers `{"ok": true, "sandboxes": [ID, ...]}`, the listeners open now), and the
-connections a sandbox made meanwhile wait in its backlog and are served then. Every field is
-checked as if hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a socket
-path outside the run dir or too long for a unix socket, a short secret, grants the spec model
-would refuse; an adopted socket must be a listening unix socket bound at the path given.
+`open` and `adopt` may also carry `"services": [RULE, ...]` (`[[services]]` tables, read by the
+spec model's own rules) and `"service_secrets": {NAME: VALUE}` (`service_relay`); `secrets`
+replaces a sandbox's values (a name left out: its rule refuses from its next request). No reply
+or log line holds a value. The reply is `{"ok": true}` or `{"ok": false, "error": "..."}`. The
+reply to `open` carries the new listener's descriptor (SCM_RIGHTS): the controller keeps it, so
+the listening socket outlives this process; after a restart the controller hands each one back
+with `adopt` (`list` answers `{"ok": true, "sandboxes": [ID, ...]}`, the listeners open now),
+and the connections a sandbox made meanwhile wait in its backlog and are served then. Every
+field is checked as if hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a
+socket path outside the run dir or too long for a unix socket, a short secret, grants the spec
+model would refuse; an adopted socket must be a listening unix socket bound at the path given.
 Hosts and `[lan]` entries go through the spec model's own `SpecBuilder`, so the proxy holds a
 grant exactly as a spec would. Closing a sandbox that has no listener is not an error.
 
@@ -39,13 +43,14 @@ import resource
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
+from lnk_proxy.service_relay import ServiceGrant, parse_service_secrets, parse_services
 from lnk_proxy.wire_log import SANDBOX_ID
 from lnk_shared.errors import SpecError
 from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
@@ -58,6 +63,7 @@ __all__ = [
     "ListCommand",
     "OpenCommand",
     "PingCommand",
+    "SecretsCommand",
     "handle_admin_connection",
     "parse_command",
     "run_proxy",
@@ -81,6 +87,7 @@ _KEYS = {
     "open": frozenset({"op", "sandbox", "socket", "grants", "secret"}),
     "adopt": frozenset({"op", "sandbox", "socket", "grants", "secret"}),
     "close": frozenset({"op", "sandbox"}),
+    "secrets": frozenset({"op", "sandbox", "service_secrets"}),
     "list": frozenset({"op"}),
     "ping": frozenset({"op"}),
 }
@@ -93,6 +100,13 @@ class OpenCommand:
     grants: ProxyGrants
     secret: str
     adopt: bool = False  # serve the listening socket sent with the command, bind nothing
+    services: ServiceGrant = field(default_factory=ServiceGrant)
+
+
+@dataclass(frozen=True)
+class SecretsCommand:
+    sandbox: str
+    secrets: dict[str, bytes] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -110,11 +124,16 @@ class ListCommand:
     pass
 
 
-Command = OpenCommand | CloseCommand | PingCommand | ListCommand
+Command = OpenCommand | CloseCommand | PingCommand | ListCommand | SecretsCommand
+_SERVICE_KEYS = ("services", "service_secrets")  # optional in open and adopt
 
 
 def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
     """A checked command from an untrusted frame; ValueError saying what is wrong."""
+    optional = {}
+    if untrusted.get("op") in ("open", "adopt"):
+        optional = {k: untrusted[k] for k in _SERVICE_KEYS if k in untrusted}
+        untrusted = {k: v for k, v in untrusted.items() if k not in _SERVICE_KEYS}
     op = checked_op(untrusted, _KEYS)
     if op == "ping":
         return PingCommand()
@@ -125,6 +144,8 @@ def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
         raise ValueError("sandbox must be an id of letters, digits, '-' and '_' (1 to 64)")
     if op == "close":
         return CloseCommand(sandbox)
+    if op == "secrets":
+        return SecretsCommand(sandbox, parse_service_secrets(untrusted["service_secrets"], None))
     secret = untrusted["secret"]
     if not isinstance(secret, str) or not SECRET.fullmatch(secret):
         raise ValueError("secret must be 32 to 256 URL-safe base64 characters")
@@ -134,7 +155,14 @@ def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
         grants=parse_grants(untrusted["grants"]),
         secret=secret,
         adopt=op == "adopt",
+        services=_services(optional),
     )
+
+
+def _services(optional: dict[str, Any]) -> ServiceGrant:
+    rules = parse_services(optional.get("services", []))
+    values = parse_service_secrets(optional.get("service_secrets", {}), rules)
+    return ServiceGrant(rules, values)
 
 
 def _socket_path(untrusted: object, run_dir: Path) -> Path:
@@ -201,16 +229,27 @@ async def _run_command(
                 raise ValueError("adopt takes exactly one listening socket")
             adopted = socket.socket(fileno=fds.pop())
             await server.adopt_listener(
-                command.sandbox, command.socket, command.grants, command.secret, adopted
+                command.sandbox,
+                command.socket,
+                command.grants,
+                command.secret,
+                adopted,
+                services=command.services,
             )
             adopted = None  # the server's now
         elif isinstance(command, OpenCommand):
             await server.open_listener(
-                command.sandbox, command.socket, command.grants, command.secret
+                command.sandbox,
+                command.socket,
+                command.grants,
+                command.secret,
+                services=command.services,
             )
             return {"ok": True}, [server.listener_fd(command.sandbox)]
         elif isinstance(command, CloseCommand):
             await server.close_listener(command.sandbox)
+        elif isinstance(command, SecretsCommand):
+            server.set_service_secrets(command.sandbox, command.secrets)
         elif isinstance(command, ListCommand):
             return {"ok": True, "sandboxes": server.sandboxes()}, []
     except (OSError, ValueError) as exc:

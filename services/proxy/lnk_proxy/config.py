@@ -11,7 +11,10 @@ The three `unsafe_…` settings exist for test boxes only and log a warning when
 (and the resolver warns on every lookup through the table): `unsafe_public_networks` makes
 special ranges such as 198.18.0.0/15 count as the public internet; `unsafe_dns_table` answers
 names from a JSON file instead of this machine's resolver; `unsafe_skip_route_check` skips the
-kernel's route judgement (`route_check`), so `lnk sandbox check` can show that class leak.
+kernel's route judgement (`route_check`), so `lnk sandbox check` can show that class leak;
+`unsafe_service_ca` makes a service rule's upstream verified against this CA file alone instead
+of the system's roots (the test internet's CA); `unsafe_skip_service_method_check` forwards a
+service rule's request whatever its method or route (`lnk sandbox check` shows that leak).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class ProxyConfig(BaseModel):
     unsafe_public_networks: list[str] = Field(default_factory=list, max_length=MAX_UNSAFE_NETWORKS)
     unsafe_dns_table: Path | None = Field(default=None, strict=False)
     unsafe_skip_route_check: bool = False  # tests of `lnk sandbox check` only: reopens a leak
+    unsafe_service_ca: Path | None = Field(default=None, strict=False)  # the test internet's
+    unsafe_skip_service_method_check: bool = False  # tests of `lnk sandbox check` only
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -109,6 +114,20 @@ class ProxyConfig(BaseModel):
             raise ValueError("admin_socket must be under run_dir")
         if self.unsafe_dns_table is not None and not self.unsafe_dns_table.is_absolute():
             raise ValueError("unsafe_dns_table must be an absolute path")
+        if self.unsafe_service_ca is not None and not self.unsafe_service_ca.is_absolute():
+            raise ValueError("unsafe_service_ca must be an absolute path")
+        if self.unsafe_service_ca is not None:
+            log.warning(
+                "unsafe_service_ca=%s: service rules' upstreams are verified against this CA "
+                "only, not the system's roots (a test setting; never on a real box)",
+                self.unsafe_service_ca,
+            )
+        if self.unsafe_skip_service_method_check:
+            log.warning(
+                "unsafe_skip_service_method_check: a service rule's request goes upstream "
+                "with the secret whatever its method or route (a test setting; never on a "
+                "real box)"
+            )
         if self.unsafe_public_networks:
             log.warning(
                 "unsafe_public_networks=%s: these ranges count as the public internet (a test "

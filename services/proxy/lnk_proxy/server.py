@@ -53,13 +53,14 @@ import logging
 import os
 import resource
 import socket
+import ssl
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from lnk_proxy import machine
+from lnk_proxy import machine, service_relay
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
@@ -82,6 +83,7 @@ from lnk_proxy.policy import (
 from lnk_proxy.policy_memo import PolicyMemo
 from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy, make_resolver
 from lnk_proxy.route_check import RouteChecker
+from lnk_proxy.service_relay import ServiceGrant, relay, scrub_text, tls_context
 from lnk_proxy.tunnel_buffers import LARGE, TunnelBuffers, buffers_for
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
@@ -131,6 +133,7 @@ class _Listener:
     answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
     flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
     watch: Conn | None = None  # the listening socket's readiness, for the accept loop
+    services: ServiceGrant = field(default_factory=ServiceGrant)  # its rules, their secrets
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
@@ -172,6 +175,7 @@ class ProxyServer:
         self._refresher: asyncio.Task[None] | None = None
         # Reads the machine view: its own thread, never behind sandboxes' lookups.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-view")
+        self.service_tls = tls_context(config.unsafe_service_ca)  # service rules' upstreams
 
     async def start(self) -> None:
         """Prepare the log folder, read this machine (StateError if it cannot), and read it
@@ -242,17 +246,28 @@ class ProxyServer:
         return hmac.compare_digest(listener.secret.encode(), candidate.encode())
 
     async def open_listener(
-        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str
+        self,
+        sandbox: str,
+        socket_path: Path,
+        grants: ProxyGrants,
+        secret: str,
+        services: ServiceGrant | None = None,
     ) -> None:
         """Bind `socket_path` (mode 0666) and serve `sandbox` there with `grants`.
         ValueError for a bad id, an id already open, or a path that is not a fresh socket."""
         self._check_new(sandbox)
-        self._serve_listener(
-            sandbox, socket_path, grants, secret, bind_listener(socket_path, LISTENER_MODE)
-        )
+        sock = bind_listener(socket_path, LISTENER_MODE)
+        self._serve_listener(sandbox, socket_path, grants, secret, sock, services=services)
 
     async def adopt_listener(
-        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str, sock: socket.socket
+        self,
+        sandbox: str,
+        socket_path: Path,
+        grants: ProxyGrants,
+        secret: str,
+        sock: socket.socket,
+        *,
+        services: ServiceGrant | None = None,
     ) -> None:
         """Serve `sandbox` on `sock`, a listening socket a previous proxy bound at `socket_path`
         (the controller kept it). ValueError when it is anything else: it is never served."""
@@ -266,7 +281,7 @@ class ProxyServer:
             raise ValueError(f"the socket handed over for {sandbox} is not a listening unix socket")
         if bound != str(socket_path):
             raise ValueError(f"the socket handed over for {sandbox} is bound at {bound!r}")
-        self._serve_listener(sandbox, socket_path, grants, secret, sock)
+        self._serve_listener(sandbox, socket_path, grants, secret, sock, services=services)
 
     def _check_new(self, sandbox: str) -> None:
         if not SANDBOX_ID.fullmatch(sandbox):
@@ -275,9 +290,17 @@ class ProxyServer:
             raise ValueError(f"{sandbox} already has a listener: close it first")
 
     def _serve_listener(
-        self, sandbox: str, socket_path: Path, grants: ProxyGrants, secret: str, sock: socket.socket
+        self,
+        sandbox: str,
+        socket_path: Path,
+        grants: ProxyGrants,
+        secret: str,
+        sock: socket.socket,
+        *,
+        services: ServiceGrant | None,
     ) -> None:
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        listener.services = services or ServiceGrant()
         listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
@@ -294,6 +317,13 @@ class ProxyServer:
 
     def sandboxes(self) -> list[str]:
         return sorted(self._listeners)
+
+    def set_service_secrets(self, sandbox: str, secrets: dict[str, bytes]) -> None:
+        """The secrets' values now (one left out: its rule refuses from the next request)."""
+        listener = self._listeners.get(sandbox)
+        if listener is None:
+            raise ValueError(f"{sandbox} has no listener")
+        listener.services.replace_secrets(secrets)
 
     async def close_listener(self, sandbox: str) -> bool:
         """Close `sandbox`'s listener and every connection in flight; False if none was open."""
@@ -396,6 +426,8 @@ class ProxyServer:
             await self._refuse(listener, client, method.decode("latin-1"), target, refusal)
             return False
         target = _shown_target(request)
+        if listener.services.rule_for(request) is not None:  # a rule's host: never elsewhere
+            return await self._service(listener, client, request, target, consumed)
         buffers: TunnelBuffers | None = None
         if request.kind == "connect":  # reserved now, before any await: no cap is passed
             reserved = self._reserve_tunnel(listener)
@@ -439,17 +471,74 @@ class ProxyServer:
         if buffers is LARGE:
             listener.large_buffers -= buffers.worst_case()
 
-    async def _decide(self, listener: _Listener, request: ProxyRequest) -> Allowed | _Refusal:
+    async def _service(
+        self, listener: _Listener, client: Conn, request: ProxyRequest, target: str, consumed: int
+    ) -> bool:
+        """A request to a service rule's host (`service_relay`): judged, the secret added,
+        TLS upstream at the vetted address; the connection ends with the answer."""
+        grant = listener.services
+        rule = grant.rule_for(request)
+        assert rule is not None  # the caller's check
+        try:
+            check = not self.config.unsafe_skip_service_method_check
+            forward, secret = grant.judge(rule, request, check_route=check)
+        except RequestRefused as exc:
+            await self._refuse(
+                listener, client, request.method, target, _Refusal(exc.rule, exc.reason)
+            )
+            return False
+        verdict = await self._decide(listener, request, grant.memo, service_relay.HTTPS_PORT)
+        if not isinstance(verdict, Allowed):
+            await self._refuse(listener, client, request.method, target, verdict)
+            return False
+        shown = f"http://{rule.host}{forward.logged_path}"  # the placeholder, never the secret
+        exchange = _Exchange(listener, client, request, verdict, shown, consumed, client.sent)
+        client.timeout = IO_TIMEOUT_S
+        error = ""
+        try:
+            await relay(
+                forward,
+                secret,
+                request,
+                client,
+                verdict.address,
+                context=self.service_tls,
+                connect_timeout_s=self.config.connect_timeout_s,
+                io_timeout_s=IO_TIMEOUT_S,
+            )
+        except asyncio.CancelledError:
+            error = "closed: the sandbox was stopped or its listener closed"
+            raise
+        except (OSError, EOFError, TimeoutError, ssl.SSLError, BadResponse, RequestRefused) as exc:
+            error = scrub_text(f"ended: {exc!r}", secret)
+            if client.sent == exchange.sent:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await client.send(BAD_GATEWAY)
+        finally:
+            self._allowed(exchange, error)
+        return False
+
+    async def _decide(
+        self,
+        listener: _Listener,
+        request: ProxyRequest,
+        memo: PolicyMemo | None = None,
+        port: int | None = None,
+    ) -> Allowed | _Refusal:
+        """The verdict on the request's host, by `memo` (the sandbox's own grants unless a
+        service rule's) at `port` (the request's unless a service rule's)."""
+        memo = memo or listener.memo
+        port = request.port if port is None else port
         if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
             reason = "no room for its line in the sandbox's wire log or in the box's wire logs"
             return _Refusal("log-full", reason)
         flagged = self._flags(listener)
         if flagged is not None:
             return flagged
-        local = judge_localhost(listener.grants, request.host, request.port)
+        local = judge_localhost(memo.grants, request.host, port)
         if local is not None:
             return local
-        target = listener.memo.target(request.host, request.port)
+        target = memo.target(request.host, port)
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
         addresses: Sequence[IPAddress] | None
@@ -473,7 +562,7 @@ class ProxyServer:
                 listener.answers.put(target.host, addresses)
         if self.machine is None:
             raise RuntimeError("ProxyServer.start() was not called: this machine is unknown")
-        verdict = listener.memo.addresses(target, addresses, self.machine)
+        verdict = memo.addresses(target, addresses, self.machine)
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
         # The second judgement, on the vetted address, as the kernel routes it now (change

@@ -2,7 +2,7 @@
 upstream, the one head that goes there with the secret at its template position, and the
 secret scrubbed from what comes back.
 
-Pure: no I/O, no secret store, no sockets. The caller (not wired yet: see below) would
+Pure: no I/O, no secret store, no sockets. The caller (`server`, `service_relay`) does
 1. refuse a CONNECT to any rule's host (`refuse_connect`): a tunnel would carry the sandbox's
    own key past every path rule, so the answer names the plain-http way instead;
 2. judge an absolute-form `http://HOST/...` request to a rule's host (`judge_service`): the
@@ -21,8 +21,8 @@ hop-by-hop, framing and every credential header, then the rule's own credential.
 Security limitations: this does NOT look at bodies (a `sendMessage` may carry what the sandbox
 read to any chat the bot can reach: the seed says so), nor at the query's parameters, and does
 NOT stop a bearer rule's API from doing with the owner's key whatever the allowed routes do.
-It is NOT yet called by the proxy's dispatch: a sandbox with a rule is refused at launch
-(`lnk_controller.launch`) until it is.
+`lnk_proxy.service_relay` holds a sandbox's rules and secrets and makes the exchange; the
+server dispatches every request naming a rule's host there.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from lnk_proxy.http_request import HTTP_PORT, Headers, ProxyRequest, RequestRefused
 from lnk_shared.hosts import normalize_name
-from lnk_shared.spec_services import TELEGRAM_ALWAYS_REFUSED, ServiceRule
+from lnk_shared.spec_services import TELEGRAM_ALWAYS_REFUSED, ServiceRule, service_placeholder
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -86,11 +86,8 @@ class ServiceForward:
 
 
 def placeholder(rule: ServiceRule) -> str:
-    """What the sandbox's program holds in the secret's place. Telegram's has a bot token's
-    shape (`digits:word`), which libraries check before they send anything."""
-    if rule.kind == "telegram":
-        return f"0:lnk-secret-{rule.secret}"
-    return f"lnk-secret-{rule.secret}"
+    """What the sandbox's program holds in the secret's place (`service_placeholder`)."""
+    return service_placeholder(rule)
 
 
 def rule_for_host(rules: Sequence[ServiceRule], host: str) -> ServiceRule | None:
@@ -116,8 +113,12 @@ def refuse_connect(rules: Sequence[ServiceRule], request: ProxyRequest) -> None:
         )
 
 
-def judge_service(rule: ServiceRule, request: ProxyRequest) -> ServiceForward:
-    """The forward for an http request to `rule`'s host, or RequestRefused naming why."""
+def judge_service(
+    rule: ServiceRule, request: ProxyRequest, *, check_route: bool = True
+) -> ServiceForward:
+    """The forward for an http request to `rule`'s host, or RequestRefused naming why.
+    `check_route=False` (the proxy's `unsafe_skip_service_method_check`, tests only) skips
+    the rule's method or route list, so `lnk sandbox check` can show that class leak."""
     if request.kind != "http" or request.port != HTTP_PORT:
         raise RequestRefused(
             "service-plain-http-only", f"{rule.host}:{request.port}: a rule is served on http:80"
@@ -135,7 +136,7 @@ def judge_service(rule: ServiceRule, request: ProxyRequest) -> ServiceForward:
     suffix = f"?{query}" if query else ""
     headers = _judged_headers(rule, request.headers)
     if rule.kind == "telegram":
-        before, method_path = _telegram(rule, segments)
+        before, method_path = _telegram(rule, segments, check_route)
         return ServiceForward(
             rule,
             request.method,
@@ -145,14 +146,14 @@ def judge_service(rule: ServiceRule, request: ProxyRequest) -> ServiceForward:
             headers,
             request.version,
         )
-    if not _bearer_allows(rule, request.method, path):
+    if check_route and not _bearer_allows(rule, request.method, path):
         raise RequestRefused("service-route", f"{request.method} {path} is not in the rule")
     return ServiceForward(
         rule, request.method, path + suffix, "", path + suffix, headers, request.version
     )
 
 
-def _telegram(rule: ServiceRule, segments: list[str]) -> tuple[str, str]:
+def _telegram(rule: ServiceRule, segments: list[str], check_route: bool) -> tuple[str, str]:
     """(the path up to the token, what follows it) for `/bot<T>/<method>` and
     `/file/bot<T>/<file path>` (a file download: allowed with getFile)."""
     if segments[0] == "file" and len(segments) >= 3 and segments[1].startswith("bot"):
@@ -167,7 +168,7 @@ def _telegram(rule: ServiceRule, segments: list[str]) -> tuple[str, str]:
         raise RequestRefused("service-path", "not a Bot API method name")
     if method.lower() in TELEGRAM_ALWAYS_REFUSED:
         raise RequestRefused("service-never", f"{method} is never allowed")
-    if not rule.allows_method(method):
+    if check_route and not rule.allows_method(method):
         raise RequestRefused("service-method", f"{method} is not in the rule")
     return before, "/".join(rest)
 
