@@ -7,9 +7,10 @@
     read ~/notes.txt (grant it with --read ~/notes.txt)
     connect 10.0.0.5:443 (the sandbox reaches the network through the box's proxy: ...)
 
-and never suggests a grant the box refuses anyway: a write under a system folder, a protected
-name at the top of a write grant (protected_names.py) or the user's own lnk settings is said to
-be refused by rule instead. Pure: the caller escapes the line when it shows it (the path is the
+and never suggests a grant the box refuses anyway: the grant is put to the box's own rules
+(`rules_of`: lnk_shared.refusals, with the owner's context), and one they refuse (a system
+folder, a home dot folder, lnk's settings, a socket folder) is said to be refused by rule, with
+the rule's reason, instead. Pure: the caller escapes the line when it shows it (the path is the
 sandbox's choice) and cuts it.
 
 Does NOT: know the spec the sandbox ran with (a denial of something the spec grants is not
@@ -19,11 +20,14 @@ possible: Landlock allowed it), or follow links (the kernel logs the path it res
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 
 from lnk_controller.denial_records import Access
-from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SYSTEM_DIRS, USER_SETTINGS_DIR
+from lnk_shared.discovery import JudgeContext
+from lnk_shared.grants import ResolvedPath, ResolvedSpec
+from lnk_shared.refusals import find_refusals
 
-__all__ = ["explain", "key"]
+__all__ = ["Refused", "explain", "key", "priority", "rules_of"]
 
 # Programs found on the default PATH are granted by name (`--command make`); others by path.
 _PATH_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin")
@@ -61,19 +65,51 @@ def key(access: Access) -> tuple[str, str]:
     return kind, where
 
 
-def _refused_write(folder: str, path: str, home: str | None) -> str | None:
-    for system in SYSTEM_DIRS:
-        if _under(folder, system):
-            return f"{system} is a system folder, which no sandbox may write"
-    if home and _under(path, posixpath.join(home, USER_SETTINGS_DIR)):
-        return "lnk's own settings are never granted"
-    if home and folder.rstrip("/") == home.rstrip("/"):
-        return None
-    name = posixpath.basename(path)
-    for entry in PROJECT_RUN_DOT_ENTRIES:
-        if entry.split("/", 1)[0] == name or path.endswith("/" + entry):
-            return f"{entry} stays read-only in every write grant (tools outside run it)"
-    return None
+# Whether the box would refuse a grant, and why: ("read" | "write", path) -> the reason, or None.
+# The launcher passes the box's own rules (refusals.find_refusals with the owner's context), so
+# a hint never names a grant the next launch would refuse.
+Refused = Callable[[str, str], str | None]
+
+
+def rules_of(ctx: JudgeContext) -> Refused:
+    """The box's rules for the owner `ctx` is of, as a `Refused`."""
+
+    def refused(kind: str, path: str) -> str | None:
+        place = ResolvedPath(real=path, written=path)
+        found = find_refusals(
+            ResolvedSpec(
+                source=None,
+                read=(place,) if kind == "read" else (),
+                write=(place,) if kind == "write" else (),
+                commands=(),
+                commands_any=False,
+                internet_any=False,
+                internet=(),
+                network_host=False,
+                lan_any=False,
+                lan=(),
+                browser=(),
+                ports=(),
+                with_fds=(),
+            ),
+            ctx,
+        )
+        return f"[{found[0].rule}]: {found[0].why}" if found else None
+
+    return refused
+
+
+def priority(access: Access) -> int:
+    """Which denials a person reads first: what a program needed (run, write, read, connect)
+    before what programs probe and survive (a terminal ioctl on /dev/null, a /proc peek)."""
+    blockers = set(access.blockers)
+    if "fs.execute" in blockers:
+        return 0
+    if blockers & (_IN_FOLDER | _ON_FILE):
+        return 1
+    if blockers & _READS or access.port is not None:
+        return 2
+    return 3
 
 
 def _run(path: str, home: str | None) -> str:
@@ -88,7 +124,11 @@ def _run(path: str, home: str | None) -> str:
     return f"run {shown} (grant it with --command {grant})"
 
 
-def explain(access: Access, home: str | None) -> str:
+def _nothing_refused(kind: str, path: str) -> str | None:
+    return None
+
+
+def explain(access: Access, home: str | None, refused: Refused = _nothing_refused) -> str:
     """The denial as one line: what was denied, and the flag that grants it (or the rule that
     refuses it)."""
     blockers = set(access.blockers)
@@ -104,6 +144,8 @@ def explain(access: Access, home: str | None) -> str:
         )
     path = access.path
     if path is None:
+        if "ptrace" in blockers:
+            return "trace or read a process outside the sandbox (refused by rule)"
         what = ",".join(access.blockers)
         return f"{what} (refused by rule: signals and abstract sockets stay inside the sandbox)"
     shown = _tilde(path, home)
@@ -113,12 +155,13 @@ def explain(access: Access, home: str | None) -> str:
         return f"use device {shown} (refused by rule: device commands are not granted)"
     if blockers & (_IN_FOLDER | _ON_FILE):
         folder = path if blockers & _IN_FOLDER else posixpath.dirname(path) or "/"
-        refused = _refused_write(folder, path, home)
-        if refused is not None:
-            return f"write {shown} (refused by rule: {refused})"
+        why = refused("write", folder)
+        if why is not None:
+            return f"write {shown} (refused {why})"
         return f"write {shown} (grant it with --write {_tilde(folder, home)})"
     if blockers & _READS:
-        if home and _under(path, posixpath.join(home, USER_SETTINGS_DIR)):
-            return f"read {shown} (refused by rule: lnk's own settings are never granted)"
+        why = refused("read", path)
+        if why is not None:
+            return f"read {shown} (refused {why})"
         return f"read {shown} (grant it with --read {shown})"
     return f"{','.join(access.blockers)} {shown}"

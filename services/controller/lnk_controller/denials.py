@@ -19,8 +19,10 @@ buffer is bounded, and what the kernel drops past it (ENOBUFS) is counted as los
 one daemon thread; the end of a run only drains what is already queued (never waits).
 
 Does NOT: see a denial the kernel has not yet passed to the group when the run ends (kauditd
-sends records asynchronously, usually within microseconds: a run's last denial can be missed,
-and is then counted in `lnk sandbox show` when it lands), see denials when audit cannot be
+sends records asynchronously, usually within microseconds: a run's last denial can be missed),
+see what the sandbox's mount view refuses before Landlock looks (a noexec `/usr` under a finite
+`[commands]` list, a read-only bind, a path not in the view: the kernel logs none of those),
+see denials when audit cannot be
 enabled, or see what seccomp refuses or the proxy denies (those are logged elsewhere).
 """
 
@@ -35,9 +37,8 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from lnk_controller.denial_hints import explain, key
+from lnk_controller.denial_hints import Refused, explain, key, priority
 from lnk_controller.denial_records import AUDIT_LANDLOCK_ACCESS, Access, Domain, parse
 from lnk_shared.display import shown_cut
 
@@ -63,32 +64,34 @@ SUMMARY_LINES = 2  # examples said on stderr after a failed run; the rest in `sh
 
 @dataclass
 class Summary:
-    """A sandbox's denials: how many, and the first few distinct ones as shown lines."""
+    """A sandbox's denials: how many, and the first few distinct ones (said at the end)."""
 
     count: int = 0
-    examples: list[str] = field(default_factory=list)
+    examples: list[Access] = field(default_factory=list)
     _keys: set[tuple[str, str]] = field(default_factory=set)
 
     def full(self) -> bool:
         return len(self.examples) >= MAX_EXAMPLES
 
-    def add(self, access: Access, home: str | None) -> None:
+    def add(self, access: Access) -> None:
         self.count += 1
         k = key(access)
         if self.full() or k in self._keys:
             return
         self._keys.add(k)
-        self.examples.append(shown_cut(explain(access, home), MAX_LINE_CHARS))
+        self.examples.append(access)
 
-    def as_json(self) -> dict[str, Any]:
-        return {"count": self.count, "examples": list(self.examples)}
+    def lines(self, home: str | None, refused: Refused) -> list[str]:
+        """The examples as shown lines, what a program needed first (denial_hints.priority)."""
+        ranked = sorted(self.examples, key=priority)
+        return [shown_cut(explain(a, home, refused), MAX_LINE_CHARS) for a in ranked]
 
-    def said(self, sandbox_id: str) -> str | None:
+    def said(self, sandbox_id: str, lines: list[str]) -> str | None:
         """One short line for stderr after a failed run; None when nothing was denied."""
         if not self.count:
             return None
-        head = "; ".join(self.examples[:SUMMARY_LINES])
-        more = self.count - min(len(self.examples), SUMMARY_LINES)
+        head = "; ".join(lines[:SUMMARY_LINES])
+        more = self.count - min(len(lines), SUMMARY_LINES)
         tail = f"; {more} more (lnk sandbox show {sandbox_id})" if more > 0 else ""
         return f"denied: {head}{tail}"
 
@@ -96,7 +99,6 @@ class Summary:
 @dataclass
 class _Sandbox:
     sandbox_id: str
-    home: str | None
     summary: Summary = field(default_factory=Summary)
 
 
@@ -166,9 +168,9 @@ class DenialReader:
     def available(self) -> bool:
         return self._sock is not None
 
-    def started(self, sandbox_id: str, host_uid: int, home: str | None) -> None:
+    def started(self, sandbox_id: str, host_uid: int) -> None:
         with self._lock:
-            self._by_uid[host_uid] = _Sandbox(sandbox_id, home)
+            self._by_uid[host_uid] = _Sandbox(sandbox_id)
 
     def ended(self, sandbox_id: str, host_uid: int) -> Summary | None:
         """The sandbox's denials, once what is queued is read; None where audit is unreadable."""
@@ -221,7 +223,7 @@ class DenialReader:
         if isinstance(parsed, Access):
             held = self._by_domain.get(parsed.domain)
             if held is not None:
-                held.summary.add(parsed, held.home)
+                held.summary.add(parsed)
             elif parsed.domain in self._pending or len(self._pending) < MAX_PENDING_DOMAINS:
                 waiting = self._pending.setdefault(parsed.domain, [])
                 if len(waiting) < MAX_EXAMPLES:
@@ -236,4 +238,4 @@ class DenialReader:
                 return  # not a sandbox of this box: another program's own Landlock domain
             self._by_domain[parsed.domain] = held
             for access in waiting:
-                held.summary.add(access, held.home)
+                held.summary.add(access)

@@ -26,6 +26,7 @@ from lnk_controller.bridge_reconcile import reconcile_every
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
+from lnk_controller.denials import DenialReader, write_status
 from lnk_controller.forget_account import forget_account
 from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
@@ -135,7 +136,10 @@ def run_controller(cfg: ControllerConfig) -> None:
     agents = AgentRegistry(engine, cfg.state_dir / "agent-keys")
     if reconcile_agents(cfg, store, agents):
         log.info("reconcile: agents without a sandbox marked stopped")
-    launcher = Launcher(cfg, store, remembered, agents)
+    denials = DenialReader(enable_audit=cfg.denials_enable_audit)
+    denials.start()
+    write_status(cfg.run_dir, denials.status)
+    launcher = Launcher(cfg, store, remembered, agents, denials)
     accounts = Accounts(
         engine,
         forget=partial(forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents),

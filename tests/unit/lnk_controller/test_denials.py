@@ -5,12 +5,14 @@ sandbox's record stays bounded however many denials it makes."""
 
 from __future__ import annotations
 
+import os
 import struct
+from pathlib import Path
 
 import pytest
 
 from lnk_controller import denials
-from lnk_controller.denial_hints import explain
+from lnk_controller.denial_hints import Refused, explain, rules_of
 from lnk_controller.denial_records import (
     AUDIT_LANDLOCK_ACCESS,
     AUDIT_LANDLOCK_DOMAIN,
@@ -19,6 +21,8 @@ from lnk_controller.denial_records import (
     Domain,
     parse,
 )
+from lnk_shared.discovery import context_for
+from lnk_shared.paths import BoxPaths
 
 # Real records, as the kernel sent them to the multicast group.
 EXEC = (
@@ -92,6 +96,16 @@ def test_records_are_read_as_the_kernel_writes_them(
 HOME = "/home/alice"
 
 
+@pytest.fixture
+def box_rules(tmp_path: Path) -> Refused:
+    """The box's own rules for an owner whose home is HOME (nothing of it need exist)."""
+    box = BoxPaths(
+        config_dir=tmp_path / "etc", state_dir=tmp_path / "state", run_dir=tmp_path / "run"
+    )
+    ctx = context_for(os.getuid(), env={"PATH": "/usr/bin:/bin"}, box=box, home=HOME)
+    return rules_of(ctx)
+
+
 @pytest.mark.parametrize(
     ("access", "line"),
     [
@@ -122,22 +136,29 @@ HOME = "/home/alice"
         # A grant the box refuses anyway is said to be refused by rule, not suggested.
         (
             Access(1, "a", ("fs.write_file",), path="/etc/hostname"),
-            "write /etc/hostname (refused by rule: /etc is a system folder, which no sandbox "
-            "may write)",
+            "write /etc/hostname (refused [code-runs-outside]: /etc is a system folder)",
         ),
         (
-            Access(1, "a", ("fs.write_file",), path="/home/alice/proj/.envrc"),
-            "write ~/proj/.envrc (refused by rule: .envrc stays read-only in every write grant "
-            "(tools outside run it))",
+            Access(1, "a", ("fs.make_reg",), path="/home/alice/.config"),
+            "write ~/.config (refused [code-runs-outside]: ~/.config is a home dot "
+            "folder; it runs outside)",
         ),
         (
             Access(1, "a", ("fs.read_file",), path="/home/alice/.lnk/keys"),
-            "read ~/.lnk/keys (refused by rule: lnk's own settings are never granted)",
+            "read ~/.lnk/keys (refused [box-settings]: it opens the box's settings "
+            "(~/.lnk), closed to every sandbox)",
+        ),
+        (
+            Access(1, "a", ("fs.read_dir",), path="/"),
+            "read / (refused [other-programs-sockets]: it opens /run, where other programs keep "
+            "their sockets)",
         ),
     ],
 )
-def test_each_denial_names_the_grant_that_allows_it(access: Access, line: str) -> None:
-    assert explain(access, HOME) == line
+def test_each_denial_names_the_grant_that_allows_it(
+    access: Access, line: str, box_rules: Refused
+) -> None:
+    assert explain(access, HOME, box_rules) == line
 
 
 def test_a_connection_out_names_the_proxy_and_the_host_flag() -> None:
@@ -149,21 +170,22 @@ def test_a_hostile_path_is_shown_escaped() -> None:
     parsed = parse(AUDIT_LANDLOCK_ACCESS, HOSTILE)
     assert isinstance(parsed, Access)
     summary = denials.Summary()
-    summary.add(parsed, HOME)
-    (line,) = summary.examples
+    summary.add(parsed)
+    lines = summary.lines(HOME, lambda kind, path: None)
+    (line,) = lines
     assert "\x1b" not in line and "\u202e" not in line
     assert "ev\\x1b[31m\\u202ex/f" in line
-    said = summary.said("sbx1")
+    said = summary.said("sbx1", lines)
     assert said is not None and said.isprintable()
 
 
 def test_a_flood_keeps_a_count_and_a_few_distinct_examples() -> None:
     summary = denials.Summary()
     for n in range(100_000):
-        summary.add(Access(n, "a", ("fs.read_file",), path=f"/home/alice/f{n}"), HOME)
+        summary.add(Access(n, "a", ("fs.read_file",), path=f"/home/alice/f{n}"))
     assert summary.count == 100_000
     assert len(summary.examples) == denials.MAX_EXAMPLES
-    said = summary.said("sbx1")
+    said = summary.said("sbx1", summary.lines(HOME, lambda kind, path: None))
     assert said is not None and said.startswith("denied: read ~/f0 (grant it with --read ~/f0)")
     assert said.endswith(f"; {100_000 - denials.SUMMARY_LINES} more (lnk sandbox show sbx1)")
 
@@ -171,9 +193,9 @@ def test_a_flood_keeps_a_count_and_a_few_distinct_examples() -> None:
 def test_the_same_denial_twice_is_one_example() -> None:
     summary = denials.Summary()
     for _ in range(3):
-        summary.add(Access(1, "a", ("fs.execute",), path="/usr/bin/echo"), HOME)
+        summary.add(Access(1, "a", ("fs.execute",), path="/usr/bin/echo"))
     assert summary.count == 3 and len(summary.examples) == 1
-    assert summary.said("s") == (
+    assert summary.said("s", summary.lines(HOME, lambda kind, path: None)) == (
         "denied: run /usr/bin/echo (grant it with --command echo); 2 more (lnk sandbox show s)"
     )
 
@@ -187,7 +209,7 @@ def test_records_reach_the_sandbox_whose_uid_made_the_domain() -> None:
     """The first denial comes before its domain's record: it waits, then counts; another
     user's domain (not a sandbox of this box) is not counted anywhere."""
     reader = denials.DenialReader()
-    reader.started("sbx1", 2000000007, HOME)
+    reader.started("sbx1", 2000000007)
     reader._record(_message(AUDIT_LANDLOCK_ACCESS, EXEC))
     reader._record(_message(AUDIT_LANDLOCK_DOMAIN, ALLOCATED))
     reader._record(_message(AUDIT_LANDLOCK_ACCESS, EXEC.replace(":64)", ":65)")))
@@ -196,4 +218,16 @@ def test_records_reach_the_sandbox_whose_uid_made_the_domain() -> None:
     reader._record(_message(AUDIT_LANDLOCK_DOMAIN, other))
     held = reader._by_uid[2000000007].summary
     assert held.count == 2
-    assert held.examples == ["run /usr/bin/dash (grant it with --command dash)"]
+    assert held.lines(HOME, lambda kind, path: None) == [
+        "run /usr/bin/dash (grant it with --command dash)"
+    ]
+
+
+def test_what_a_program_needed_is_said_before_what_it_probed() -> None:
+    """A shell's terminal ioctl on /dev/null comes first in time, the missing write first in
+    the summary."""
+    summary = denials.Summary()
+    summary.add(Access(1, "a", ("fs.ioctl_dev",), path="/dev/null"))
+    summary.add(Access(2, "a", ("fs.make_reg",), path="/home/alice/x"))
+    lines = summary.lines(HOME, lambda kind, path: None)
+    assert lines[0] == "write ~/x (grant it with --write ~/x)"
