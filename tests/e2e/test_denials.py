@@ -7,6 +7,8 @@ record bounded. Real kernel (Landlock ABI 7 audit records), real users, real bwr
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 from typing import Any
@@ -146,3 +148,37 @@ def test_box_status_says_whether_runs_explain_denials(running_box: RunningBox) -
     )
     line = next(x for x in status.stdout.splitlines() if x.startswith("denials"))
     assert line.split(None, 1)[1].startswith(("on", "off", "unavailable"))
+
+
+# A bidi override and a zero-width space: reversed, hidden text. (Terminal controls cannot be
+# in a grant's path at all: the box refuses them; the unit test reads a kernel record of one.)
+HOSTILE = "ev\u202etxt.exe\u200b"
+
+
+def test_a_hostile_folder_name_is_shown_escaped(running_box: RunningBox) -> None:
+    """The owner's folder named with a bidi override: a file in it is granted, the folder itself
+    is not, and listing it is denied: stderr and show name it with every control escaped."""
+    _ensure_audit(running_box)
+    owner = running_box.owner
+    folder = owner.home / HOSTILE
+    folder.mkdir()
+    (folder / "notes.txt").write_text("n\n")
+    os.chown(folder, owner.uid, owner.gid)
+    os.chown(folder / "notes.txt", owner.uid, owner.gid)
+    try:
+        run = running_box.run(
+            f"--read={folder / 'notes.txt'}",
+            "--command=ls",
+            cmd=["/bin/sh", "-c", f"cat '{folder}/notes.txt'; ls '{folder}'; exit 1"],
+        )
+        assert run.returncode == 1
+        said = [line for line in run.stderr.splitlines() if line.startswith("lnk: denied:")]
+        assert said, run.stderr
+        escaped = "ev\\u202etxt.exe\\u200b"
+        assert escaped in said[0]
+        assert said[0].isprintable()
+        row = _last(running_box)
+        assert any(escaped in line for line in row["denials"]["examples"])
+        assert all(line.isprintable() for line in row["denials"]["examples"])
+    finally:
+        shutil.rmtree(folder)
