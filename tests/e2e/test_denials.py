@@ -84,6 +84,7 @@ def test_another_users_view_of_the_sandbox_holds_no_denials(running_box: Running
     _ensure_audit(running_box)
     running_box.run("--command=ls", cmd=["/bin/sh", "-c", "ls /home; exit 1"])
     row = _last(running_box)
+    assert row["denials"]["count"] >= 1  # its owner sees them
     env = {**running_box.env}
     shown = subprocess.run(
         [LNK, "sandbox", "show", row["id"], "--json"],
@@ -169,7 +170,7 @@ def test_a_hostile_folder_name_is_shown_escaped(running_box: RunningBox) -> None
         run = running_box.run(
             f"--read={folder / 'notes.txt'}",
             "--command=ls",
-            cmd=["/bin/sh", "-c", f"cat '{folder}/notes.txt'; ls '{folder}'; exit 1"],
+            cmd=["/bin/sh", "-c", f"ls '{folder}'; exit 1"],
         )
         assert run.returncode == 1
         said = [line for line in run.stderr.splitlines() if line.startswith("lnk: denied:")]
