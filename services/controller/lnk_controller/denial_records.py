@@ -53,12 +53,14 @@ class Access:
 
 @dataclass(frozen=True)
 class Domain:
-    """A domain's first denial (`allocated`, with its creator's host uid) or its end."""
+    """A domain's first denial (`allocated`, with its creator's host uid) or its end
+    (`deallocated`, with the kernel's count of the domain's denials)."""
 
     serial: int
     domain: str
     status: str
     uid: int | None = None
+    denials: int | None = None
 
 
 def _value(raw: str) -> str:
@@ -91,8 +93,14 @@ def parse(kind: int, text: str) -> Access | Domain | None:
     if not re.fullmatch(r"[0-9a-f]{1,16}", domain):
         return None
     if kind == AUDIT_LANDLOCK_DOMAIN:
-        uid = fields.get("uid", "")
-        return Domain(serial, domain, fields.get("status", ""), int(uid) if uid.isdigit() else None)
+        uid, count = fields.get("uid", ""), fields.get("denials", "")
+        return Domain(
+            serial,
+            domain,
+            fields.get("status", ""),
+            int(uid) if uid.isdigit() else None,
+            int(count) if count.isdigit() else None,
+        )
     blockers = tuple(b for b in fields.get("blockers", "").split(",") if b)
     if not blockers:
         return None

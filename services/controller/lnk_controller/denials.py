@@ -19,7 +19,9 @@ buffer is bounded, and what the kernel drops past it (ENOBUFS) is counted as los
 one daemon thread; the end of a run only drains what is already queued (never waits).
 
 Does NOT: see a denial the kernel has not yet passed to the group when the run ends (kauditd
-sends records asynchronously, usually within microseconds: a run's last denial can be missed),
+sends records asynchronously: a sandbox already denied something waits for its domain's end
+record, which follows every denial, but a run whose first denial is still queued when it ends
+is missed),
 see what the sandbox's mount view refuses before Landlock looks (a noexec `/usr` under a finite
 `[commands]` list, a read-only bind, a path not in the view: the kernel logs none of those),
 see denials when audit cannot be
@@ -59,7 +61,12 @@ MAX_PENDING_DOMAINS = 64  # domains seen before their owner is known (normally n
 RECV_BUFFER_BYTES = 1 << 20  # the socket's buffer: a flood past it is dropped by the kernel
 MAX_DRAIN_RECORDS = 4096  # records the end of a run reads itself before it returns
 STATUS_FILE = "denials.status"  # in the run dir: what `lnk box status` says of denials
-SUMMARY_LINES = 2  # examples said on stderr after a failed run; the rest in `show`
+SUMMARY_LINES = 2
+# The end of a run waits this long, at most, for the `deallocated` record of each domain of the
+# sandbox that denied something: the kernel logs it an RCU grace period and a work item after
+# the domain's last process is gone (milliseconds); a record dropped past the kernel's backlog
+# costs this once.
+DEALLOCATED_WAIT_S = 1.0  # examples said on stderr after a failed run; the rest in `show`
 
 
 @dataclass
@@ -100,6 +107,7 @@ class Summary:
 class _Sandbox:
     sandbox_id: str
     summary: Summary = field(default_factory=Summary)
+    open_domains: set[str] = field(default_factory=set)  # seen allocated, not yet deallocated
 
 
 def _request(kind: int, payload: bytes = b"") -> bytes:
@@ -140,6 +148,7 @@ class DenialReader:
     def __init__(self, *, enable_audit: bool = True) -> None:
         self._enable_audit = enable_audit
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a domain of a sandbox ended
         self._by_uid: dict[int, _Sandbox] = {}
         self._by_domain: dict[str, _Sandbox] = {}
         self._pending: dict[str, list[Access]] = {}
@@ -173,12 +182,20 @@ class DenialReader:
             self._by_uid[host_uid] = _Sandbox(sandbox_id)
 
     def ended(self, sandbox_id: str, host_uid: int) -> Summary | None:
-        """The sandbox's denials, once what is queued is read; None where audit is unreadable."""
+        """The sandbox's denials, once what is queued is read; None where audit is unreadable.
+
+        A domain that denied anything is logged `deallocated` (with the kernel's own count) once
+        its last process is gone: the record comes after every denial of the domain, so waiting
+        for it (at most DEALLOCATED_WAIT_S, and only for a sandbox that was denied something)
+        is what makes the summary whole."""
         if self._sock is None:
             return None
         self._drain(MAX_DRAIN_RECORDS)
-        with self._lock:
-            held = self._by_uid.pop(host_uid, None)
+        with self._changed:
+            held = self._by_uid.get(host_uid)
+            if held is not None and held.sandbox_id == sandbox_id:
+                self._changed.wait_for(lambda: not held.open_domains, DEALLOCATED_WAIT_S)
+            self._by_uid.pop(host_uid, None)
             for domain in [d for d, s in self._by_domain.items() if s is held]:
                 del self._by_domain[domain]
         return held.summary if held is not None and held.sandbox_id == sandbox_id else Summary()
@@ -231,11 +248,17 @@ class DenialReader:
         elif isinstance(parsed, Domain):
             waiting = self._pending.pop(parsed.domain, [])
             if parsed.status != "allocated" or parsed.uid is None:
-                self._by_domain.pop(parsed.domain, None)
+                ended = self._by_domain.pop(parsed.domain, None)
+                if ended is not None:
+                    ended.open_domains.discard(parsed.domain)
+                    # The kernel counted every denial, the ones it dropped past its backlog too.
+                    ended.summary.count = max(ended.summary.count, parsed.denials or 0)
+                    self._changed.notify_all()
                 return
             held = self._by_uid.get(parsed.uid)
             if held is None:
                 return  # not a sandbox of this box: another program's own Landlock domain
             self._by_domain[parsed.domain] = held
+            held.open_domains.add(parsed.domain)
             for access in waiting:
                 held.summary.add(access)

@@ -62,7 +62,7 @@ HOSTILE = (
             Access(64, "109d708b4", ("fs.execute", "fs.read_file"), path="/usr/bin/dash"),
         ),
         (AUDIT_LANDLOCK_DOMAIN, ALLOCATED, Domain(64, "109d708b4", "allocated", 2000000007)),
-        (AUDIT_LANDLOCK_DOMAIN, DEALLOCATED, Domain(67, "109d708b4", "deallocated", None)),
+        (AUDIT_LANDLOCK_DOMAIN, DEALLOCATED, Domain(67, "109d708b4", "deallocated", None, 3)),
         (AUDIT_LANDLOCK_ACCESS, MAKE_REG, Access(100, "109d709f0", ("fs.make_reg",), "/tmp/h19d")),
         (
             AUDIT_LANDLOCK_ACCESS,
@@ -200,9 +200,11 @@ def test_the_same_denial_twice_is_one_example() -> None:
     )
 
 
-def _message(kind: int, text: str) -> bytes:
+def _feed(reader: denials.DenialReader, kind: int, text: str) -> None:
+    """One record as the socket gives it, handled as the reader's drain does (under its lock)."""
     body = text.encode()
-    return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
+    with reader._lock:
+        reader._record(struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body)
 
 
 def test_records_reach_the_sandbox_whose_uid_made_the_domain() -> None:
@@ -210,12 +212,12 @@ def test_records_reach_the_sandbox_whose_uid_made_the_domain() -> None:
     user's domain (not a sandbox of this box) is not counted anywhere."""
     reader = denials.DenialReader()
     reader.started("sbx1", 2000000007)
-    reader._record(_message(AUDIT_LANDLOCK_ACCESS, EXEC))
-    reader._record(_message(AUDIT_LANDLOCK_DOMAIN, ALLOCATED))
-    reader._record(_message(AUDIT_LANDLOCK_ACCESS, EXEC.replace(":64)", ":65)")))
+    _feed(reader, AUDIT_LANDLOCK_ACCESS, EXEC)
+    _feed(reader, AUDIT_LANDLOCK_DOMAIN, ALLOCATED)
+    _feed(reader, AUDIT_LANDLOCK_ACCESS, EXEC.replace(":64)", ":65)"))
     other = ALLOCATED.replace("109d708b4", "abc").replace("uid=2000000007", "uid=1000")
-    reader._record(_message(AUDIT_LANDLOCK_ACCESS, EXEC.replace("109d708b4", "abc")))
-    reader._record(_message(AUDIT_LANDLOCK_DOMAIN, other))
+    _feed(reader, AUDIT_LANDLOCK_ACCESS, EXEC.replace("109d708b4", "abc"))
+    _feed(reader, AUDIT_LANDLOCK_DOMAIN, other)
     held = reader._by_uid[2000000007].summary
     assert held.count == 2
     assert held.lines(HOME, lambda kind, path: None) == [
@@ -231,3 +233,17 @@ def test_what_a_program_needed_is_said_before_what_it_probed() -> None:
     summary.add(Access(2, "a", ("fs.make_reg",), path="/home/alice/x"))
     lines = summary.lines(HOME, lambda kind, path: None)
     assert lines[0] == "write ~/x (grant it with --write ~/x)"
+
+
+def test_a_domains_end_gives_the_kernels_own_count() -> None:
+    """The kernel drops records past its backlog but counts every denial: the `deallocated`
+    record's count is the sandbox's, and the domain is no longer awaited."""
+    reader = denials.DenialReader()
+    reader.started("sbx1", 2000000007)
+    _feed(reader, AUDIT_LANDLOCK_ACCESS, EXEC)
+    _feed(reader, AUDIT_LANDLOCK_DOMAIN, ALLOCATED)
+    held = reader._by_uid[2000000007]
+    assert held.open_domains == {"109d708b4"}
+    _feed(reader, AUDIT_LANDLOCK_DOMAIN, DEALLOCATED.replace("=3", "=100000"))
+    assert held.open_domains == set()
+    assert held.summary.count == 100000 and len(held.summary.examples) == 1
