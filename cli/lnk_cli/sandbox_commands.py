@@ -180,8 +180,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  limit met: {shown(row['limit_met'])}")
     denials = row.get("denials")
     if isinstance(denials, dict) and denials.get("count"):
-        seen = denials["count"]  # records the controller read: the kernel drops past its backlog
-        print(f"  denied by the kernel ({seen} record(s) read), for example:")
+        print(f"  denied by the kernel ({denials['count']} time(s)), for example:")
         for line in denials.get("examples") or []:
             print(f"    {shown(str(line))}")
     print(f"  lease until {row['lease_expires_at']}")
