@@ -55,6 +55,9 @@ AUDIT_SET = 1001
 AUDIT_STATUS_ENABLED = 1
 _NLMSG = struct.Struct("=IHHII")
 _NLM_F_REQUEST = 1
+NLMSG_ERROR = 2
+CONTROL_TIMEOUT_S = 2.0  # the kernel answers audit's control requests at once
+MAX_CONTROL_REPLIES = 8  # messages read for one answer (an ack may come first)
 MAX_EXAMPLES = 5  # distinct denials kept per sandbox: a summary, not a log
 MAX_LINE_CHARS = 300  # one example's shown line: a path is the sandbox's choice
 MAX_PENDING_DOMAINS = 64  # domains seen before their owner is known (normally none)
@@ -114,24 +117,35 @@ def _request(kind: int, payload: bytes = b"") -> bytes:
     return _NLMSG.pack(_NLMSG.size + len(payload), kind, _NLM_F_REQUEST, 1, 0) + payload
 
 
+def _enabled(ctl: socket.socket) -> int:
+    """Audit's `enabled` (0 off, 1 on, 2 locked on), asked of the kernel (AUDIT_GET)."""
+    ctl.send(_request(AUDIT_GET))
+    for _ in range(MAX_CONTROL_REPLIES):
+        data = ctl.recv(65536)
+        _, kind, _, _, _ = _NLMSG.unpack_from(data)
+        if kind == AUDIT_GET and len(data) >= _NLMSG.size + 8:
+            return int(struct.unpack_from("=I", data, _NLMSG.size + 4)[0])
+        if kind == NLMSG_ERROR and len(data) >= _NLMSG.size + 4:
+            code = -struct.unpack_from("=i", data, _NLMSG.size)[0]
+            if code:
+                raise OSError(code, os.strerror(code))
+    raise OSError(errno.EPROTO, "the kernel did not answer AUDIT_GET")
+
+
 def _audit_enabled(enable: bool) -> str:
     """Audit's state said as `lnk box status` shows it; turns it on when asked and off."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_AUDIT) as ctl:
-        ctl.settimeout(2.0)
+        ctl.settimeout(CONTROL_TIMEOUT_S)
         ctl.bind((0, 0))
-        ctl.send(_request(AUDIT_GET))
-        while True:
-            data = ctl.recv(65536)
-            _, kind, _, _, _ = _NLMSG.unpack_from(data)
-            if kind == AUDIT_GET and len(data) >= _NLMSG.size + 8:
-                break
-        enabled = struct.unpack_from("=I", data, _NLMSG.size + 4)[0]
+        enabled = _enabled(ctl)
         if enabled == 0 and enable:
             status = struct.pack("=II", AUDIT_STATUS_ENABLED, 1) + bytes(32)
             ctl.send(_request(AUDIT_SET, status))
-            return "on (turned on by the controller: it was off)"
+            if _enabled(ctl) == 1:
+                return "on (turned on by the controller: it was off)"
+            return "off (the controller could not turn it on): runs do not say what was denied"
     if enabled == 0:
-        return "off (denials.enable_audit = false): runs do not say what was denied"
+        return "off (denials_enable_audit = false): runs do not say what was denied"
     return "on" if enabled == 1 else "on (locked by the host)"
 
 
