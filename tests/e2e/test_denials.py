@@ -44,16 +44,25 @@ def _ensure_audit(box: RunningBox) -> None:
 
 
 def test_a_listing_the_sandbox_is_denied_says_what_to_grant(running_box: RunningBox) -> None:
-    """`ls /home` inside (a user looking for their files): Landlock denies reading the folder;
-    the failed run's stderr names it and the flag, and show --json holds it."""
+    """A file of ~/project granted, and `ls ~/project` inside (a user looking for the rest):
+    Landlock denies reading the folder; the failed run's stderr names it and the flag, show
+    --json holds it, and the run with that flag lists the folder."""
     _ensure_audit(running_box)
-    run = running_box.run("--command=ls", cmd=["/bin/sh", "-c", "ls /home; exit 3"])
+    project = running_box.owner.home / "project"
+    file_only = f"--read={project / 'readme.txt'}"
+    run = running_box.run(
+        file_only, "--command=ls", cmd=["/bin/sh", "-c", f"ls '{project}'; exit 3"]
+    )
     assert run.returncode == 3
     assert "Permission denied" in run.stderr
-    assert "lnk: denied: read /home (grant it with --read /home)" in run.stderr
+    hint = "read ~/project (grant it with --read ~/project)"
+    assert f"lnk: denied: {hint}" in run.stderr
     row = _last(running_box)
     assert row["denials"]["count"] >= 1
-    assert "read /home (grant it with --read /home)" in row["denials"]["examples"]
+    assert hint in row["denials"]["examples"]
+    granted = running_box.run(f"--read={project}", "--command=ls", cmd=["ls", str(project)])
+    assert granted.returncode == 0, granted.stderr
+    assert "readme.txt" in granted.stdout and "denied:" not in granted.stderr
 
 
 def test_a_grant_the_box_refuses_is_not_suggested(running_box: RunningBox) -> None:
@@ -68,14 +77,20 @@ def test_a_grant_the_box_refuses_is_not_suggested(running_box: RunningBox) -> No
 
 def test_a_program_that_succeeds_is_not_told_but_show_keeps_it(running_box: RunningBox) -> None:
     _ensure_audit(running_box)
-    run = running_box.run("--command=ls", cmd=["/bin/sh", "-c", "ls /home || true"])
+    project = running_box.owner.home / "project"
+    run = running_box.run(
+        f"--read={project / 'readme.txt'}",
+        "--command=ls",
+        cmd=["/bin/sh", "-c", f"ls '{project}' || true"],
+    )
     assert run.returncode == 0
     assert "denied:" not in run.stderr
     row = _last(running_box)
-    assert "read /home (grant it with --read /home)" in row["denials"]["examples"]
+    hint = "read ~/project (grant it with --read ~/project)"
+    assert hint in row["denials"]["examples"]
     text = running_box.as_owner("sandbox", "show", row["id"])
     assert "denied by the kernel (" in text.stdout
-    assert "read /home (grant it with --read /home)" in text.stdout
+    assert hint in text.stdout
 
 
 def test_another_users_view_of_the_sandbox_holds_no_denials(running_box: RunningBox) -> None:
