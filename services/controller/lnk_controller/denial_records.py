@@ -49,6 +49,7 @@ class Access:
     path: str | None = None
     address: str | None = None
     port: int | None = None
+    ioctl: int | None = None  # fs.ioctl_dev: the command
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ def parse(kind: int, text: str) -> Access | Domain | None:
     if not blockers:
         return None
     if "path" in fields:
-        return Access(serial, domain, blockers, path=_value(fields["path"]))
+        command = re.fullmatch(r"0x([0-9a-f]{1,8})", fields.get("ioctlcmd", ""))
+        ioctl = int(command.group(1), 16) if command else None
+        return Access(serial, domain, blockers, path=_value(fields["path"]), ioctl=ioctl)
     dest = fields.get("dest", "")
     if "daddr" in fields and dest.isdigit():
         return Access(serial, domain, blockers, address=fields["daddr"], port=int(dest))

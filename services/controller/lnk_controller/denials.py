@@ -65,11 +65,19 @@ RECV_BUFFER_BYTES = 1 << 20  # the socket's buffer: a flood past it is dropped b
 MAX_DRAIN_RECORDS = 4096  # records the end of a run reads itself before it returns
 STATUS_FILE = "denials.status"  # in the run dir: what `lnk box status` says of denials
 SUMMARY_LINES = 2
+TTY_IOCTL_TYPE = 0x54  # the type byte of the terminal ioctls (include/uapi/asm-generic/ioctls.h)
 # The end of a run waits this long, at most, for the `deallocated` record of each domain of the
 # sandbox that denied something: the kernel logs it an RCU grace period and a work item after
 # the domain's last process is gone (milliseconds); a record dropped past the kernel's backlog
 # costs this once.
 DEALLOCATED_WAIT_S = 1.0  # examples said on stderr after a failed run; the rest in `show`
+
+
+def _terminal_probe(access: Access) -> bool:
+    """A terminal ioctl (TCGETS and its family, 0x54xx) on a device that is no terminal: what
+    every `isatty` on a redirected stream does, which fails there with or without Landlock
+    (ENOTTY). Counted, never an example: it is never why a program failed."""
+    return access.ioctl is not None and access.ioctl >> 8 == TTY_IOCTL_TYPE
 
 
 @dataclass
@@ -86,7 +94,7 @@ class Summary:
     def add(self, access: Access) -> None:
         self.count += 1
         k = key(access)
-        if self.full() or k in self._keys:
+        if self.full() or k in self._keys or _terminal_probe(access):
             return
         self._keys.add(k)
         self.examples.append(access)
@@ -97,8 +105,9 @@ class Summary:
         return [shown_cut(explain(a, home, refused), MAX_LINE_CHARS) for a in ranked]
 
     def said(self, sandbox_id: str, lines: list[str]) -> str | None:
-        """One short line for stderr after a failed run; None when nothing was denied."""
-        if not self.count:
+        """One short line for stderr after a failed run; None when nothing worth an example
+        was denied (terminal probes only: `show` still counts them)."""
+        if not lines:
             return None
         head = "; ".join(lines[:SUMMARY_LINES])
         more = self.count - min(len(lines), SUMMARY_LINES)

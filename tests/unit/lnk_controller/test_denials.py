@@ -46,6 +46,10 @@ WRITE = (
     'audit(1796139514.392:107): domain=109d709f0 blockers=fs.write_file path="/etc/hostname" '
     'dev="vda" ino=612'
 )
+IOCTL = (
+    'audit(1796140032.876:614): domain=109d710ca blockers=fs.ioctl_dev path="/dev/null" '
+    'dev="devtmpfs" ino=3 ioctlcmd=0x5401'
+)
 # /tmp/h19d/ev ESC [31m U+202E x/f: the kernel writes a name with controls as hex.
 HOSTILE = (
     "audit(1796139521.308:111): domain=109d70a01 blockers=fs.write_file "
@@ -64,6 +68,11 @@ HOSTILE = (
         (AUDIT_LANDLOCK_DOMAIN, ALLOCATED, Domain(64, "109d708b4", "allocated", 2000000007)),
         (AUDIT_LANDLOCK_DOMAIN, DEALLOCATED, Domain(67, "109d708b4", "deallocated", None, 3)),
         (AUDIT_LANDLOCK_ACCESS, MAKE_REG, Access(100, "109d709f0", ("fs.make_reg",), "/tmp/h19d")),
+        (
+            AUDIT_LANDLOCK_ACCESS,
+            IOCTL,
+            Access(614, "109d710ca", ("fs.ioctl_dev",), path="/dev/null", ioctl=0x5401),
+        ),
         (
             AUDIT_LANDLOCK_ACCESS,
             CONNECT,
@@ -225,11 +234,20 @@ def test_records_reach_the_sandbox_whose_uid_made_the_domain() -> None:
     ]
 
 
-def test_what_a_program_needed_is_said_before_what_it_probed() -> None:
-    """A shell's terminal ioctl on /dev/null comes first in time, the missing write first in
-    the summary."""
+def test_a_terminal_probe_is_counted_but_never_an_example() -> None:
+    """`ls >/dev/null` asks whether /dev/null is a terminal (TCGETS): denied, and harmless."""
+    parsed = parse(AUDIT_LANDLOCK_ACCESS, IOCTL)
+    assert isinstance(parsed, Access)
     summary = denials.Summary()
-    summary.add(Access(1, "a", ("fs.ioctl_dev",), path="/dev/null"))
+    summary.add(parsed)
+    assert summary.count == 1 and summary.examples == []
+    assert summary.said("s", summary.lines(HOME, lambda kind, path: None)) is None
+
+
+def test_what_a_program_needed_is_said_before_what_it_probed() -> None:
+    """A device ioctl comes first in time, the missing write first in the summary."""
+    summary = denials.Summary()
+    summary.add(Access(1, "a", ("fs.ioctl_dev",), path="/dev/sda", ioctl=0x1260))
     summary.add(Access(2, "a", ("fs.make_reg",), path="/home/alice/x"))
     lines = summary.lines(HOME, lambda kind, path: None)
     assert lines[0] == "write ~/x (grant it with --write ~/x)"
