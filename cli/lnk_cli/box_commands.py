@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.oom_scores import SERVICE_OOM_SCORE_ADJ
 from lnk_shared.paths import BoxPaths
@@ -346,6 +347,14 @@ def cmd_prune(_args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _denials_status(box: BoxPaths) -> str:
+    """Whether runs say what the kernel denied them (the controller writes it at start)."""
+    try:
+        return (box.run_dir / "denials.status").read_text(encoding="utf-8").strip()[:200]
+    except OSError:
+        return "unknown (the controller has not said: is it running?)"
+
+
 def cmd_status(_args: argparse.Namespace) -> int:
     box = BoxPaths.from_env()
     up = True
@@ -358,4 +367,6 @@ def cmd_status(_args: argparse.Namespace) -> int:
             f"{service.name:<12} {state:<18} pid {pid or '-':<8} "
             f"user {service.user:<8} {box.run_dir / service.socket}"
         )
+    said = _denials_status(box)
+    print(f"{'denials':<12} {shown(said)}")
     return EXIT_OK if up else 1

@@ -184,6 +184,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"  limits: {shown(row.get('limits') or 'not recorded')}")
     if row.get("limit_met"):
         print(f"  limit met: {shown(row['limit_met'])}")
+    denials = row.get("denials")
+    if isinstance(denials, dict) and denials.get("count"):
+        print(f"  denied by the kernel ({denials['count']} time(s)), for example:")
+        for line in denials.get("examples") or []:
+            print(f"    {shown(str(line))}")
     print(f"  lease until {row['lease_expires_at']}")
     return EXIT_OK
 

@@ -125,6 +125,10 @@ class ControllerConfig(BaseModel):
     # Each sandbox's limits and each owner's (`[limits]`, lnk_controller.limits.BoxLimits).
     limits: BoxLimits = Field(default_factory=BoxLimits)
     unsafe_loader_maps_anything: bool = False
+    # Landlock logs denials only while audit is on: where the host left it off, the controller
+    # turns it on (and only that: no rule, no daemon) so each run can say what it was denied
+    # (lnk_controller.denials). False keeps the host's setting: runs then say nothing.
+    denials_enable_audit: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:

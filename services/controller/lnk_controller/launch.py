@@ -15,6 +15,7 @@ win, and nothing the owner could not reach.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import pwd
@@ -50,6 +51,8 @@ from lnk_controller.as_caller import CallerCredentials, caller_credentials, cred
 from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
+from lnk_controller.denial_hints import rules_of
+from lnk_controller.denials import DenialReader
 from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
@@ -176,8 +179,10 @@ class Launcher:
         remembered: RememberedSpecs,
         agents: AgentRegistry | None = None,
         secrets: SecretStore | None = None,
+        denials: DenialReader | None = None,
     ) -> None:
         self.cfg = cfg
+        self.denials = denials  # what the kernel denied each sandbox (None: not read)
         self.store = store
         self.remembered = remembered
         self.agents = agents
@@ -645,6 +650,8 @@ class Launcher:
             )
             stdio = guarded.streams
         try:
+            if self.denials is not None:  # before its first process: its first denial is mapped
+                self.denials.started(row.id, row.host_uid)
             process, master, status_r = spawn_sandbox(
                 cfg=cfg,
                 row=row,
@@ -684,6 +691,24 @@ class Launcher:
         if met is not None:  # `lnk sandbox list` and `show` say it too
             self.store.set(running.row.id, limit_met=met)
         return met
+
+    def denials_outcome(self, running: Running, status: int) -> str | None:
+        """What the kernel denied the sandbox, kept for `show` and said to its client when its
+        program failed (read before its clean-up, as its limits are)."""
+        summary = self.denials.ended(running.row.id, running.row.host_uid) if self.denials else None
+        if summary is None or not summary.count:
+            return None
+        try:  # the owner's rules, so a hint never names a grant the box refuses
+            owner = running.row.owner_uid
+            ctx = context_for(owner, env={"PATH": DEFAULT_PATH}, box=self.cfg.paths)
+            lines = summary.lines(ctx.home, rules_of(ctx))
+            self.store.set(
+                running.row.id, denials=json.dumps({"count": summary.count, "examples": lines})
+            )
+        except (SpecError, StateError, OSError) as exc:  # the run's status matters more
+            log.error("sandbox %s: its denials are not recorded: %s", running.row.id, exc)
+            return None
+        return summary.said(running.row.id, lines) if status != 0 else None
 
     def limits_said(self, running: Running) -> str:
         """The sandbox's limits as a person reads them (`lnk sandbox check` reports them)."""

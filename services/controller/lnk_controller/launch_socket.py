@@ -181,6 +181,7 @@ class LaunchServer:
             status = launcher.waited(running)
             t4 = time.perf_counter()
             met = launcher.limits_outcome(running)
+            denied = launcher.denials_outcome(running, status)
             launcher.clean(running, status)
             t5 = time.perf_counter()
         except BaseException:
@@ -196,7 +197,8 @@ class LaunchServer:
         )
         # `message`: the limit the sandbox met, which the client says before it exits with the
         # sandbox's own status.
-        send_frame(conn, {"type": "exit", "status": status, **({"message": met} if met else {})})
+        said = "; ".join(m for m in (met, denied) if m)
+        send_frame(conn, {"type": "exit", "status": status, **({"message": said} if said else {})})
 
     @staticmethod
     def _approved(conn: socket.socket, judged: Any) -> None:

@@ -144,6 +144,8 @@ class SandboxRow(Base):
     # Its limits as set ("512 processes, 1 GiB memory, ..."), and the one it met, if any.
     limits: Mapped[str | None] = mapped_column(Text, nullable=True)
     limit_met: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What the kernel denied it (denials.py: {"count": N, "examples": [shown lines]}), if any.
+    denials: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class AgentRow(Base):

@@ -69,6 +69,9 @@ class SandboxPublic:
     retrying: str | None = None  # why its clean-up failed and is being retried
     limits: str | None = None  # as set when it started
     limit_met: str | None = None  # the limit it reached, as its client was told
+    # What the kernel denied it: a count and a few shown lines (its owner's to see only: the
+    # paths it tried are its owner's business, as its command is).
+    denials: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: SandboxRow, *, viewer: int, retrying: str | None = None) -> SandboxPublic:
@@ -86,6 +89,7 @@ class SandboxPublic:
             retrying=retrying,
             limits=row.limits,
             limit_met=row.limit_met,
+            denials=json.loads(row.denials) if row.denials and viewer == row.owner_uid else None,
         )
 
 
@@ -169,6 +173,7 @@ class SandboxStore:
                 "exit_status": None,
                 "limits": None,
                 "limit_met": None,
+                "denials": None,
             }
             conn.execute(_INSERT, values)
         return _row(values)

@@ -34,6 +34,7 @@ from lnk_controller.bridge_reconcile import reconcile_every
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
+from lnk_controller.denials import DenialReader, write_status
 from lnk_controller.forget_account import forget_account
 from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
@@ -146,7 +147,10 @@ def run_controller(cfg: ControllerConfig) -> None:
     if reconcile_agents(cfg, store, agents):
         log.info("reconcile: agents without a sandbox marked stopped")
     secrets = SecretStore(engine, load_box_key(cfg.state_dir / "secrets.key"))
-    launcher = Launcher(cfg, store, remembered, agents, secrets)
+    denials = DenialReader(enable_audit=cfg.denials_enable_audit)
+    denials.start()
+    write_status(cfg.run_dir, denials.status)
+    launcher = Launcher(cfg, store, remembered, agents, secrets, denials)
     forget = partial(
         forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents, secrets=secrets
     )

@@ -82,6 +82,11 @@
 #define ABI_NET 4
 #define ABI_IOCTL_DEV 5
 #define ABI_SCOPES 6
+#define ABI_AUDIT 7
+/* Landlock logs a denial through audit only before the domain's creator calls execve unless
+ * told to keep logging after it: the sandbox's program is exec'd, so without this flag none of
+ * its denials would be logged (the controller's denials.py reads them to say what to grant). */
+#define RESTRICT_SELF_LOG_NEW_EXEC_ON (1U << 1)
 
 /* Rights Landlock accepts on a rule for a non-directory (others are EINVAL there). */
 #define FILE_RIGHTS (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
@@ -431,7 +436,8 @@ static void apply_landlock(void) {
     add_port_rules(ruleset, &policy.tcp_bind, NET_BIND_TCP);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         refuse("cannot set no_new_privs: %s", errname(errno));
-    if (syscall(SYS_LL_RESTRICT_SELF, ruleset, 0) != 0)
+    unsigned flags = abi >= ABI_AUDIT ? RESTRICT_SELF_LOG_NEW_EXEC_ON : 0;
+    if (syscall(SYS_LL_RESTRICT_SELF, ruleset, flags) != 0)
         refuse("Landlock: cannot restrict self: %s", errname(errno));
     close(ruleset);
 }
