@@ -178,6 +178,7 @@ class Launcher:
         store: SandboxStore,
         remembered: RememberedSpecs,
         agents: AgentRegistry | None = None,
+        *,
         secrets: SecretStore | None = None,
         denials: DenialReader | None = None,
     ) -> None:

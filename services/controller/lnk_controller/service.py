@@ -150,7 +150,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     denials = DenialReader(enable_audit=cfg.denials_enable_audit)
     denials.start()
     write_status(cfg.run_dir, denials.status)
-    launcher = Launcher(cfg, store, remembered, agents, secrets, denials)
+    launcher = Launcher(cfg, store, remembered, agents, secrets=secrets, denials=denials)
     forget = partial(
         forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents, secrets=secrets
     )
