@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_user import as_user
+from install_prefix import LNK
 
 from lnk_shared.protected_names import PROTECTED_NAMES
 
@@ -68,3 +70,42 @@ def test_no_mount_over_a_placeholder_and_every_plant_refused(
     assert [line for line in attack.splitlines() if line.startswith("LEAK")] == []
     assert sorted(os.listdir(folder)) == ["made.txt", "readme.txt"]
     assert (folder / "made.txt").read_text() == "made\n", "the granted write did not land"
+
+
+def test_a_folder_moved_on_the_host_while_the_sandbox_runs_keeps_no_placeholder(
+    running_box: RunningBox, folder: Path
+) -> None:
+    """The owner renames the write folder while its sandbox runs (as a looping swapper or a
+    tidy-up would): the placeholders went with it, and the clean-up must still find and remove
+    every one (it looks through the grant's staged mount, which holds the folder itself). Left
+    there, they would be immutable folders in the owner's project that even the owner cannot
+    remove."""
+    box = running_box
+    moved = folder.with_name(folder.name + "-moved")
+    argv = as_user(box.owner.uid, box.owner.gid, str(LNK), "sandbox", "run", "--yes")
+    launch = [*argv, f"--write={folder}", "--", "/bin/sh", "-c", f"echo {STARTED}; read go"]
+    with subprocess.Popen(
+        launch,
+        env=box.owner_env(),
+        cwd=str(box.owner.home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as sandbox:
+        try:
+            assert sandbox.stdout is not None and sandbox.stdin is not None
+            assert sandbox.stdout.readline().strip() == STARTED, sandbox.stderr
+            assert set(TOP_LEVEL) <= set(os.listdir(folder)), "no placeholder to move"
+            folder.rename(moved)
+            sandbox.stdin.write("go\n")
+            sandbox.stdin.close()
+            assert sandbox.wait(timeout=60) == 0, sandbox.stderr
+        finally:
+            if sandbox.poll() is None:
+                sandbox.kill()
+    try:
+        assert sorted(os.listdir(moved)) == ["readme.txt"], "placeholders left behind"
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(moved)], capture_output=True, check=False)
+        shutil.rmtree(moved, ignore_errors=True)

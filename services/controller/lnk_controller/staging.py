@@ -87,6 +87,7 @@ __all__ = [
 ]
 
 PLACEHOLDER = "placeholder:"
+SEP = "\0"  # between a placeholder record's host path and its staged path: in no path
 # The sandbox's /tmp, /dev/shm and home: tmpfs in its staging folder, recorded in its record
 # when it is written (SandboxStore.create(staged=...)), so staging needs no write for them.
 TMPFS_NAMES = ("tmp", "shm", "home")
@@ -276,6 +277,7 @@ def _placeholders(
     owner_gid: int,
     as_files: bool = False,
     caller: CallerCredentials | None = None,
+    staged: str = "",
 ) -> list[tuple[str, bool]]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
@@ -307,7 +309,11 @@ def _placeholders(
                 made_fd, parent_fd = opened
                 info = os.fstat(made_fd)
                 path = os.path.join(folder, entry)
-                record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}"
+                # Also where it is through the grant's staged mount (`staged`): the folder may
+                # be moved or renamed on the host while the sandbox runs, but the mount holds
+                # the folder itself, so the clean-up finds the placeholder there wherever it went.
+                at = f"{SEP}{staged}/{entry}" if staged else ""
+                record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}{at}"
                 made.append((made_fd, parent_fd, name, path, record))
         finally:
             if made:  # recorded even when a later one failed, so clean-up removes them
@@ -370,24 +376,36 @@ def _holds_only_placeholder(fd: int, info: os.stat_result) -> bool:
 
 def remove_placeholder(record: str) -> None:
     """Remove a placeholder if it is still the one made here (same inode) and still holds only
-    what was put there; one that someone filled meanwhile is theirs now and stays."""
-    dev, ino, path = record[len(PLACEHOLDER) :].split(":", 2)
+    what was put there; one that someone filled meanwhile is theirs now and stays. It is looked
+    for first through the grant's staged mount (still mounted: placeholders go first), which
+    holds the folder wherever it was moved on the host meanwhile, then at its host path (a
+    record without a staged path, or a clean-up run again after the unmount)."""
+    dev, ino, paths = record[len(PLACEHOLDER) :].split(":", 2)
+    path, _, staged = paths.partition(SEP)
+    if staged and _remove_if_ours(staged, int(dev), int(ino)):
+        return
+    _remove_if_ours(path, int(dev), int(ino))
+
+
+def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
+    """Remove the placeholder at `path` if it is inode (dev, ino) and holds only what was put
+    there; whether `path` was that inode (removed, or kept as filled by someone)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         info = os.lstat(path)
         if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-            return
+            return False
         fd = os.open(path, flags)
     except (FileNotFoundError, NotADirectoryError):
-        return
+        return False
     except OSError as exc:
         raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != (int(dev), int(ino)):
-            return
+        if (info.st_dev, info.st_ino) != (dev, ino):
+            return False
         if not _holds_only_placeholder(fd, info):
-            return
+            return True
         _set_immutable(fd, False)
         if stat.S_ISDIR(info.st_mode):
             os.rmdir(path)
@@ -398,6 +416,7 @@ def remove_placeholder(record: str) -> None:
             raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
+    return True
 
 
 def _inside_binds(
@@ -561,6 +580,7 @@ def stage_sandbox(
                     owner_gid=owner.pw_gid,
                     as_files="unsafe_placeholders_visible" in unsafe,
                     caller=caller,
+                    staged=str(target),
                 )
             if programs_apart:
                 runs_here = is_program or real in execute
