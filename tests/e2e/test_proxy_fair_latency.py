@@ -13,8 +13,9 @@ the quiet ones' (a ratio, not a time, so it holds on a loaded machine).
 The attack: before the lookup threads were kept (`lnk_proxy.lookup_workers`), the proxy's
 event loop waited in `Thread.start` once per uncached lookup, and every sandbox's requests
 with it: 5.6x here at load 6 (5.3 ms -> 30 ms; 36x, 1.0 -> 36 ms, on a quieter machine);
-with kept threads 0.96-2.6x. `P99_RATIO` is 4, not issue 16's 2: the rest is the flood's own CPU in the proxy (its lookups'
-callbacks on the loop), which this proxy does not schedule per sandbox (bench/README.md).
+with kept threads 0.96-2.6x. `P99_RATIO` is 4, not issue 16's 2: the rest is the flood's own
+CPU in the proxy (its lookups' callbacks on the loop), which this proxy does not schedule per
+sandbox (bench/README.md).
 
 The flooding client runs at nice 19: on a 2-core machine its own CPU (a full core) otherwise
 delays the measuring client and the origin, which is the kernel's scheduling of two clients,
