@@ -10,21 +10,23 @@ cycling through:
 - a tunnel: `CONNECT www:80`, one GET through it, closed;
 - a refusal: `GET http://10.20.30.40/` (a LAN address it has no grant for): refused at once.
 The measuring sandbox (the bench's own listener) sends `GET http://www/` at concurrency 1.
-Reported: its p50 and p99 with and without the flood, the flood's own rates, and the issue's
-check: p99 under the flood within `FAIRNESS_TARGET` times p99 without.
+Reported: its p50 and p99 without the flood and with it (its client at nice 0, then at nice
+19: `FLOOD_NICE`), the flood's own rates, and the issue's check: p99 under the flood within
+`FAIRNESS_TARGET` times p99 without.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from proxy_client import Via, get_request, measure, unix
+from proxy_client import Result, Via, get_request, measure, unix
 from proxy_procs import WWW, open_listener, stop
 from proxy_rows import Bench, print_row, verdict
 
@@ -38,6 +40,7 @@ FLOOD_IO_TIMEOUT_S = 10.0  # one exchange of the flood; a stuck one counts as an
 FLOOD_START_S = 1.0  # let the flood reach its rate before measuring
 REFUSED_LAN = "10.20.30.40"
 KINDS = ("lookup", "tunnel", "refusal")
+FLOOD_NICE = (0, 19)  # the flood's client beside the measuring one, then below it
 
 
 # -- the flooding process --------------------------------------------------------------------
@@ -66,11 +69,17 @@ async def _exchange(path: str, kind: str, number: int, www: str) -> bool:
 
 
 async def _flood_worker(
-    path: str, www: str, worker: int, stop_at: float, counts: dict[str, int]
+    path: str,
+    www: str,
+    worker: int,
+    stop_at: float,
+    counts: dict[str, int],
+    kinds: list[str],
+    stopped: asyncio.Event,
 ) -> None:
     number = worker
-    while time.monotonic() < stop_at:
-        kind = KINDS[number % len(KINDS)]
+    while time.monotonic() < stop_at and not stopped.is_set():
+        kind = kinds[worker % len(kinds)]  # each worker keeps to one kind
         number += FLOOD_WORKERS
         try:
             async with asyncio.timeout(FLOOD_IO_TIMEOUT_S):
@@ -80,17 +89,24 @@ async def _flood_worker(
         counts[kind if ok else "errors"] += 1
 
 
-async def _flood(path: str, www: str, seconds: float) -> dict[str, int]:
+async def _flood(path: str, www: str, seconds: float, kinds: list[str]) -> dict[str, int]:
     counts = dict.fromkeys((*KINDS, "errors"), 0)
     stop_at = time.monotonic() + seconds
-    workers = [_flood_worker(path, www, n, stop_at, counts) for n in range(FLOOD_WORKERS)]
+    stopped = asyncio.Event()  # SIGTERM: finish the exchanges in flight, then print the counts
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+    workers = [
+        _flood_worker(path, www, n, stop_at, counts, kinds, stopped) for n in range(FLOOD_WORKERS)
+    ]
     await asyncio.gather(*workers)
     return counts
 
 
-def flood_main(path: str, www: str, seconds: float) -> int:
+def flood_main(path: str, www: str, seconds: float, kinds: list[str]) -> int:
+    if not kinds or not set(kinds) <= set(KINDS):
+        print(f"kinds: a comma-separated list of {', '.join(KINDS)}", file=sys.stderr)
+        return 2
     print("flooding", flush=True)
-    counts = asyncio.run(_flood(path, www, seconds))
+    counts = asyncio.run(_flood(path, www, seconds, kinds))
     print(json.dumps(counts), flush=True)
     return 0
 
@@ -98,17 +114,15 @@ def flood_main(path: str, www: str, seconds: float) -> int:
 # -- the row ---------------------------------------------------------------------------------
 
 
-def bench_fairness(stack: ExitStack, bench: Bench, base: Path) -> None:
-    listener = base / "run" / "proxy" / "flood.sock"
-    open_listener(bench.lnk, FLOOD_SANDBOX, listener, FLOOD_GRANTS)
-    pids = bench.origin | bench.lnk_pids
-    via = Via("measured", unix(str(bench.lnk.listener)), get_request(WWW), pids)
-    print(f"\n(d) fairness: c=1 GET of one sandbox for {FAIR_S:.0f} s, alone and while another")
-    print(f"    floods the same proxy ({FLOOD_WORKERS} connections: lookups, tunnels, refusals)")
-    quiet = measure(via, 1, FAIR_S)
+def _flooded(
+    stack: ExitStack, via: Via, listener: Path, nice: int
+) -> tuple[Result, dict[str, int]]:
+    """The measurement while the flood runs at `nice`, and the flood's counts."""
     argv = [sys.executable, __file__, "--flood", str(listener), WWW]
     flood = subprocess.Popen(
-        [*argv, str(FLOOD_START_S + FAIR_S + 2)], stdout=subprocess.PIPE, text=True
+        ["nice", "-n", str(nice), *argv, str(FLOOD_START_S + FAIR_S + 2)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     stack.callback(stop, flood)
     assert flood.stdout is not None
@@ -117,22 +131,39 @@ def bench_fairness(stack: ExitStack, bench: Bench, base: Path) -> None:
     time.sleep(FLOOD_START_S)  # a warm-up for the flood, not synchronisation: measure() waits
     loaded = measure(via, 1, FAIR_S)
     out, _ = flood.communicate(timeout=FAIR_S + 30)
-    counts = json.loads(out.strip().splitlines()[-1])
+    return loaded, json.loads(out.strip().splitlines()[-1])
+
+
+def bench_fairness(stack: ExitStack, bench: Bench, base: Path) -> None:
+    listener = base / "run" / "proxy" / "flood.sock"
+    open_listener(bench.lnk, FLOOD_SANDBOX, listener, FLOOD_GRANTS)
+    pids = bench.origin | bench.lnk_pids
+    via = Via("measured", unix(str(bench.lnk.listener)), get_request(WWW), pids)
+    print(f"\n(d) fairness: c=1 GET of one sandbox for {FAIR_S:.0f} s, alone and while another")
+    print(f"    floods the same proxy ({FLOOD_WORKERS} connections: lookups, tunnels, refusals),")
+    print("    its client at the measuring client's priority (nice 0), then at nice 19 (the")
+    print("    flood's own client uses a core: at nice 0 the two clients share this machine's")
+    print("    CPUs, which is the kernel's scheduling, not the proxy)")
+    quiet = measure(via, 1, FAIR_S)
+    floods = [(nice, *_flooded(stack, via, listener, nice)) for nice in FLOOD_NICE]
     print(f"  {'c':>3} {'via':12} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
     print_row(1, "alone", quiet, quiet.cpu)
-    print_row(1, "flooded", loaded, loaded.cpu)
+    for nice, loaded, _ in floods:
+        print_row(1, f"flooded n{nice}", loaded, loaded.cpu)
     seconds = FLOOD_START_S + FAIR_S + 2
-    rates = ", ".join(f"{kind} {n / seconds:.0f}/s" for kind, n in counts.items())
-    print(f"  the flood: {rates}")
-    ratio = loaded.p99_ms / quiet.p99_ms
-    print(
-        f"  p50 flooded / alone {loaded.p50_ms / quiet.p50_ms:5.2f} x; p99 {ratio:5.2f} x  "
-        f"target p99 <= {FAIRNESS_TARGET} x  {verdict(ratio <= FAIRNESS_TARGET)}"
-    )
+    for nice, loaded, counts in floods:
+        rates = ", ".join(f"{kind} {n / seconds:.0f}/s" for kind, n in counts.items())
+        print(f"  the flood at nice {nice}: {rates}")
+        ratio = loaded.p99_ms / quiet.p99_ms
+        print(
+            f"    p50 flooded / alone {loaded.p50_ms / quiet.p50_ms:5.2f} x; p99 {ratio:5.2f} x  "
+            f"target p99 <= {FAIRNESS_TARGET} x  {verdict(ratio <= FAIRNESS_TARGET)}"
+        )
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--flood":
-        sys.exit(flood_main(sys.argv[2], sys.argv[3], float(sys.argv[4])))
-    print("run by bench/proxy.py; alone: --flood SOCKET WWW SECONDS", file=sys.stderr)
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--flood":
+        kinds = sys.argv[5].split(",") if len(sys.argv) == 6 else list(KINDS)
+        sys.exit(flood_main(sys.argv[2], sys.argv[3], float(sys.argv[4]), kinds))
+    print("run by bench/proxy.py; alone: --flood SOCKET WWW SECONDS [KINDS]", file=sys.stderr)
     sys.exit(2)

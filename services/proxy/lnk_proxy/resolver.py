@@ -1,7 +1,8 @@
 """Resolve a name the policy let through to every address it has, once per request.
 
 `SystemResolver` asks this machine's resolver (`getaddrinfo`, IPv4 and IPv6 together), in
-bounded time, on threads of its own: the proxy keeps one per sandbox, so one sandbox's lookups
+bounded time, on threads of its own, kept between lookups (`lookup_workers`: the event loop
+never waits for a thread to start): the proxy keeps one per sandbox, so one sandbox's lookups
 never wait for, nor hold, a pool another sandbox or the proxy's own work needs. At most
 `MAX_LOOKUPS` of its lookups run at once, counted until their thread ends (not until the wait
 for it gave up): past that `resolve` raises `ResolverBusy` at once, which the server refuses
@@ -38,11 +39,11 @@ import ipaddress
 import json
 import logging
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from lnk_proxy.lookup_workers import LookupWorkers
 from lnk_proxy.policy import MAX_ANSWER_ADDRESSES
 from lnk_shared.addresses import IPAddress
 from lnk_shared.errors import StateError
@@ -132,7 +133,7 @@ _Outcome = tuple[list[tuple[Any, ...]], BaseException | None]  # getaddrinfo's l
 
 
 class SystemResolver:
-    """This machine's resolver, `getaddrinfo` on a thread per lookup; one per sandbox."""
+    """This machine's resolver, `getaddrinfo` on kept threads, one lookup each; one per sandbox."""
 
     caches_answers = True
 
@@ -141,8 +142,9 @@ class SystemResolver:
     ) -> None:
         self.timeout_s = timeout_s
         self.max_lookups = max_lookups
-        self.running = 0  # threads not yet returned, timed-out ones included
+        self.running = 0  # lookups not yet returned, timed-out ones included
         self._pending: dict[str, asyncio.Future[_Outcome]] = {}
+        self._workers = LookupWorkers(max_lookups)
 
     def _start(self, name: str) -> asyncio.Future[_Outcome]:
         pending = self._pending.get(name)
@@ -168,8 +170,9 @@ class SystemResolver:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
                 loop.call_soon_threadsafe(done, infos, error)
 
-        thread = threading.Thread(target=work, name="lookup", daemon=True)
-        thread.start()  # RuntimeError (no more threads) reaches the caller: nothing counted
+        # queued for a kept thread, never started here (`lookup_workers`); RuntimeError (no
+        # thread could be started) reaches the caller: nothing counted
+        self._workers.submit(work, self.running + 1)
         self.running += 1
         self._pending[name] = future
         return future
