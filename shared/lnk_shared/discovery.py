@@ -269,23 +269,24 @@ def context_for(
             home = pwd.getpwuid(uid).pw_dir
         except KeyError:
             raise SpecError(f"uid {uid} has no entry in the password database") from None
-    real_home = real_or_planned(home)
-    path_dirs = [real_or_planned(d) for d in env.get("PATH", DEFAULT_PATH).split(":") if d]
-    path_dirs += [real_or_planned(d) for d in DEFAULT_PATH.split(":")]
+    # One walk per folder named: the caller's PATH is most often the default one, and the
+    # system's profiles name the same folders again.
+    real = functools.cache(real_or_planned)
+    real_home = real(home)
+    path_dirs = [real(d) for d in env.get("PATH", DEFAULT_PATH).split(":") if d]
+    path_dirs += [real(d) for d in DEFAULT_PATH.split(":")]
     runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
-    sockets = [real_or_planned(d) for d in (*SOCKET_DIRS, runtime)]
+    sockets = [real(d) for d in (*SOCKET_DIRS, runtime)]
     spec = _spec_location(spec_file) if spec_file else None
     return JudgeContext(
         owner_uid=uid,
         home=real_home,
         path_dirs=tuple(dict.fromkeys(d for d in path_dirs if d.startswith("/"))),
-        user_settings=real_or_planned(os.path.join(real_home, USER_SETTINGS_DIR)),
-        box_dirs=tuple(real_or_planned(str(d)) for d in box.all()),
-        agent_folders=tuple(real_or_planned(os.path.join(real_home, f)) for f in AGENT_FOLDERS),
+        user_settings=real(os.path.join(real_home, USER_SETTINGS_DIR)),
+        box_dirs=tuple(real(str(d)) for d in box.all()),
+        agent_folders=tuple(real(os.path.join(real_home, f)) for f in AGENT_FOLDERS),
         socket_dirs=tuple(dict.fromkeys(sockets)),
-        login_path_dirs=tuple(
-            dict.fromkeys(real_or_planned(d) for d in login_path_dirs(uid, real_home))
-        )
+        login_path_dirs=tuple(dict.fromkeys(real(d) for d in login_path_dirs(uid, real_home)))
         if login_path
         else (),
         login_path_judged=login_path,
