@@ -109,7 +109,7 @@ def foreign_process(name: str, parent_fd: int, info: os.stat_result) -> bool:
     return info.st_uid != viewer_uid()
 
 
-def _walk(path: str, *, must_exist: bool) -> Walk:
+def _walk(path: str, *, must_exist: bool, identify: bool = True) -> Walk:
     """Resolve `path` (absolute) physically, component by component, recording every link.
 
     Each component is opened `O_PATH | O_NOFOLLOW` below the descriptor of the folder before
@@ -117,6 +117,8 @@ def _walk(path: str, *, must_exist: bool) -> Walk:
     identity recorded is of the object this very walk reached, and each link recorded is the
     one it followed. Permission to look is the thread's own (run it as the owner): a
     component the viewer may not reach gives the same answer as one that does not exist.
+    `identify=False` records no identities (`identity` and `folders` left empty): for a caller
+    that wants only where the path is, spared an `fstat` of every folder on the way.
     """
     if not path.startswith("/"):
         raise ValueError(f"not absolute: {path!r}")
@@ -165,6 +167,9 @@ def _walk(path: str, *, must_exist: bool) -> Walk:
                 while len(stack) > 1:
                     os.close(stack.pop()[1])
             pending.extend(c for c in reversed(target.split("/")) if c)
+        if not identify:
+            info = os.fstat(stack[-1][1])
+            return Walk(stack[-1][0], tuple(links), True, info.st_mode, nlink=info.st_nlink)
         seen = [os.fstat(fd) for _, fd in stack]
         ids = tuple(Identity(i.st_dev, i.st_ino, stat.S_IFMT(i.st_mode)) for i in seen)
         info = seen[-1]
@@ -198,7 +203,7 @@ def resolve_path(written: str, *, base: str, home: str) -> ResolvedPath:
 def real_or_planned(path: str) -> str:
     """Where `path` really is, or would be if created (for folders that may not exist yet)."""
     try:
-        return _walk(os.path.abspath(path), must_exist=False).real
+        return _walk(os.path.abspath(path), must_exist=False, identify=False).real
     except PathNotFound:
         return os.path.abspath(path)
 

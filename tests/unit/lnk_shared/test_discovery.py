@@ -374,9 +374,9 @@ def test_a_context_walks_each_folder_once_and_answers_the_same(
     walked: list[str] = []
     walk = discovery._walk
 
-    def counted(path: str, *, must_exist: bool) -> discovery.Walk:
+    def counted(path: str, *, must_exist: bool, identify: bool = True) -> discovery.Walk:
         walked.append(path)
-        return walk(path, must_exist=must_exist)
+        return walk(path, must_exist=must_exist, identify=identify)
 
     monkeypatch.setattr(discovery, "_walk", counted)
     ctx = context_for(os.getuid(), env={"PATH": DEFAULT_PATH}, box=box, home=str(tmp_path))
@@ -387,3 +387,16 @@ def test_a_context_walks_each_folder_once_and_answers_the_same(
     )
     assert os.path.realpath("/usr/bin") in ctx.login_path_dirs
     assert f"{tmp_path}/bin" in ctx.login_path_dirs
+
+
+def test_a_walk_without_identities_ends_where_the_full_walk_does(tmp_path: Path) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to("real")
+    for written in ("link/sub", "link/sub/missing/deeper", "real", "/"):
+        path = os.path.join(tmp_path, written) if written != "/" else "/"
+        full = discovery._walk(path, must_exist=False)
+        bare = discovery._walk(path, must_exist=False, identify=False)
+        assert (bare.real, bare.links, bare.exists, bare.mode) == (
+            full.real, full.links, full.exists, full.mode,
+        )  # fmt: skip
+        assert bare.identity is None and bare.folders == ()
