@@ -5,9 +5,10 @@ Judged from the profile files, not from the caller's current PATH and not by run
 owner's login shell: Debian's stock `~/.profile` puts `~/bin` and `~/.local/bin` on PATH only
 *if they exist*, so the PATH of a shell run today lacks the very folder a grant would create and
 the next login adds. Scanning the files finds every folder a PATH line names, whether its
-condition holds today or not, runs none of the owner's code on the controller's behalf, and
-takes well under a millisecond. `parse_path_folders` is the pure part; `login_path_dirs`
-reads the files.
+condition holds today or not, and runs none of the owner's code on the controller's behalf.
+`parse_path_folders` is the pure part; `login_path_dirs` reads the files every time and parses
+a text it has parsed before from memory (keyed by the text itself, so an edited file is parsed
+again): the parse was most of this module's ~1 ms per judged write.
 
 What this does NOT do: follow a profile's `source`/`.` of another file, evaluate variables other
 than HOME (a token naming another `$VAR` is skipped), or see PATH changes a program makes at
@@ -17,12 +18,15 @@ folder anyway). The well-known folders cover the usual installers whatever the p
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
 from collections.abc import Iterable
 
 __all__ = [
+    "MAX_MEMO_TEXT_CHARS",
+    "PARSE_MEMO_ENTRIES",
     "PROFILE_FILES",
     "SYSTEM_PROFILE_FILES",
     "USER_BIN_DIRS",
@@ -70,6 +74,12 @@ SYSTEM_PROFILE_DIR = "/etc/profile.d"
 MAX_PROFILE_BYTES = 256 * 1024  # startup files are a few KiB; a larger one is not read whole
 MAX_PROFILE_D_FILES = 200  # /etc/profile.d holds a few dozen scripts on a usual system
 
+# The parses kept: each owner's few profile texts and the system's (/etc/profile.d included).
+PARSE_MEMO_ENTRIES = 256
+# A text longer than this is parsed every time: the memo holds at most 256 x 16 KiB = 4 MiB
+# of text, whatever an owner writes into their profile files.
+MAX_MEMO_TEXT_CHARS = 16 * 1024
+
 _MENTIONS_PATH = re.compile(r"\bPATH\b|fish_add_path|\bpath\s*(\+=|=\()")
 _SPLIT = re.compile(r"""[\s:=;"'()\[\]`,]+""")
 _HOME_VAR = re.compile(r"^(\$HOME|\$\{HOME\}|~)(?=/|$)")
@@ -89,6 +99,18 @@ def parse_path_folders(text: str, home: str) -> tuple[str, ...]:
                 continue
             found[os.path.normpath(token)] = None
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=PARSE_MEMO_ENTRIES)
+def _parsed(text: str, home: str) -> tuple[str, ...]:
+    return parse_path_folders(text, home)
+
+
+def _folders_of(text: str, home: str) -> tuple[str, ...]:
+    """`parse_path_folders`, from the memo for a text of a usual profile's size."""
+    if len(text) > MAX_MEMO_TEXT_CHARS:
+        return parse_path_folders(text, home)
+    return _parsed(text, home)
 
 
 def _read_small(path: str, owners: Iterable[int]) -> str:
@@ -123,5 +145,5 @@ def login_path_dirs(uid: int, home: str) -> tuple[str, ...]:
         pass
     texts += [_read_small(path, (0,)) for path in system]
     for text in texts:
-        folders += parse_path_folders(text, home)
+        folders += _folders_of(text, home)
     return tuple(dict.fromkeys(folders))

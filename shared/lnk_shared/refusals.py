@@ -25,6 +25,7 @@ from lnk_shared.errors import (
     SelfWideningRefused,
     SettingsGrantRefused,
     SocketGrantRefused,
+    StateError,
 )
 from lnk_shared.grants import Grants, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SYSTEM_DIRS, TEMP_DIRS
@@ -217,6 +218,11 @@ def find_refusals(spec: ResolvedSpec, ctx: JudgeContext) -> list[RefusedError]:
     reads = [(p, "folders.read", False) for p in spec.read]
     writes = [(p, "folders.write", True) for p in spec.write]
     fds = [(f.path, f"--with-fd {f.fd}", f.write) for f in spec.with_fds]
+    if not ctx.login_path_judged and any(write for _, _, write in (*writes, *fds)):
+        raise StateError(
+            "a write grant was judged without the owner's login PATH folders "
+            "(context_for(login_path=False)): a bug in lnk, report it"
+        )
     for p, key, write in (*reads, *writes, *fds):
         found.append(_check_links(p, key))
         found.append(_check_settings(p, key, write, ctx))

@@ -85,6 +85,7 @@ from lnk_shared.discovery import (
     context_for,
     resolve_path,
     resolve_spec,
+    writes_anything,
 )
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError, StateError
 from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
@@ -319,7 +320,12 @@ class Launcher:
         """Every lookup of the judging, made as the caller: the context, the spec's paths and
         programs, the program to run and its interpreter, the agent's home."""
         ctx = context_for(
-            owner_uid, env=env, box=self.cfg.paths, spec_file=spec.source, cloud=cloud
+            owner_uid,
+            env=env,
+            box=self.cfg.paths,
+            spec_file=spec.source,
+            cloud=cloud,
+            login_path=writes_anything(spec),  # only a write is judged against them
         )
         if self.cfg.unsafe_login_path_unjudged:
             ctx = dataclasses.replace(ctx, login_path_dirs=())

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lnk_shared import discovery
 from lnk_shared.discovery import (
+    DEFAULT_PATH,
     MAX_LINK_HOPS,
     JudgeContext,
     PathNotFound,
@@ -360,3 +362,41 @@ def test_identity_is_not_part_of_what_is_approved(tmp_path: Path) -> None:
 def test_a_proc_folder_of_the_viewers_own_process_is_walked() -> None:
     resolved = resolve_path(f"/proc/{os.getpid()}/cwd", base="/", home="/x")
     assert resolved.real == os.path.realpath(os.getcwd())
+
+
+def test_a_context_walks_each_folder_once_and_answers_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default PATH given as the caller's, and named again by the system's profiles: one
+    walk each, with the very answers a walk per mention gave."""
+    box = BoxPaths(tmp_path / "c", tmp_path / "s", tmp_path / "r")
+    (tmp_path / ".profile").write_text(f"PATH=/usr/bin:/bin:$HOME/bin:{tmp_path}/bin\n")
+    walked: list[str] = []
+    walk = discovery._walk
+
+    def counted(path: str, *, must_exist: bool, identify: bool = True) -> discovery.Walk:
+        walked.append(path)
+        return walk(path, must_exist=must_exist, identify=identify)
+
+    monkeypatch.setattr(discovery, "_walk", counted)
+    ctx = context_for(os.getuid(), env={"PATH": DEFAULT_PATH}, box=box, home=str(tmp_path))
+    assert len(walked) == len(set(walked))
+    assert "/usr/bin" in walked and f"{tmp_path}/bin" in walked
+    assert ctx.path_dirs == tuple(
+        dict.fromkeys(discovery.real_or_planned(d) for d in DEFAULT_PATH.split(":"))
+    )
+    assert os.path.realpath("/usr/bin") in ctx.login_path_dirs
+    assert f"{tmp_path}/bin" in ctx.login_path_dirs
+
+
+def test_a_walk_without_identities_ends_where_the_full_walk_does(tmp_path: Path) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to("real")
+    for written in ("link/sub", "link/sub/missing/deeper", "real", "/"):
+        path = os.path.join(tmp_path, written) if written != "/" else "/"
+        full = discovery._walk(path, must_exist=False)
+        bare = discovery._walk(path, must_exist=False, identify=False)
+        assert (bare.real, bare.links, bare.exists, bare.mode) == (
+            full.real, full.links, full.exists, full.mode,
+        )  # fmt: skip
+        assert bare.identity is None and bare.folders == ()

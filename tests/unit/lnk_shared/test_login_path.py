@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lnk_shared.login_path import USER_BIN_DIRS, login_path_dirs, parse_path_folders
+from lnk_shared.login_path import (
+    MAX_MEMO_TEXT_CHARS,
+    USER_BIN_DIRS,
+    login_path_dirs,
+    parse_path_folders,
+)
 
 HOME = "/home/owner"
 DEBIAN_PROFILE = """\
@@ -68,3 +73,36 @@ def test_a_linked_profile_of_the_owner_is_read(tmp_path: Path) -> None:
     (tmp_path / "dotfiles" / "profile").write_text("PATH=$HOME/stowed:$PATH\n")
     (tmp_path / ".profile").symlink_to(tmp_path / "dotfiles" / "profile")
     assert str(tmp_path / "stowed") in login_path_dirs(os.getuid(), str(tmp_path))
+
+
+def test_an_edited_profile_is_judged_anew_though_its_last_text_was_remembered(
+    tmp_path: Path,
+) -> None:
+    """The owner adds a folder to ~/.profile between two launches, the file's size and times
+    kept as they were: the next judging names the new folder (the memo is keyed by the text)."""
+    profile = tmp_path / ".profile"
+    profile.write_text("PATH=$HOME/aaaaa:$PATH\n")
+    assert str(tmp_path / "aaaaa") in login_path_dirs(os.getuid(), str(tmp_path))
+    before = profile.stat()
+    profile.write_text("PATH=$HOME/bbbbb:$PATH\n")  # same length
+    os.utime(profile, ns=(before.st_atime_ns, before.st_mtime_ns))
+    found = login_path_dirs(os.getuid(), str(tmp_path))
+    assert str(tmp_path / "bbbbb") in found
+    assert str(tmp_path / "aaaaa") not in found
+
+
+def test_a_profile_past_the_memo_size_is_still_parsed(tmp_path: Path) -> None:
+    filler = "# " + "x" * 78 + "\n"
+    text = filler * (MAX_MEMO_TEXT_CHARS // len(filler) + 1) + "PATH=$HOME/late:$PATH\n"
+    assert len(text) > MAX_MEMO_TEXT_CHARS
+    (tmp_path / ".bashrc").write_text(text)
+    assert str(tmp_path / "late") in login_path_dirs(os.getuid(), str(tmp_path))
+
+
+def test_one_text_is_parsed_per_home(tmp_path: Path) -> None:
+    """The same system profile under two owners' homes names each owner's own folder."""
+    text = "PATH=$HOME/tools:$PATH\n"
+    for home in (tmp_path / "one", tmp_path / "two"):
+        home.mkdir()
+        (home / ".profile").write_text(text)
+        assert str(home / "tools") in login_path_dirs(os.getuid(), str(home))

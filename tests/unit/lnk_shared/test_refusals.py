@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 
-from lnk_shared.discovery import JudgeContext, context_for, resolve_path, resolve_spec
+from lnk_shared.discovery import (
+    JudgeContext,
+    context_for,
+    resolve_path,
+    resolve_spec,
+    writes_anything,
+)
 from lnk_shared.errors import (
     EXIT_REFUSED,
     CommandRefused,
@@ -30,11 +36,12 @@ from lnk_shared.errors import (
     SelfWideningRefused,
     SettingsGrantRefused,
     SocketGrantRefused,
+    StateError,
 )
 from lnk_shared.grants import Grants, Identity, ResolvedFd, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, BoxPaths
 from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
-from lnk_shared.spec import Origin, SpecBuilder
+from lnk_shared.spec import FdGrant, Origin, PathEntry, Spec, SpecBuilder
 
 OTHER_UID = 12345
 ORIGIN = Origin("spec.toml", "k")
@@ -642,3 +649,62 @@ def test_write_of_a_per_user_bin_folder_is_refused_when_not_on_path(box: Box, fo
     for written in (f"~/{folder}", f"~/{top}"):
         with pytest.raises(OutsideCodeRefused, match="login PATH"):
             box.judge(write=[written])
+
+
+def _unjudged_ctx(box: Box) -> JudgeContext:
+    """The context a launch that writes nothing judges with: no login PATH folders read."""
+    box_paths = BoxPaths(box.root / "box/config", box.root / "box/state", box.root / "box/run")
+    env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": str(box.root / "xdg")}
+    return context_for(os.getuid(), env=env, box=box_paths, home=str(box.home), login_path=False)
+
+
+def test_a_context_without_the_login_path_reads_none_of_it(box: Box) -> None:
+    (box.home / "mytools").mkdir()
+    (box.home / ".profile").write_text('PATH="$HOME/mytools:$PATH"\n')
+    ctx = _unjudged_ctx(box)
+    assert ctx.login_path_dirs == ()
+    assert not ctx.login_path_judged
+    assert str(box.home / "mytools") in box.ctx().login_path_dirs  # the neighbour reads it
+
+
+@pytest.mark.parametrize(
+    ("write", "fds"),
+    [(["~/mytools"], []), (["~/elsewhere"], []), ([], [("~/elsewhere", "write")])],
+)
+def test_a_write_judged_without_the_login_path_is_a_state_error_not_a_grant(
+    box: Box, write: list[str], fds: list[tuple[str, str]]
+) -> None:
+    """A context made for a spec that writes nothing cannot pass a write: were the launcher ever
+    to judge a write with it, ~/mytools (on the login PATH) would be granted unrefused."""
+    (box.home / "mytools").mkdir()
+    (box.home / ".profile").write_text('PATH="$HOME/mytools:$PATH"\n')
+    with pytest.raises(StateError, match="login PATH"):
+        box.judge(write=write, fds=fds, ctx=_unjudged_ctx(box))
+
+
+def test_a_read_judged_without_the_login_path_passes_and_is_refused_alike(box: Box) -> None:
+    (box.home / "mytools").mkdir()
+    (box.home / ".profile").write_text('PATH="$HOME/mytools:$PATH"\n')
+    ctx = _unjudged_ctx(box)
+    box.judge(read=["~/mytools", "~/elsewhere"], fds=[("~/elsewhere", "read")], ctx=ctx)
+    with pytest.raises(SettingsGrantRefused):
+        box.judge(read=["~/.lnk/keys"], ctx=ctx)
+
+
+@pytest.mark.parametrize(
+    ("write", "fds", "expected"),
+    [
+        ((), (), False),
+        ((), ((3, False),), False),
+        (("out",), (), True),
+        ((), ((3, False), (4, True)), True),
+    ],
+)
+def test_writes_anything(
+    write: tuple[str, ...], fds: tuple[tuple[int, bool], ...], expected: bool
+) -> None:
+    spec = Spec(
+        write=tuple(PathEntry(w, "/") for w in write),
+        with_fds=tuple(FdGrant(fd, w) for fd, w in fds),
+    )
+    assert writes_anything(spec) is expected
