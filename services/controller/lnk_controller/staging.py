@@ -237,7 +237,13 @@ def _make_as_owner(
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
     def make() -> tuple[int, int]:
-        parent_fd = os.open(parent, flags, dir_fd=dir_fd) if parent else os.dup(dir_fd)
+        parent_fd = os.dup(dir_fd)
+        for part in parent.split("/") if parent else ():  # each step O_NOFOLLOW, not only the
+            try:  # last: a `.git` swapped for a link must not lead root's fallback elsewhere
+                below = os.open(part, flags, dir_fd=parent_fd)
+            finally:
+                os.close(parent_fd)
+            parent_fd = below
         try:
             return _make_placeholder(parent_fd, name, content), parent_fd
         except BaseException:
