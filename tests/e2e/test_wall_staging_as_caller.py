@@ -212,3 +212,34 @@ def test_no_placeholder_is_made_in_another_users_folder_inside_a_write_grant(
         assert sorted(os.listdir(foreign)) == [], "nothing of the box's in another user's folder"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_an_owners_own_closed_git_keeps_its_config_read_only(
+    running_box: RunningBox, asker: User
+) -> None:
+    """The asker's `.git` is its own but 0555 (so placeholders in it fall back to root, as the
+    asker could chmod it and make them): its existing `config` stays read-only inside, and
+    the launch runs."""
+    work = asker.home / "closed"
+    _as(asker, "/bin/mkdir", "-p", str(work / ".git"))
+    _as(asker, "/bin/sh", "-c", f"echo '[core]' > {work}/.git/config; chmod 0555 {work}/.git")
+    script = f"echo pwned >> {work}/.git/config && echo WROTE; echo ran"
+    try:
+        ran = _ask(
+            running_box,
+            asker,
+            "sandbox",
+            "run",
+            "--yes",
+            f"--write={work}",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.split() == ["ran"]
+        assert (work / ".git" / "config").read_text() == "[core]\n"
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(work)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
