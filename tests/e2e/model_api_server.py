@@ -1,0 +1,245 @@
+"""A model provider's API, just enough of it for a real harness to answer one prompt: run by the
+harness tests inside a test-internet namespace (`ip netns exec NS python -I model_api_server.py
+ADDRESS PORT LOG`), never imported by a test.
+
+Plain HTTP/1.1 with keep-alive. Every request is recorded as a JSON line in LOG (method, path,
+the credential headers as they arrived, the model asked for, whether it streamed): the
+upstream's own record of what reached it. Answers, always with the text `ANSWER`:
+- Anthropic's Messages API: `POST /v1/messages` (SSE when `"stream": true`, as Claude Code asks),
+  `POST /v1/messages/count_tokens`;
+- OpenAI's Responses API: `POST /v1/responses` (SSE, as Codex CLI asks), and
+  `POST /v1/chat/completions` (plain JSON);
+- `GET /v1/models`: an empty list; anything else: 404.
+
+Prints `ready` once bound; dies with the process that started it (`PR_SET_PDEATHSIG`).
+Security limitations: none needed; it only ever listens inside a namespace the tests made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import signal
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ANSWER = "lnk-harness-answer-7f3c"
+PR_SET_PDEATHSIG = 1
+BODY_LIMIT = 16 * 1024 * 1024  # a harness's first prompt, system prompt and tools included
+CREDENTIALS = ("authorization", "x-api-key", "api-key", "openai-organization", "openai-project")
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _anthropic_events(model: str) -> list[bytes]:
+    message = {
+        "id": "msg_lnk1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    return [
+        _sse("message_start", {"type": "message_start", "message": message}),
+        _sse(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        _sse(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": ANSWER},
+            },
+        ),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 3},
+            },
+        ),
+        _sse("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def _anthropic_message(model: str) -> dict[str, Any]:
+    return {
+        "id": "msg_lnk1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": ANSWER}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 3},
+    }
+
+
+def _openai_response_events(model: str) -> list[bytes]:
+    item = {
+        "type": "message",
+        "id": "msg_lnk1",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": ANSWER, "annotations": []}],
+    }
+    usage = {
+        "input_tokens": 5,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 8,
+    }
+    done = {
+        "id": "resp_lnk1",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": model,
+        "output": [item],
+        "usage": usage,
+    }
+    started = {**done, "status": "in_progress", "output": []}
+    return [
+        _sse("response.created", {"type": "response.created", "response": started}),
+        _sse(
+            "response.output_item.added",
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "status": "in_progress", "content": []},
+            },
+        ),
+        _sse(
+            "response.output_text.delta",
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_lnk1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": ANSWER,
+            },
+        ),
+        _sse(
+            "response.output_item.done",
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+        ),
+        _sse("response.completed", {"type": "response.completed", "response": done}),
+    ]
+
+
+def _chat_completion(model: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-lnk1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": ANSWER},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    log_path = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the record in LOG is what the tests read."""
+
+    def _record(self, body: dict[str, Any]) -> None:
+        line = {
+            "method": self.command,
+            "path": self.path,
+            "credentials": {k: self.headers[k] for k in CREDENTIALS if k in self.headers},
+            "model": body.get("model"),
+            "stream": bool(body.get("stream")),
+        }
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(line) + "\n")
+
+    def _json(self, status: int, data: dict[str, Any]) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _stream(self, events: list[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+    def do_GET(self) -> None:
+        self._record({})
+        if self.path.split("?")[0] == "/v1/models":
+            self._json(200, {"object": "list", "data": []})
+        else:
+            self._json(404, {"error": {"type": "not_found", "message": self.path}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length > BODY_LIMIT:
+            self._json(413, {"error": {"type": "too_large"}})
+            return
+        raw = self.rfile.read(length)
+        try:
+            body: dict[str, Any] = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+        self._record(body)
+        model = str(body.get("model") or "test-model")
+        path = self.path.split("?")[0]
+        if path == "/v1/messages/count_tokens":
+            self._json(200, {"input_tokens": 10})
+        elif path == "/v1/messages":
+            if body.get("stream"):
+                self._stream(_anthropic_events(model))
+            else:
+                self._json(200, _anthropic_message(model))
+        elif path == "/v1/responses":
+            self._stream(_openai_response_events(model))
+        elif path == "/v1/chat/completions":
+            self._json(200, _chat_completion(model))
+        else:
+            self._json(404, {"error": {"type": "not_found", "message": path}})
+
+
+def main() -> None:
+    address, port, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    Handler.log_path = log
+    server = ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
+    print("ready", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
