@@ -290,6 +290,9 @@ def _upstream(kind: str, text: object, origin: Origin) -> tuple[str, str, int]:
         )
     host_text, port = _split_authority(authority, _SCHEMES[want], origin)
     host = _upstream_host(kind, host_text, origin)
+    loopback = parse_host_address(host)
+    if port == MAIN_PROXY_PORT and loopback is not None and loopback.is_loopback:
+        raise origin.error(f"upstream: port {port} of this machine is the box's main proxy's")
     return want, host, port
 
 

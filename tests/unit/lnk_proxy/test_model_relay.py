@@ -163,3 +163,48 @@ def test_a_streamed_answer_comes_through_chunk_by_chunk(base: Path) -> None:
     assert first.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in first
     assert rest == b'{"done":true}\n'
     assert json.loads(rest) == {"done": True}
+
+
+def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_runtime(base: Path) -> None:
+    runtime = _Runtime()
+
+    async def run() -> bytes:
+        server, path, _, upstream = await _served(base, runtime)
+        try:
+            tunneled = b"CONNECT localhost:11434 HTTP/1.1\r\nHost: localhost:11434\r\n\r\n"
+            allowed = _post("/api/show", b'{"model":"llama3.2:3b"}')
+            smuggled = _post("/api/pull", b'{"model":"llama3.2:3b"}')
+            return await _send(path, tunneled + allowed + smuggled)
+        finally:
+            await server.close()
+            upstream.close()
+
+    answer = asyncio.run(run())
+    assert answer.endswith(b'{"path": "/api/show"}')  # one answer, then the connection ends
+    assert [h.split(b" ")[1] for h in runtime.heads] == [b"/api/show"]
+
+
+def test_a_client_waiting_on_100_continue_is_told_to_go_on(base: Path) -> None:
+    runtime = _Runtime()
+
+    async def run() -> tuple[bytes, bytes]:
+        server, path, _, upstream = await _served(base, runtime)
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            body = b'{"model":"llama3.2:3b"}'
+            head = _post(
+                "http://127.0.0.1:11434/api/show", body, "127.0.0.1:11434", "Expect: 100-continue"
+            )
+            writer.write(head[: -len(body)])  # the head alone: the body waits for the 100
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT_S)
+            writer.write(body)
+            rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+            writer.close()
+        finally:
+            await server.close()
+            upstream.close()
+        return interim, rest
+
+    interim, rest = asyncio.run(run())
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert rest.endswith(b'{"path": "/api/show"}')
