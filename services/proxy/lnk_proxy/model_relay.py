@@ -141,11 +141,10 @@ async def read_body(request: ProxyRequest, client: Conn) -> bytes:
     """The request's whole body as framed, at most MAX_MODEL_BODY_BYTES (RequestRefused past).
     A client waiting on `Expect: 100-continue` (curl, past 1 KiB) is told to go on first."""
     framing = request.framing
-    if framing.kind != "none" and any(
-        v.strip().lower() == "100-continue" for v in request.header_values("expect")
-    ):
-        if framing.kind == "chunked" or (framing.length or 0) <= MAX_MODEL_BODY_BYTES:
-            await client.send(CONTINUE)
+    expects = any(v.strip().lower() == "100-continue" for v in request.header_values("expect"))
+    fits = framing.kind == "chunked" or (framing.length or 0) <= MAX_MODEL_BODY_BYTES
+    if framing.kind != "none" and expects and fits:
+        await client.send(CONTINUE)
     if framing.kind == "length" and framing.length:
         if framing.length > MAX_MODEL_BODY_BYTES:
             raise RequestRefused("model-body", f"a body over {MAX_MODEL_BODY_BYTES} bytes")
