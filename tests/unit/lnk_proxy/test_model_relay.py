@@ -61,6 +61,7 @@ class _Runtime:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
         writer.close()
+        await writer.wait_closed()
 
 
 @pytest.fixture
@@ -94,6 +95,7 @@ async def _send(path: Path, data: bytes) -> bytes:
     writer.write(data)
     answer = await asyncio.wait_for(reader.read(), TIMEOUT_S)
     writer.close()
+    await writer.wait_closed()
     return answer
 
 
@@ -124,6 +126,7 @@ def test_inference_reaches_the_runtime_both_ways_and_admin_never_does(base: Path
         finally:
             await server.close()
             upstream.close()
+            await upstream.wait_closed()
         return answers
 
     answers = asyncio.run(run())
@@ -154,9 +157,11 @@ def test_a_streamed_answer_comes_through_chunk_by_chunk(base: Path) -> None:
             runtime.release.set()  # only now does the runtime send the rest
             rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)
             writer.close()
+            await writer.wait_closed()
         finally:
             await server.close()
             upstream.close()
+            await upstream.wait_closed()
         return first, rest
 
     first, rest = asyncio.run(run())
@@ -178,6 +183,7 @@ def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_runtime(bas
         finally:
             await server.close()
             upstream.close()
+            await upstream.wait_closed()
 
     answer = asyncio.run(run())
     assert answer.endswith(b'{"path": "/api/show"}')  # one answer, then the connection ends
@@ -200,9 +206,11 @@ def test_a_client_waiting_on_100_continue_is_told_to_go_on(base: Path) -> None:
             writer.write(body)
             rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)
             writer.close()
+            await writer.wait_closed()
         finally:
             await server.close()
             upstream.close()
+            await upstream.wait_closed()
         return interim, rest
 
     interim, rest = asyncio.run(run())
