@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from lnk_proxy.config import ProxyConfig
-from lnk_proxy.model_relay import ModelGrant
+from lnk_proxy.http_request import parse_request_head
+from lnk_proxy.model_relay import ModelGrant, parse_models
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
 from lnk_proxy.service_relay import ServiceGrant
@@ -216,3 +217,33 @@ def test_a_client_waiting_on_100_continue_is_told_to_go_on(base: Path) -> None:
     interim, rest = asyncio.run(run())
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert rest.endswith(b'{"path": "/api/show"}')
+
+
+@pytest.mark.parametrize(
+    ("target", "served"),
+    [
+        ("CONNECT localhost:11434 HTTP/1.1\r\nHost: localhost:11434", True),
+        ("CONNECT LOCALHOST.:11434 HTTP/1.1\r\nHost: LOCALHOST.:11434", True),
+        ("CONNECT [::1]:11434 HTTP/1.1\r\nHost: [::1]:11434", True),
+        ("GET http://127.0.0.1:11434/api/tags HTTP/1.1\r\nHost: 127.0.0.1:11434", True),
+        ("CONNECT localhost:11435 HTTP/1.1\r\nHost: localhost:11435", False),
+        ("CONNECT 127.0.0.2:11434 HTTP/1.1\r\nHost: 127.0.0.2:11434", False),  # never a model's
+        ("CONNECT ollama.example:11434 HTTP/1.1\r\nHost: ollama.example:11434", False),
+    ],
+)
+def test_a_request_is_a_model_rules_only_on_the_sandboxs_loopback_at_its_port(
+    target: str, served: bool
+) -> None:
+    request = parse_request_head(f"{target}\r\n\r\n".encode())
+    assert (ModelGrant([_rule(1234)]).rule_for(request) is not None) is served
+
+
+def test_the_admin_frames_rules_are_read_by_the_spec_models_own_rules() -> None:
+    rule = _rule(1234)
+    assert parse_models([rule.canonical()]) == (rule,)
+    with pytest.raises(ValueError, match="two rules on one port"):
+        parse_models([rule.canonical(), rule.canonical()])
+    with pytest.raises(ValueError, match="models is empty"):
+        parse_models([{**rule.canonical(), "models": []}])
+    with pytest.raises(ValueError, match="at most"):
+        parse_models({"kind": "ollama"})
