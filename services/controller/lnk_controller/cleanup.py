@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -128,30 +127,17 @@ def _clean(
     log.info("sandbox %s cleaned (uid %d)", sandbox_id, row.host_uid)
 
 
-# Placeholders removed at once: removing a folder frees its block, and on a filesystem mounted
-# with `discard` (this host's ext4) ext4 then waits for the device's discard, 2-4 ms each with
-# the CPU idle; ~49 of them (an empty folder) one after another were most of a write grant's
-# clean-up. Each is its own name in the owner's folder (none is inside another: staging makes
-# only the outermost missing one), so they are independent. Four at once overlap those waits
-# and cost nothing when there are none (49 removed in ~10 ms by 1, 2 or 4 threads on a quiet
-# 2-core host; 8 were slower there, ~15 ms, the threads contending for the interpreter).
-PLACEHOLDER_REMOVERS = 4
-
-
 def _remove_placeholders(records: list[str]) -> list[str]:
-    """Remove the placeholders, several at once; what could not be removed."""
-    if not records:
-        return []
-
-    def remove(record: str) -> str | None:
+    """Remove the placeholders, one after another; what could not be removed. Each name is
+    gone when this returns; the wait for the freed blocks' discard (2-4 ms each on a
+    filesystem mounted with `discard`) is left to `late_close`, off the launch's reply."""
+    problems = []
+    for record in records:
         try:
             remove_placeholder(record)
         except StateError as exc:
-            return str(exc)
-        return None
-
-    with ThreadPoolExecutor(max_workers=min(PLACEHOLDER_REMOVERS, len(records))) as pool:
-        return [p for p in pool.map(remove, records) if p is not None]
+            problems.append(str(exc))
+    return problems
 
 
 _GRANT_NAME = re.compile(r"g[0-9]+")  # staging.stage_sandbox's names for granted folders

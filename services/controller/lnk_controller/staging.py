@@ -66,7 +66,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lnk_controller import idmap_mounts
+from lnk_controller import idmap_mounts, late_close
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
 from lnk_controller.sandbox_store import SandboxStore
@@ -406,6 +406,7 @@ def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
         return False
     except OSError as exc:
         raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
+    removed = False
     try:
         info = os.fstat(fd)
         if (info.st_dev, info.st_ino) != (dev, ino):
@@ -417,11 +418,15 @@ def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
             os.rmdir(path)
         else:
             os.unlink(path)
+        removed = True
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
             raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
     finally:
-        os.close(fd)
+        if removed:  # the name is gone; the inode's freeing (a discard's wait) comes later
+            late_close.close_later(fd)
+        else:
+            os.close(fd)
     return True
 
 
