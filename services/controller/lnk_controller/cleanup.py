@@ -92,6 +92,7 @@ def _clean(
             problems.append(str(exc))
     targets = list(reversed(json.loads(row.mounts_json)))
     problems += _remove_placeholders([t for t in targets if t.startswith(PLACEHOLDER)])
+    mounts = []
     for target in targets:
         try:
             if target.startswith(PLACEHOLDER):
@@ -101,13 +102,22 @@ def _clean(
             elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
                 bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
             else:
+                mounts.append(target)
                 sweep = killed and not cfg.unsafe_skip_mode_sweep  # no process left to race it
                 if sweep and _is_write_grant(target):
                     _sweep(target, row.created_at)
-                idmap_mounts.unmount(Path(target))
         except StateError as exc:
             problems.append(str(exc))
     staging = Path(row.staging_dir)
+    try:  # the staging dir's own mount, and with it every mount staged in it, at once
+        idmap_mounts.detach(staging)
+    except StateError as exc:
+        problems.append(str(exc))
+    for target in mounts:  # their mount points (and any mount staged elsewhere)
+        try:
+            idmap_mounts.unmount(Path(target))
+        except StateError as exc:
+            problems.append(str(exc))
     try:
         staging.rmdir()
     except FileNotFoundError:

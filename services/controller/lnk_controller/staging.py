@@ -555,6 +555,7 @@ def stage_sandbox(
     clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`)."""
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
+    idmap_mounts.mount_staging_root(staging)  # the clean-up's one detach takes all below it
     binds: list[Bind] = []
     placeholders: list[tuple[str, bool]] = []
     userns_fd = idmap_mounts.make_userns_fd(
