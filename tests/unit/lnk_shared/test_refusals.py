@@ -33,6 +33,7 @@ from lnk_shared.errors import (
     LinkRefused,
     OutsideCodeRefused,
     RefusedError,
+    SandboxHomeRefused,
     SelfWideningRefused,
     SettingsGrantRefused,
     SocketGrantRefused,
@@ -520,6 +521,15 @@ PURE_RULES = [
     pytest.param({"write": ["/srv/data/out"], "fds": [("/etc", True)]},
                  {"write": ["/srv/data/out"], "fds": [("/etc", False)]},
                  OutsideCodeRefused, "/etc is a system folder", id="with-fd-write-etc"),
+    pytest.param({"read": ["/home"]}, {"read": ["/home/someone"]},
+                 SandboxHomeRefused, "it holds /home, where the sandbox's own home",
+                 id="read-holds-sandbox-homes"),
+    pytest.param({"write": ["/home"]}, {"write": ["/homework"]},
+                 SandboxHomeRefused, "grant folders below /home instead",
+                 id="write-holds-sandbox-homes"),
+    pytest.param({"read": ["/srv/x"], "fds": [("/home", False)]},
+                 {"read": ["/srv/x"], "fds": [("/srv", False)]},
+                 SandboxHomeRefused, "/home", id="with-fd-holds-sandbox-homes"),
 ]  # fmt: skip
 
 
