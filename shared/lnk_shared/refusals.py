@@ -171,11 +171,11 @@ def _check_sandbox_home(p: ResolvedPath, key: str, ctx: JudgeContext) -> Refused
     write grant is the owner's real folder), so the launch would fail after judging."""
     if not inside(SANDBOX_HOMES, p.real):
         return None
-    below = ctx.home if inside(ctx.home, p.real) and ctx.home != p.real else "the folders you mean"
+    own = inside(ctx.home, SANDBOX_HOMES) and ctx.home != SANDBOX_HOMES
     return SandboxHomeRefused(
         _label(p, key),
         f"it holds {SANDBOX_HOMES}, where the sandbox's own home is mounted: grant folders "
-        f"below {SANDBOX_HOMES} instead (such as {below})",
+        f"below {SANDBOX_HOMES} instead" + (f", such as your home {ctx.home}" if own else ""),
     )
 
 
