@@ -18,6 +18,7 @@ from typing import Any
 
 from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.kernel_features import missing_features
 from lnk_shared.oom_scores import SERVICE_OOM_SCORE_ADJ
 from lnk_shared.paths import BoxPaths
 
@@ -206,6 +207,8 @@ def cmd_up(_args: argparse.Namespace) -> int:
 
     for line in harden_local_sshd():
         print(f"ssh gate: {line}")
+    for line in missing_features():
+        print(f"kernel: {line}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -150,6 +150,12 @@ class CloudLanRefused(RefusedError):
     rule = "lan-on-cloud"
 
 
+class SandboxHomeRefused(RefusedError):
+    """A grant that holds the folder each sandbox's own home is mounted in (/home, /)."""
+
+    rule = "holds-sandbox-home"
+
+
 class ServiceRefused(RefusedError):
     """A `[[services]]` entry the box never grants (Telegram's setWebhook, logOut, close)."""
 

@@ -48,6 +48,9 @@ SYSTEM_DIRS = (
 )
 # Shared scratch folders: anyone can plant a file there, so no program runs from them.
 TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+# Where each sandbox's own home is mounted (SANDBOX_HOMES/<its user>, a fresh tmpfs): a grant
+# of this folder or one above it would hold that mount point, which bwrap cannot make there.
+SANDBOX_HOMES = "/home"
 # Folders of other programs' sockets, besides the owner's $XDG_RUNTIME_DIR.
 SOCKET_DIRS = ("/run", "/var/run", "/tmp/.X11-unix", "/tmp/.ICE-unix")
 

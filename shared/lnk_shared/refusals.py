@@ -22,13 +22,14 @@ from lnk_shared.errors import (
     LinkRefused,
     OutsideCodeRefused,
     RefusedError,
+    SandboxHomeRefused,
     SelfWideningRefused,
     SettingsGrantRefused,
     SocketGrantRefused,
     StateError,
 )
 from lnk_shared.grants import Grants, ResolvedPath, ResolvedSpec
-from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SYSTEM_DIRS, TEMP_DIRS
+from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SANDBOX_HOMES, SYSTEM_DIRS, TEMP_DIRS
 from lnk_shared.protected_names import PROTECTED_NAMES
 
 __all__ = ["check_self_widening", "find_refusals", "inside", "judge"]
@@ -164,6 +165,20 @@ def check_self_widening(p: ResolvedPath, key: str, ctx: JudgeContext) -> None:
         raise refusal
 
 
+def _check_sandbox_home(p: ResolvedPath, key: str, ctx: JudgeContext) -> RefusedError | None:
+    """A grant bound where the sandbox's own home goes (/home, or /): bwrap would have to make
+    the home's mount point inside the grant, which it cannot (a read grant is read-only, and a
+    write grant is the owner's real folder), so the launch would fail after judging."""
+    if not inside(SANDBOX_HOMES, p.real):
+        return None
+    own = inside(ctx.home, SANDBOX_HOMES) and ctx.home != SANDBOX_HOMES
+    return SandboxHomeRefused(
+        _label(p, key),
+        f"it holds {SANDBOX_HOMES}, where the sandbox's own home is mounted: grant folders "
+        f"below {SANDBOX_HOMES} instead" + (f", such as your home {ctx.home}" if own else ""),
+    )
+
+
 def _check_links(p: ResolvedPath, key: str) -> RefusedError | None:
     for hop in p.links:
         if hop.owner_uid != ROOT_UID:
@@ -227,6 +242,7 @@ def find_refusals(spec: ResolvedSpec, ctx: JudgeContext) -> list[RefusedError]:
         found.append(_check_links(p, key))
         found.append(_check_settings(p, key, write, ctx))
         found.append(_check_sockets(p, key, ctx))
+        found.append(_check_sandbox_home(p, key, ctx))
         if write:
             found.append(_check_outside_code(p, key, ctx))
             found.append(_check_self_widening(p, key, ctx))

@@ -29,6 +29,7 @@ from lnk_controller import (
     sandbox_limits,
 )
 from lnk_controller.config import ControllerConfig
+from lnk_controller.models import SandboxRow
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.staging import PLACEHOLDER, remove_placeholder
 from lnk_shared.errors import StateError
@@ -40,6 +41,11 @@ BRIDGE_RECORD = "bridge:"  # a record of an agent's store bridge socket, closed 
 
 log = logging.getLogger(__name__)
 
+
+# Users removed beside the rest of their sandboxes' clean-ups: as many at once as launches make
+# them (launch.py's user makers); each clean-up waits for its own before it reports.
+USER_REMOVERS = 4
+_user_removers = ThreadPoolExecutor(max_workers=USER_REMOVERS, thread_name_prefix="user-remove")
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -91,33 +97,19 @@ def _clean(
             sandbox_limits.remove_leftovers(sandbox_id)
         except StateError as exc:
             problems.append(str(exc))
-    targets = list(reversed(json.loads(row.mounts_json)))
-    problems += _remove_placeholders([t for t in targets if t.startswith(PLACEHOLDER)])
-    for target in targets:
-        try:
-            if target.startswith(PLACEHOLDER):
-                continue  # removed above
-            if target.startswith(PROXY_RECORD):
-                proxy_link.close_listener(cfg, target[len(PROXY_RECORD) :])
-            elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
-                bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
-            else:
-                sweep = killed and not cfg.unsafe_skip_mode_sweep  # no process left to race it
-                if sweep and _is_write_grant(target):
-                    _sweep(target, row.created_at)
-                idmap_mounts.unmount(Path(target))
-        except StateError as exc:
-            problems.append(str(exc))
-    staging = Path(row.staging_dir)
-    try:
-        staging.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        problems.append(f"cannot remove {staging}: {exc.strerror}")
     user = host_users.sandbox_user(row.host_uid, homes_dir=cfg.homes_dir)
+    # No process of its uid is left (`killed`), so nothing below needs the user any more: its
+    # home and /etc lines are removed (fsynced rewrites, a third of a plain clean-up) while the
+    # placeholders and mounts go. Otherwise after them, killing what is left first, as before.
+    removing = None
+    if killed:
+        removing = _user_removers.submit(host_users.remove_user, user, processes_killed=True)
+    problems += _remove_staged(row, cfg, killed=killed)
     try:
-        host_users.remove_user(user, processes_killed=killed)
+        if removing is not None:
+            removing.result()
+        else:
+            host_users.remove_user(user, processes_killed=False)
     except StateError as exc:
         problems.append(str(exc))
     proxy_link.clear_flags(cfg, sandbox_id)
@@ -128,30 +120,59 @@ def _clean(
     log.info("sandbox %s cleaned (uid %d)", sandbox_id, row.host_uid)
 
 
-# Placeholders removed at once: removing a folder frees its block, and on a filesystem mounted
-# with `discard` (this host's ext4) ext4 then waits for the device's discard, 2-4 ms each with
-# the CPU idle; ~49 of them (an empty folder) one after another were most of a write grant's
-# clean-up. Each is its own name in the owner's folder (none is inside another: staging makes
-# only the outermost missing one), so they are independent. Four at once overlap those waits
-# and cost nothing when there are none (49 removed in ~10 ms by 1, 2 or 4 threads on a quiet
-# 2-core host; 8 were slower there, ~15 ms, the threads contending for the interpreter).
-PLACEHOLDER_REMOVERS = 4
+def _remove_staged(row: SandboxRow, cfg: ControllerConfig, *, killed: bool) -> list[str]:
+    """Remove the sandbox's placeholders, close its listeners, strip what it left in its write
+    grants (when no process is left to race that), and unmount and remove everything staged
+    for it; what could not be done."""
+    problems: list[str] = []
+    targets = list(reversed(json.loads(row.mounts_json)))
+    problems += _remove_placeholders([t for t in targets if t.startswith(PLACEHOLDER)])
+    mounts = []
+    for target in targets:
+        try:
+            if target.startswith(PLACEHOLDER):
+                continue  # removed above
+            if target.startswith(PROXY_RECORD):
+                proxy_link.close_listener(cfg, target[len(PROXY_RECORD) :])
+            elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
+                bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
+            else:
+                mounts.append(target)
+                sweep = killed and not cfg.unsafe_skip_mode_sweep  # no process left to race it
+                if sweep and _is_write_grant(target):
+                    _sweep(target, row.created_at)
+        except StateError as exc:
+            problems.append(str(exc))
+    staging = Path(row.staging_dir)
+    try:  # the staging dir's own mount, and with it every mount staged in it, at once
+        idmap_mounts.detach(staging)
+    except StateError as exc:
+        problems.append(str(exc))
+    for target in mounts:  # their mount points (and any mount staged elsewhere)
+        try:
+            idmap_mounts.unmount(Path(target))
+        except StateError as exc:
+            problems.append(str(exc))
+    try:
+        staging.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        problems.append(f"cannot remove {staging}: {exc.strerror}")
+    return problems
 
 
 def _remove_placeholders(records: list[str]) -> list[str]:
-    """Remove the placeholders, several at once; what could not be removed."""
-    if not records:
-        return []
-
-    def remove(record: str) -> str | None:
+    """Remove the placeholders, one after another; what could not be removed. Each name is
+    gone when this returns; the wait for the freed blocks' discard (2-4 ms each on a
+    filesystem mounted with `discard`) is left to `late_close`, off the launch's reply."""
+    problems = []
+    for record in records:
         try:
             remove_placeholder(record)
         except StateError as exc:
-            return str(exc)
-        return None
-
-    with ThreadPoolExecutor(max_workers=min(PLACEHOLDER_REMOVERS, len(records))) as pool:
-        return [p for p in pool.map(remove, records) if p is not None]
+            problems.append(str(exc))
+    return problems
 
 
 _GRANT_NAME = re.compile(r"g[0-9]+")  # staging.stage_sandbox's names for granted folders

@@ -16,8 +16,9 @@ What it does: `make_userns_fd` makes a user namespace with the given maps (a sho
 `stage_idmapped` clones one mount, never its submounts, makes the clone private, idmapped,
 nosuid, nodev, read-only and noexec on request, and attaches it at a fresh mount point in a
 root-owned staging dir only the sandbox may traverse (`make_staging_dir`: `0710`, its group the
-sandbox's; no other user reaches a granted folder through it); `stage_tmpfs` attaches a fresh
-nosuid/nodev/noexec tmpfs there; `unmount` detaches and removes the mount point.
+sandbox's; no other user reaches a granted folder through it), which `mount_staging_root` binds
+onto itself so that one `detach` of it unmounts everything staged in it; `stage_tmpfs` attaches
+a fresh nosuid/nodev/noexec tmpfs there; `unmount` detaches and removes the mount point.
 
 Security limitations: this module does NOT
 - show submounts of a granted folder: the clone is not recursive, so the sandbox sees the
@@ -49,8 +50,10 @@ from lnk_shared.errors import LaunchRefused, StateError
 __all__ = [
     "StagedMount",
     "check_support",
+    "detach",
     "make_staging_dir",
     "make_userns_fd",
+    "mount_staging_root",
     "stage_bind",
     "stage_idmapped",
     "stage_noexec_tree",
@@ -458,8 +461,26 @@ def stage_tmpfs(
     return StagedMount("tmpfs", str(target), False, noexec)
 
 
-def unmount(target: Path) -> None:
-    """Detach every mount on `target` (lazily) and remove the mount point. Idempotent."""
+def mount_staging_root(path: Path) -> None:
+    """Bind a sandbox's staging dir (`make_staging_dir`) onto itself, a private mount, so
+    every mount staged in it afterwards is a submount of it and `detach(path)` takes them all
+    in one unmount: the kernel waits for one RCU grace period per unmount, 3-4 ms on a loaded
+    host, and a write grant's sandbox stages five to seven mounts here."""
+    tree_fd = -1
+    try:
+        tree_fd = _clone_with(str(path), 0, recursive=False)
+        flags = _MOVE_MOUNT_F_EMPTY_PATH  # the last component of `path` is never followed
+        _syscall("move_mount", _SYS_MOVE_MOUNT, tree_fd, b"", _AT_FDCWD, os.fsencode(path), flags)
+    except OSError as exc:
+        raise StateError(f"cannot mount staging dir {path} onto itself: {exc}") from exc
+    finally:
+        if tree_fd >= 0:
+            os.close(tree_fd)
+
+
+def detach(target: Path) -> None:
+    """Detach every mount on `target` (lazily), with the mounts below it; the mount point
+    stays. Idempotent: nothing mounted there is no error."""
     libc = _libc()
     encoded = os.fsencode(target)
     for _ in range(_MAX_STACKED):
@@ -472,6 +493,11 @@ def unmount(target: Path) -> None:
         raise StateError(f"cannot unmount {target}: {os.strerror(err)}")
     else:
         raise StateError(f"{target} still has mounts after {_MAX_STACKED} unmounts")
+
+
+def unmount(target: Path) -> None:
+    """Detach every mount on `target` (lazily) and remove the mount point. Idempotent."""
+    detach(target)
     try:
         if stat.S_ISDIR(os.lstat(target).st_mode):
             os.rmdir(target)

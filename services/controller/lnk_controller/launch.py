@@ -90,6 +90,7 @@ from lnk_shared.discovery import (
 from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError, StateError
 from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
 from lnk_shared.opens import describe, describe_changes
+from lnk_shared.paths import SANDBOX_HOMES
 from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
 from lnk_shared.spec import FdGrant, Spec, SpecBuilder
 from lnk_shared.spec_file import parse_spec_text, read_spec_text
@@ -578,7 +579,7 @@ class Launcher:
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
         making.result()  # the user's failure, when the staging did not fail first
-        home = f"/home/{user.name}"
+        home = f"{SANDBOX_HOMES}/{user.name}"
         visible = [b.dest for b in staged.binds]
         binds = list(staged.binds)
         relay: dict[str, object] = {}

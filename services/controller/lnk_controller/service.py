@@ -45,6 +45,7 @@ from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore, load_box_key
 from lnk_controller.supervisor import supervise
 from lnk_shared.errors import LaunchRefused, StateError
+from lnk_shared.kernel_features import missing_features
 from lnk_shared.unix import bind_socket
 
 __all__ = ["run_controller"]
@@ -102,6 +103,8 @@ def _check_kernel(cfg: ControllerConfig) -> None:
         idmap_mounts.check_support("/")
     except (LaunchRefused, StateError) as exc:
         log.error("%s", exc)
+    for line in missing_features():
+        log.warning("%s", line)
 
 
 def _reaper(store: SandboxStore, cfg: ControllerConfig, launcher: Launcher) -> Reaper:

@@ -57,6 +57,7 @@ from lnk_controller.wall import (
     sandbox_passwd,
 )
 from lnk_shared.errors import LaunchRefused
+from lnk_shared.kernel_features import time_namespaces
 
 __all__ = [
     "MAX_ETC_COPY_BYTES",
@@ -351,7 +352,8 @@ def spawn_sandbox(
             *(["--ctty"] if terminal is not None else []),
             # Its own boot and monotonic clocks (a time namespace): /proc/uptime and btime say
             # how long the sandbox has run, not when the host booted.
-            *([] if cfg.unsafe_host_clock else ["--own-clock"]),
+            # Without time namespaces in the kernel, the host's (`lnk box up` says so).
+            *(["--own-clock"] if not cfg.unsafe_host_clock and time_namespaces() else []),
             *limit_args,
             "--",
             *bwrap_command,

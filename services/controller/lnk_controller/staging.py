@@ -62,11 +62,11 @@ import os
 import pwd
 import stat
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lnk_controller import idmap_mounts
+from lnk_controller import idmap_mounts, late_close
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
 from lnk_controller.sandbox_store import SandboxStore
@@ -234,31 +234,57 @@ def _make_as_owner(
     cannot make the name either, and root must not make anything in that user's folder).
     Where the folder in the way is the owner's own (a `.git` it made 0555), the sandbox could
     chmod it and make the name: root makes the placeholder, as the owner could have."""
+    entry = f"{parent}/{name}" if parent else name
+    made = _make_all_as_owner(dir_fd, [(entry, content)], caller=caller, owner_uid=owner_uid)
+    return next(made)[1]
+
+
+def _make_all_as_owner(
+    dir_fd: int,
+    entries: list[tuple[str, bytes | None]],
+    *,
+    caller: CallerCredentials | None,
+    owner_uid: int,
+) -> Iterator[tuple[str, tuple[int, int] | None]]:
+    """`_make_as_owner` for each (entry, content), yielded as made: (entry, its fd and its
+    parent's, or None). One switch to the owner's credentials for all of them (a dozen raw
+    syscalls each way, against ~49 placeholders for an empty folder), then root's fallback for
+    those the owner was refused. The consumer runs between two yields with this thread's file
+    ids the owner's: it only records what was made."""
+    refused: list[tuple[str, bytes | None]] = []
+    with caller_credentials(caller) if caller is not None else contextlib.nullcontext():
+        for entry, content in entries:
+            parent, _, name = entry.rpartition("/")
+            try:
+                opened = _make_walking(dir_fd, parent, name, content)
+            except PermissionError:
+                if caller is None:
+                    raise
+                refused.append((entry, content))
+                continue
+            yield entry, opened
+    for entry, content in refused:
+        parent, _, name = entry.rpartition("/")
+        owned = _folders_owned_by(dir_fd, parent, owner_uid)
+        yield entry, _make_walking(dir_fd, parent, name, content) if owned else None
+
+
+def _make_walking(dir_fd: int, parent: str, name: str, content: bytes | None) -> tuple[int, int]:
+    """Walk from `dir_fd` down to `parent`, then make the placeholder `name` there: (its fd,
+    its parent's)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-    def make() -> tuple[int, int]:
-        parent_fd = os.dup(dir_fd)
-        for part in parent.split("/") if parent else ():  # each step O_NOFOLLOW, not only the
-            try:  # last: a `.git` swapped for a link must not lead root's fallback elsewhere
-                below = os.open(part, flags, dir_fd=parent_fd)
-            finally:
-                os.close(parent_fd)
-            parent_fd = below
-        try:
-            return _make_placeholder(parent_fd, name, content), parent_fd
-        except BaseException:
+    parent_fd = os.dup(dir_fd)
+    for part in parent.split("/") if parent else ():  # each step O_NOFOLLOW, not only the
+        try:  # last: a `.git` swapped for a link must not lead root's fallback elsewhere
+            below = os.open(part, flags, dir_fd=parent_fd)
+        finally:
             os.close(parent_fd)
-            raise
-
-    if caller is None:
-        return make()
+        parent_fd = below
     try:
-        with caller_credentials(caller):
-            return make()
-    except PermissionError:
-        if not _folders_owned_by(dir_fd, parent, owner_uid):
-            return None
-    return make()
+        return _make_placeholder(parent_fd, name, content), parent_fd
+    except BaseException:
+        os.close(parent_fd)
+        raise
 
 
 def _folders_owned_by(dir_fd: int, parent: str, uid: int) -> bool:
@@ -292,24 +318,19 @@ def _placeholders(
     which exists only then), also when making one fails; only then are they made the owner's
     and immutable. Each is made as the owner (`caller`, see `_make_as_owner`): never in a
     folder of another user's that the owner could not write."""
-    made: list[tuple[int, int, str, str, str]] = []  # (fd, parent fd, name, path, record)
+    made: list[_Made] = []
     sealed: list[tuple[str, bool]] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
+        wanted = []
+        for entry, missing in _missing_entries(dir_fd):
+            # unsafe_placeholders_visible: an empty file git lists
+            visible = as_files and missing is None and "/" not in entry and _is_file_name(entry)
+            wanted.append((entry, b"" if visible else missing))
+        entry = ""
         try:
-            for entry, wanted in _missing_entries(dir_fd):
-                content = wanted
-                if as_files and wanted is None and "/" not in entry and _is_file_name(entry):
-                    content = b""  # unsafe_placeholders_visible: an empty file git lists
-                parent, _, name = entry.rpartition("/")
-                try:
-                    opened = _make_as_owner(
-                        dir_fd, parent, name, content, caller=caller, owner_uid=owner_uid
-                    )
-                except OSError as exc:
-                    raise LaunchRefused(
-                        f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
-                    ) from None
+            making = _make_all_as_owner(dir_fd, wanted, caller=caller, owner_uid=owner_uid)
+            for entry, opened in making:
                 if opened is None:
                     continue  # a folder of another user's the sandbox cannot write either
                 made_fd, parent_fd = opened
@@ -320,37 +341,54 @@ def _placeholders(
                 # the folder itself, so the clean-up finds the placeholder there wherever it went.
                 at = f"{SEP}{staged}/{entry}" if staged else ""
                 record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}{at}"
-                made.append((made_fd, parent_fd, name, path, record))
+                made.append(_Made(made_fd, parent_fd, entry.rpartition("/")[2], path, record, info))
+        except OSError as exc:
+            raise LaunchRefused(
+                f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
+            ) from None
         finally:
             if made:  # recorded even when a later one failed, so clean-up removes them
-                store.add_mounts(sandbox_id, [m[4] for m in made])
-        for made_fd, parent_fd, name, path, _ in made:
+                store.add_mounts(sandbox_id, [m.record for m in made])
+        for m in made:
             try:
-                os.fchown(made_fd, owner_uid, owner_gid)
-                immutable = _set_immutable(made_fd, True)
+                if (m.info.st_uid, m.info.st_gid) != (owner_uid, owner_gid):
+                    os.fchown(m.fd, owner_uid, owner_gid)  # root's fallback made it, or a group
+                immutable = _set_immutable(m.fd, True)
             except OSError as exc:
-                raise LaunchRefused(path, f"cannot keep it read-only: {exc.strerror}") from None
-            sealed.append((path, immutable and _sealed(made_fd, parent_fd, name)))
+                raise LaunchRefused(m.path, f"cannot keep it read-only: {exc.strerror}") from None
+            sealed.append((m.path, immutable and _sealed(m.info, m.parent_fd, m.name)))
     finally:
-        for made_fd, parent_fd, _, _, _ in made:
-            os.close(made_fd)
-            os.close(parent_fd)
+        for m in made:
+            os.close(m.fd)
+            os.close(m.parent_fd)
         os.close(dir_fd)
     return sealed
 
 
-def _sealed(fd: int, parent_fd: int, name: str) -> bool:
-    """Whether `name` under `parent_fd` is still the immutable placeholder open on `fd`. Then
-    nobody without CAP_LINUX_IMMUTABLE (no sandbox) can remove, rename, replace, fill or
-    chmod it, or make anything inside it, so the wall needs no read-only bind over it: one
-    mount fewer per name (and one fewer mount-table parse in bwrap). Checked after the flag is
-    set: a name swapped before that is not our inode and keeps its bind."""
+@dataclass(frozen=True)
+class _Made:
+    """A placeholder made and open: its fd, its parent's, its name there, its path, its
+    record, and its fstat when made."""
+
+    fd: int
+    parent_fd: int
+    name: str
+    path: str
+    record: str
+    info: os.stat_result
+
+
+def _sealed(made: os.stat_result, parent_fd: int, name: str) -> bool:
+    """Whether `name` under `parent_fd` is still the immutable placeholder `made` (its fstat
+    when made). Then nobody without CAP_LINUX_IMMUTABLE (no sandbox) can remove, rename,
+    replace, fill or chmod it, or make anything inside it, so the wall needs no read-only bind
+    over it: one mount fewer per name (and one fewer mount-table parse in bwrap). Checked after
+    the flag is set: a name swapped before that is not our inode and keeps its bind."""
     try:
         there = os.lstat(name, dir_fd=parent_fd)
     except OSError:
         return False
-    mine = os.fstat(fd)
-    return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+    return (there.st_dev, there.st_ino) == (made.st_dev, made.st_ino)
 
 
 def _set_immutable(fd: int, on: bool) -> bool:
@@ -406,6 +444,7 @@ def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
         return False
     except OSError as exc:
         raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
+    removed = False
     try:
         info = os.fstat(fd)
         if (info.st_dev, info.st_ino) != (dev, ino):
@@ -417,11 +456,15 @@ def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
             os.rmdir(path)
         else:
             os.unlink(path)
+        removed = True
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
             raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
     finally:
-        os.close(fd)
+        if removed:  # the name is gone; the inode's freeing (a discard's wait) comes later
+            late_close.close_later(fd)
+        else:
+            os.close(fd)
     return True
 
 
@@ -550,6 +593,7 @@ def stage_sandbox(
     clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`)."""
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
+    idmap_mounts.mount_staging_root(staging)  # the clean-up's one detach takes all below it
     binds: list[Bind] = []
     placeholders: list[tuple[str, bool]] = []
     userns_fd = idmap_mounts.make_userns_fd(

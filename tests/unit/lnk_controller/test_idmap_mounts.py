@@ -480,3 +480,29 @@ def test_noexec_view_refuses_a_path_outside_its_source(base: Path) -> None:
     with pytest.raises(StateError, match="not under /usr"):
         idmap_mounts.stage_noexec_tree("/usr", target, ("/etc",))
     idmap_mounts.unmount(target)
+
+
+def test_one_detach_of_the_staging_root_takes_every_mount_staged_in_it(
+    base: Path, owner_dir: Path, userns_fd: int
+) -> None:
+    """The clean-up's one unmount of a sandbox's staging: a grant, a tmpfs and a /usr view
+    staged in it all leave the mount table with it; their points are then plain folders."""
+    staging = base / "stage"
+    idmap_mounts.make_staging_dir(staging, gid=SANDBOX)
+    idmap_mounts.mount_staging_root(staging)
+    assert str(staging) in _mount_points()
+    info = os.stat(staging)  # the bind is the very folder: still root's, 0710, the sandbox's
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, SANDBOX, 0o710)
+    grant = staging / "g0"
+    idmap_mounts.stage_idmapped(owner_dir, grant, userns_fd=userns_fd, read_only=False, noexec=True)
+    idmap_mounts.stage_tmpfs(staging / "tmp", uid=SANDBOX, gid=SANDBOX, size_bytes=1 << 20)
+    idmap_mounts.stage_noexec_tree("/usr", staging / "usr")
+    inside = [p for p in _mount_points() if p.startswith(f"{staging}/")]
+    assert {str(grant), f"{staging}/tmp", f"{staging}/usr"} <= set(inside)
+    idmap_mounts.detach(staging)
+    assert [p for p in _mount_points() if p == str(staging) or p.startswith(f"{staging}/")] == []
+    for name in ("g0", "tmp", "usr"):
+        idmap_mounts.unmount(staging / name)  # nothing mounted: only the point is removed
+        assert not os.path.lexists(staging / name)
+    idmap_mounts.detach(staging)  # again: nothing there is no error
+    staging.rmdir()

@@ -94,9 +94,9 @@ def test_a_name_swapped_before_the_flag_is_not_sealed(folder: Path) -> None:
         os.rename(".envrc", "aside", src_dir_fd=fd, dst_dir_fd=fd)  # the race, won
         os.mkdir(".envrc", 0o755, dir_fd=fd)
         assert _set_immutable(made, True)
-        assert not _sealed(made, fd, ".envrc")
+        assert not _sealed(os.fstat(made), fd, ".envrc")
         os.rmdir(".envrc", dir_fd=fd)
-        assert not _sealed(made, fd, ".envrc")  # gone: not sealed either
+        assert not _sealed(os.fstat(made), fd, ".envrc")  # gone: not sealed either
     finally:
         _set_immutable(made, False)
         os.close(made)

@@ -33,6 +33,7 @@ from lnk_shared.errors import (
     LinkRefused,
     OutsideCodeRefused,
     RefusedError,
+    SandboxHomeRefused,
     SelfWideningRefused,
     SettingsGrantRefused,
     SocketGrantRefused,
@@ -520,6 +521,15 @@ PURE_RULES = [
     pytest.param({"write": ["/srv/data/out"], "fds": [("/etc", True)]},
                  {"write": ["/srv/data/out"], "fds": [("/etc", False)]},
                  OutsideCodeRefused, "/etc is a system folder", id="with-fd-write-etc"),
+    pytest.param({"read": ["/home"]}, {"read": ["/home/someone"]},
+                 SandboxHomeRefused, "it holds /home, where the sandbox's own home",
+                 id="read-holds-sandbox-homes"),
+    pytest.param({"write": ["/home"]}, {"write": ["/homework"]},
+                 SandboxHomeRefused, "grant folders below /home instead",
+                 id="write-holds-sandbox-homes"),
+    pytest.param({"read": ["/srv/x"], "fds": [("/home", False)]},
+                 {"read": ["/srv/x"], "fds": [("/srv", False)]},
+                 SandboxHomeRefused, "/home", id="with-fd-holds-sandbox-homes"),
 ]  # fmt: skip
 
 
@@ -708,3 +718,16 @@ def test_writes_anything(
         with_fds=tuple(FdGrant(fd, w) for fd, w in fds),
     )
     assert writes_anything(spec) is expected
+
+
+def test_a_grant_holding_the_sandbox_homes_names_the_owners_home_when_it_is_below(
+    box: Box,
+) -> None:
+    """The refusal says what to grant instead: the owner's own home when it is under /home,
+    nothing more when it is elsewhere (root's /root)."""
+    spec = resolved(read=["/home"])
+    for home, hint in (("/home/alice", ", such as your home /home/alice"), ("/root", "")):
+        ctx = dataclasses.replace(box.ctx(), home=home)
+        with pytest.raises(SandboxHomeRefused) as caught:
+            judge(spec, ctx)
+        assert caught.value.why.endswith(f"grant folders below /home instead{hint}")
