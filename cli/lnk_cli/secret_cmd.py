@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.display import shown
-from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.errors import EXIT_OK, UsageError
 from lnk_shared.secret_names import MAX_SECRET_BYTES, check_secret_name, check_secret_value
 
 __all__ = ["read_value", "register"]
@@ -59,13 +59,12 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _api(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request
+    from lnk_shared.api_client import api_request, refused_answer
 
     run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
     status, doc = api_request(run_dir / "controller.sock", method, url, body)
     if status >= 400:
-        detail = doc.get("detail") if isinstance(doc, dict) else None
-        raise StateError(f"the controller refused: {detail if detail else status}")
+        raise refused_answer(status, doc)
     return doc
 
 
