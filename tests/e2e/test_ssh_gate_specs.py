@@ -244,7 +244,8 @@ def test_authorize_again_is_ok_another_line_of_the_key_is_refused_revoke_takes_i
     keys_file = sshd.keys_dir / twice.name
     before = keys_file.read_text()
     same = ("--user", twice.name, "--spec", str(twice.spec), "--folder", str(twice.folder))
-    again = _authorize_cli(running_box, sshd, *same, "--key", f"{twice.key}.pub")
+    run_dir = ("--run-dir", str(running_box.run_dir))  # as sshd.authorize wrote it
+    again = _authorize_cli(running_box, sshd, *same, "--key", f"{twice.key}.pub", *run_dir)
     assert again.returncode == 0, again.stderr  # what automation re-runs: no error
     assert "already authorized" in again.stdout
     assert keys_file.read_text() == before  # nothing added
@@ -255,7 +256,7 @@ def test_authorize_again_is_ok_another_line_of_the_key_is_refused_revoke_takes_i
         running_box,
         sshd,
         *("--user", twice.name, "--spec", str(twice.spec), "--folder", str(other)),
-        *("--key", f"{twice.key}.pub"),
+        *("--key", f"{twice.key}.pub", *run_dir),
     )
     assert elsewhere.returncode == 3  # sshd would take the first line and ignore this one
     assert "already in" in elsewhere.stderr
