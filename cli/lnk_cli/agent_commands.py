@@ -114,9 +114,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(agents, indent=2))
         return EXIT_OK
+    if not agents:
+        print("no agents (lnk agent create NAME --spec S)")
+        return EXIT_OK
+    from lnk_cli.tables import table
+
+    body = []
     for agent in agents:
         state = f"running as uid {agent['host_uid']}" if agent["running"] else "stopped"
-        print(f"{shown(agent['name']):<24} {state:<22} {shown(agent['spec'])}")
+        body.append([shown(agent["name"]), state, shown(agent["spec"])])
+    for line in table(["NAME", "STATE", "SPEC"], body):
+        print(line)
     return EXIT_OK
 
 

@@ -83,6 +83,7 @@ def register(groups: Any) -> None:
 
 
 FOLLOW_INTERVAL_S = 0.5  # how often --follow asks for new lines
+COMMAND_SHOWN = 60  # characters of a command `list` shows (`show ID` shows it whole)
 
 
 def _wire_line(raw: str) -> str:
@@ -176,14 +177,16 @@ def list_lines(rows: list[dict[str, Any]], *, owners: bool) -> list[str]:
     body = []
     for r in rows:
         state = _state(r) + (" (paused)" if r["paused"] else "")
-        if r.get("limit_met"):
-            state += f" ({r['limit_met']})"
         command = r.get("command")
-        shown_command = " ".join(command) if command is not None else "(not yours to see)"
+        text = shown(" ".join(command)) if command is not None else "(not yours to see)"
+        if len(text) > COMMAND_SHOWN:
+            text = text[: COMMAND_SHOWN - 1] + "…"
+        if r.get("limit_met"):  # after the command, whole: the last column is never cut
+            text += f"  ({shown(r['limit_met'])})"
         owner = [_owner_name(r.get("owner_uid"))] if owners else []
         started = str(r.get("created_at") or "")[:19].replace("T", " ")
-        cells = [str(r["id"]), state, str(r["host_uid"]), *owner, started, shown_command]
-        body.append([shown(c) for c in cells])
+        cells = [str(r["id"]), state, str(r["host_uid"]), *owner, started]
+        body.append([*(shown(c) for c in cells), text])
     return table(header, body)
 
 

@@ -108,10 +108,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return EXIT_OK
-    for r in rows:
-        print(f"{shown(r['name'])}  set {shown(r['updated_at'][:16])}")
     if not rows:
         print("no secrets")
+        return EXIT_OK
+    from lnk_cli.tables import table
+
+    for line in table(
+        ["NAME", "SET"], [[shown(r["name"]), shown(r["updated_at"][:16])] for r in rows]
+    ):
+        print(line)
     return EXIT_OK
 
 

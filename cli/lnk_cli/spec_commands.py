@@ -74,10 +74,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return EXIT_OK
-    for r in rows:
-        print(f"{shown(r['hash'][:16])}  {shown(r['approved_at'][:16])}  {shown(r['spec'])}")
     if not rows:
         print("no approved specs")
+        return EXIT_OK
+    from lnk_cli.tables import table
+
+    body = [[shown(r["hash"][:16]), shown(r["approved_at"][:16]), shown(r["spec"])] for r in rows]
+    for line in table(["HASH", "APPROVED", "SPEC"], body):
+        print(line)
     return EXIT_OK
 
 

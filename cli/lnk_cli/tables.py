@@ -1,8 +1,9 @@
 """Plain text tables for people: a header, then columns padded to their widest cell.
 
 Cells are text already made safe to show (`lnk_shared.display.shown`): this module only lays
-them out. The last column is not padded (no trailing spaces), and a cell longer than its
-column's cap is cut with an ellipsis, so one long command does not push every row apart.
+them out. The last column is neither padded (no trailing spaces) nor cut (nothing follows it
+to push apart: a path there stays whole); a cell of another column longer than the cap is cut
+with an ellipsis, so one long value does not push every row apart.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def _cut(cell: str, cap: int) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], cap: int = CELL_CAP) -> list[str]:
     """The lines of a table of `rows` under `header` (every row as long as the header)."""
-    cells = [[_cut(c, cap) for c in row] for row in [header, *rows]]
+    cells = [[*(_cut(c, cap) for c in row[:-1]), *row[-1:]] for row in [header, *rows]]
     if any(len(row) != len(header) for row in cells):
         raise ValueError("every row of a table has one cell per column")
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
