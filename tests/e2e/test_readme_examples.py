@@ -69,8 +69,12 @@ def _env(box: RunningBox) -> dict[str, str]:
     return {**box.owner_env(), "PATH": f"{PREFIX}/venv/bin:/usr/local/bin:/usr/bin:/bin"}
 
 
+SHELL_PROMPT = b"$ "  # bash's default prompt ends so: the shell is reading its terminal
+
+
 def _on_pty(box: RunningBox, argv: list[str], typed: bytes, cwd: Path) -> tuple[int, bytes]:
-    """Run `argv` on a new pty, type `typed` once it started; its status and the screen."""
+    """Run `argv` on a new pty, type `typed` once the shell's prompt shows (typed earlier, the
+    client's switch to raw mode would flush it); its status and the screen."""
     main, secondary = os.openpty()
     proc = subprocess.Popen(
         as_user(box.owner.uid, box.owner.gid, *argv),
@@ -84,8 +88,8 @@ def _on_pty(box: RunningBox, argv: list[str], typed: bytes, cwd: Path) -> tuple[
     os.close(secondary)
     seen = b""
     deadline = time.monotonic() + PTY_WAIT_S
+    typed_yet = False
     try:
-        os.write(main, typed)  # the terminal keeps it until the shell reads
         while time.monotonic() < deadline:
             ready, _, _ = select.select([main], [], [], 0.2)
             if ready:
@@ -96,6 +100,9 @@ def _on_pty(box: RunningBox, argv: list[str], typed: bytes, cwd: Path) -> tuple[
                 if not chunk:
                     break
                 seen += chunk
+                if not typed_yet and SHELL_PROMPT in seen:
+                    os.write(main, typed)
+                    typed_yet = True
             elif proc.poll() is not None:
                 break
         return proc.wait(timeout=PTY_WAIT_S), seen
