@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lnk_cli.exit_statuses import RUN_EPILOG
 from lnk_shared.display import shown
-from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.errors import EXIT_OK, UsageError
 
 __all__ = ["register"]
 
@@ -44,6 +45,7 @@ def register(groups: Any) -> None:
         "start",
         help="run the agent's harness in a sandbox of its spec, as the agent",
         usage="lnk agent start NAME [--yes] [-- PROGRAM [ARGS...]]",
+        epilog=RUN_EPILOG,
     )
     start.add_argument("name")
     start.add_argument("--yes", action="store_true", help="approve a new or changed spec")
@@ -82,13 +84,12 @@ def _agent_name(args: argparse.Namespace) -> str:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request, refusal_text
+    from lnk_shared.api_client import api_request, refused_answer
 
     socket = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
     status, doc = api_request(socket, method, url, body)
     if status >= 400:
-        detail = doc.get("detail") if isinstance(doc, dict) else doc
-        raise StateError(f"the controller refused: {refusal_text(detail)}")
+        raise refused_answer(status, doc)
     return doc
 
 
@@ -113,9 +114,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(agents, indent=2))
         return EXIT_OK
+    if not agents:
+        print("no agents (lnk agent create NAME --spec S)")
+        return EXIT_OK
+    from lnk_cli.tables import table
+
+    body = []
     for agent in agents:
         state = f"running as uid {agent['host_uid']}" if agent["running"] else "stopped"
-        print(f"{shown(agent['name']):<24} {state:<22} {shown(agent['spec'])}")
+        body.append([shown(agent["name"]), state, shown(agent["spec"])])
+    for line in table(["NAME", "STATE", "SPEC"], body):
+        print(line)
     return EXIT_OK
 
 
@@ -133,20 +142,39 @@ def cmd_start(args: argparse.Namespace) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     add_spec_arguments(parser)
     flags = parser.parse_args(["--spec", agents[args.name]["spec"]])
-    program = list(args.program)
-    if "--" in program:  # argparse leaves options after NAME in the remainder: read them here
-        before, program = program[: program.index("--")], program[program.index("--") + 1 :]
-        for option in before:
-            if option != "--yes":
-                raise UsageError(f"lnk agent start: unknown option {option!r} before --")
-            args.yes = True
-    flags.yes = args.yes
+    yes, program = start_words(list(args.program))
+    flags.yes = args.yes or yes
     return run_in_sandbox(flags, program or DEFAULT_PROGRAM, agent=args.name)
 
 
+def start_words(words: list[str]) -> tuple[bool, list[str]]:
+    """(--yes, the program) from what argparse leaves after NAME: options come before `--`
+    or, without one, before the first word that is not an option (`bot1 --yes` approves and
+    runs the default program; it never runs a program named `--yes`)."""
+    cut = words.index("--") if "--" in words else None
+    if cut is None:
+        cut = next((i for i, w in enumerate(words) if not w.startswith("-")), len(words))
+        before, program = words[:cut], words[cut:]
+    else:
+        before, program = words[:cut], words[cut + 1 :]
+    for option in before:
+        if option != "--yes":
+            raise UsageError(
+                f"lnk agent start: unknown option {shown(option)!r} before the program "
+                "(lnk agent start NAME [--yes] [-- PROGRAM [ARGS...]])"
+            )
+    return bool(before), program
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
-    _call("POST", f"/v1/agents/{_agent_name(args)}/stop")
-    print(f"agent {shown(args.name)} stopped")
+    """Stop the agent's sandbox; an agent already stopped is no error (as an ended sandbox's
+    `lnk sandbox stop`): what is asked for holds."""
+    name = _agent_name(args)
+    running = any(a["name"] == args.name and a["running"] for a in _call("GET", "/v1/agents"))
+    _call("POST", f"/v1/agents/{name}/stop")
+    print(
+        f"agent {shown(args.name)} {'stopped' if running else 'was not running: nothing to stop'}"
+    )
     return EXIT_OK
 
 

@@ -6,20 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from lnk_cli.exit_statuses import EPILOG, runs_a_program
 from lnk_cli.quick_run import reported
 from lnk_shared.errors import EXIT_USAGE, UsageError
 
 __all__ = ["build_parser", "run"]
 
 VERSION = "0.1.0"
-
-EPILOG = """\
-exit status:
-  0  ok
-  1  anything else (not approved, the box's state unusable, ...)
-  2  usage error, or a spec that cannot be read (file, line and key named)
-  3  refused by a rule (the rule and the entry named)
-"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,7 +55,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str]) -> int:
-    return reported(lambda: _run(list(argv)))
+    words = list(argv)
+    return reported(lambda: _run(words), runs=runs_a_program(words))
 
 
 def _run(words: list[str]) -> int:

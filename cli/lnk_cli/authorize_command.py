@@ -19,7 +19,7 @@ def register(commands: Any) -> None:
         help="let an SSH key in, its sessions in a sandbox (root); --list, --revoke",
         usage=(
             "lnk box authorize --user U --spec S --folder F --key PUBKEYFILE [--run-dir R]\n"
-            "       lnk box authorize --list [--user U]\n"
+            "       lnk box authorize --list [--user U] [--json]\n"
             "       lnk box authorize --bind --user U\n"
             "       lnk box authorize --revoke FINGERPRINT [--user U]"
         ),
@@ -36,6 +36,7 @@ def register(commands: Any) -> None:
         help="the root-owned folder of key files (sshd's AuthorizedKeysFile %%u)",
     )
     auth.add_argument("--list", action="store_true", help="the keys let in, one a line")
+    auth.add_argument("--json", action="store_true", help="with --list: a JSON list, for scripts")
     auth.add_argument("--revoke", metavar="FINGERPRINT", help="take a key's lines out")
     auth.add_argument(
         "--bind",
@@ -51,6 +52,22 @@ def cmd_authorize(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         raise UsageError("lnk box authorize writes sshd's root-owned key files: run it as root")
     store = KeyStore(Path(args.keys_dir))
+    if args.list and args.json:
+        import json
+
+        rows = [
+            {
+                "user": entry.user,
+                "fingerprint": entry.line.fingerprint,
+                "ours": entry.line.ours,
+                "bound": entry.line.bound,
+                "command": entry.line.command if entry.line.ours else None,
+                "comment": entry.line.comment,
+            }
+            for entry in store.listing(args.user)
+        ]
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
     if args.list:
         for entry in store.listing(args.user):
             line = entry.line
@@ -84,7 +101,8 @@ def cmd_authorize(args: argparse.Namespace) -> int:
     )
     for change in done.changes:
         print(change)
-    print(f"authorized {done.fingerprint} for {args.user} in {done.path}")
+    state = "authorized" if done.added else "already authorized (nothing changed):"
+    print(f"{state} {done.fingerprint} for {args.user} in {done.path}")
     return EXIT_OK
 
 

@@ -51,9 +51,9 @@ def register(groups: Any) -> None:
     box.set_defaults(handler=lambda _a: (box.print_help(sys.stderr), 2)[1])
     commands.add_parser("up", help="start the services").set_defaults(handler=cmd_up)
     commands.add_parser("down", help="stop the services").set_defaults(handler=cmd_down)
-    commands.add_parser("status", help="each service, its socket, its pid").set_defaults(
-        handler=cmd_status
-    )
+    status = commands.add_parser("status", help="each service, its socket, its pid")
+    status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    status.set_defaults(handler=cmd_status)
     commands.add_parser(
         "prune",
         help="prune ended sandboxes' records and wire logs now, as the controller does hourly",
@@ -337,15 +337,14 @@ def cmd_down(_args: argparse.Namespace) -> int:
 
 
 def cmd_prune(_args: argparse.Namespace) -> int:
-    from lnk_shared.api_client import api_request
+    from lnk_shared.api_client import api_request, refused_answer
 
     if os.geteuid() != 0:
         raise StateError("lnk box prune is for root: run it with sudo")
     box = BoxPaths.from_env()
     status, doc = api_request(box.run_dir / "controller.sock", "POST", "/v1/box/prune", {})
     if status >= 400:
-        detail = doc.get("detail") if isinstance(doc, dict) else doc
-        raise StateError(f"the controller refused: {detail}")
+        raise refused_answer(status, doc)
     print(f"pruned {doc['records']} ended record(s) and {doc['logs']} wire log(s)")
     return EXIT_OK
 
@@ -358,18 +357,36 @@ def _denials_status(box: BoxPaths) -> str:
         return "unknown (the controller has not said: is it running?)"
 
 
-def cmd_status(_args: argparse.Namespace) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each service's state; exit 0 only when every one is up. `--json`: `{"up": B, "services":
+    [{"name", "state", "pid", "user", "socket"}], "denials": TEXT}`, the same exit."""
     box = BoxPaths.from_env()
-    up = True
+    services = []
     for service in SERVICES:
         pid = _running_pid(box, service)
         answers = _answers(box, service)
         state = "up" if pid and answers else ("starting or stuck" if pid else "down")
-        up = up and state == "up"
-        print(
-            f"{service.name:<12} {state:<18} pid {pid or '-':<8} "
-            f"user {service.user:<8} {box.run_dir / service.socket}"
+        socket = str(box.run_dir / service.socket)
+        services.append(
+            {
+                "name": service.name,
+                "state": state,
+                "pid": pid,
+                "user": service.user,
+                "socket": socket,
+            }
         )
+    up = all(s["state"] == "up" for s in services)
     said = _denials_status(box)
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps({"up": up, "services": services, "denials": said}, indent=2))
+        return EXIT_OK if up else 1
+    for s in services:
+        print(
+            f"{s['name']:<12} {s['state']:<18} pid {s['pid'] or '-':<8} "
+            f"user {s['user']:<8} {s['socket']}"
+        )
     print(f"{'denials':<12} {shown(said)}")
     return EXIT_OK if up else 1

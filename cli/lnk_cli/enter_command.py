@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from lnk_cli.exit_statuses import RUN_EPILOG
 from lnk_shared.errors import EXIT_OK
 
 # typing.TYPE_CHECKING without importing typing: this module is registered on every
@@ -22,6 +23,7 @@ def register(commands: Any) -> None:
         "enter",
         help="run an SSH session in a sandbox (a key's forced command; see lnk box authorize)",
         usage="lnk sandbox enter --spec S --folder F [--run-dir R] [--account A] [--check]",
+        epilog=RUN_EPILOG,
     )
     enter.add_argument("--spec", required=True, metavar="S", help="the spec file, absolute")
     enter.add_argument(

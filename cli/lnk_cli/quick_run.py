@@ -29,7 +29,14 @@ import sys
 
 from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.display import shown_lines
-from lnk_shared.errors import EXIT_ERROR, LnkError, NotConfirmedError, SpecError, StateError
+from lnk_shared.errors import (
+    EXIT_ERROR,
+    EXIT_RUN_ERROR,
+    LnkError,
+    NotConfirmedError,
+    SpecError,
+    StateError,
+)
 from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
 from lnk_shared.spec_flags import FLAG_NAMES
 from lnk_shared.spec_size import refuse_oversized_spec
@@ -94,11 +101,12 @@ def released_signals() -> _SignalMask:
 
 
 class RemoteError(LnkError):
-    """The controller's refusal, with the exit status it chose."""
+    """The controller's refusal, with the exit statuses it chose (for a run, and otherwise)."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, run_code: int = EXIT_RUN_ERROR) -> None:
         super().__init__(message)
         self.exit_code = code
+        self.run_exit_code = run_code
 
 
 def launch_request(
@@ -167,33 +175,37 @@ def quick_run(words: list[str]) -> int | None:
         return None
     spec, yes, command = parsed
     frames = _Frames(encode_basestring_ascii, make_scanner)
-    return reported(lambda: _launch(frames, launch_request(command, no_flags(), yes=yes), spec))
+    return reported(
+        lambda: _launch(frames, launch_request(command, no_flags(), yes=yes), spec), runs=True
+    )
 
 
-def reported(run: Callable[[], int]) -> int:
+def reported(run: Callable[[], int], *, runs: bool = False) -> int:
     """`run()`'s exit status, or the CLI's for what it raised: an LnkError's message and code,
     "interrupted" on Ctrl-C, and a quiet failure when the reader of stdout went away. Whatever
     else escapes is a bug of lnk's, never the user's to decode from a traceback: it is one line
-    naming it (LNK_DEBUG=1 shows the traceback)."""
+    naming it (LNK_DEBUG=1 shows the traceback). `runs`: the command runs a program, whose own
+    status `run()` returns; lnk's own failures are then 125, 126 or 127 (lnk_shared.errors)."""
+    failed = EXIT_RUN_ERROR if runs else EXIT_ERROR
     try:
         return run()
     except RemoteError as exc:  # the controller showed it (launch_socket), as the C client prints
         print(f"lnk: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return exc.run_exit_code if runs else exc.exit_code
     except LnkError as exc:
         print(f"lnk: {shown_lines(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return exc.run_exit_code if runs else exc.exit_code
     except KeyboardInterrupt:
         print("lnk: interrupted", file=sys.stderr)
-        return EXIT_ERROR
+        return failed
     except BrokenPipeError:
-        return EXIT_ERROR
+        return failed
     except OSError as exc:
         if os.environ.get("LNK_DEBUG") == "1":
             raise
         where = f": {exc.filename}" if exc.filename else ""
         print(f"lnk: {shown_lines(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
-        return EXIT_ERROR
+        return failed
     except Exception as exc:
         if os.environ.get("LNK_DEBUG") == "1":
             raise
@@ -203,7 +215,7 @@ def reported(run: Callable[[], int]) -> int:
             "the command that caused it (LNK_DEBUG=1 shows where)",
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return failed
 
 
 def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
@@ -298,10 +310,14 @@ def _ended(message: dict[str, Any]) -> int:
         status = message.get("status")
         if "message" in message:  # a limit the sandbox met, said as an error's message is
             print(f"lnk: {message['message']}", file=sys.stderr)
-        return status if type(status) is int else 1
+        return status if type(status) is int else EXIT_RUN_ERROR
     if kind == "error":
-        code = message.get("exit")
-        raise RemoteError(str(message.get("message")), code if type(code) is int else 1)
+        code, run_code = message.get("exit"), message.get("run_exit")
+        raise RemoteError(
+            str(message.get("message")),
+            code if type(code) is int else EXIT_ERROR,
+            run_code if type(run_code) is int else EXIT_RUN_ERROR,
+        )
     raise StateError(f"unexpected answer from the controller: {kind!r}")
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from lnk_cli.exit_statuses import RUN_EPILOG
 from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.spec_flags import add_spec_arguments
@@ -35,7 +36,7 @@ def register(groups: Any) -> None:
         "after its start by default (the box's lease_seconds in controller.toml); its "
         "processes are killed and this command exits 137. Extend it from now with "
         "`lnk sandbox lease ID --seconds N` (ID from `lnk sandbox list`; at most the box's "
-        "max_lease_seconds, 7 days by default).",
+        "max_lease_seconds, 7 days by default). " + RUN_EPILOG[0].upper() + RUN_EPILOG[1:],
     )
     add_spec_arguments(run)
     run.add_argument("--yes", action="store_true", help="approve a new or changed spec")
@@ -82,6 +83,7 @@ def register(groups: Any) -> None:
 
 
 FOLLOW_INTERVAL_S = 0.5  # how often --follow asks for new lines
+COMMAND_SHOWN = 60  # characters of a command `list` shows (`show ID` shows it whole)
 
 
 def _wire_line(raw: str) -> str:
@@ -132,14 +134,13 @@ def _sandbox_id(args: argparse.Namespace) -> str:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request, refusal_text
+    from lnk_shared.api_client import api_request, refused_answer
 
     status, doc = api_request(_api_socket(), method, url, body)
     if status == 404:
         raise StateError("no such sandbox (or not yours)")
     if status >= 400:
-        detail = doc.get("detail") if isinstance(doc, dict) else doc
-        raise StateError(f"the controller refused: {refusal_text(detail)}")
+        raise refused_answer(status, doc)
     return doc
 
 
@@ -161,13 +162,43 @@ def cmd_list(args: argparse.Namespace) -> int:
         print()
         return EXIT_OK
     if not rows:
-        print("no sandboxes")
-    for r in rows:
-        paused = " (paused)" if r["paused"] else ""
-        command = shown(" ".join(r.get("command") or []))[:60]
-        met = f"  ({shown(r['limit_met'])})" if r.get("limit_met") else ""
-        print(f"{shown(r['id'])}  {shown(_state(r))}{paused}  uid {r['host_uid']}  {command}{met}")
+        print("no sandboxes" if args.all else "no running sandboxes (--all: ended ones too)")
+        return EXIT_OK
+    for line in list_lines(rows, owners=os.geteuid() == 0):
+        print(line)
     return EXIT_OK
+
+
+def list_lines(rows: list[dict[str, Any]], *, owners: bool) -> list[str]:
+    """`lnk sandbox list` as a table; `owners` (root sees everyone's): an OWNER column."""
+    from lnk_cli.tables import table
+
+    header = ["ID", "STATE", "UID", *(["OWNER"] if owners else []), "STARTED", "COMMAND"]
+    body = []
+    for r in rows:
+        state = _state(r) + (" (paused)" if r["paused"] else "")
+        command = r.get("command")
+        text = shown(" ".join(command)) if command is not None else "(not yours to see)"
+        if len(text) > COMMAND_SHOWN:
+            text = text[: COMMAND_SHOWN - 1] + "…"
+        if r.get("limit_met"):  # after the command, whole: the last column is never cut
+            text += f"  ({shown(r['limit_met'])})"
+        owner = [_owner_name(r.get("owner_uid"))] if owners else []
+        started = str(r.get("created_at") or "")[:19].replace("T", " ")
+        cells = [str(r["id"]), state, str(r["host_uid"]), *owner, started]
+        body.append([*(shown(c) for c in cells), text])
+    return table(header, body)
+
+
+def _owner_name(uid: object) -> str:
+    import pwd
+
+    if type(uid) is not int:
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)  # an account gone since: its number is all there is
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.display import shown
-from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.errors import EXIT_OK, UsageError
 from lnk_shared.secret_names import MAX_SECRET_BYTES, check_secret_name, check_secret_value
 
 __all__ = ["read_value", "register"]
@@ -59,13 +59,12 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _api(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request
+    from lnk_shared.api_client import api_request, refused_answer
 
     run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
     status, doc = api_request(run_dir / "controller.sock", method, url, body)
     if status >= 400:
-        detail = doc.get("detail") if isinstance(doc, dict) else None
-        raise StateError(f"the controller refused: {detail if detail else status}")
+        raise refused_answer(status, doc)
     return doc
 
 
@@ -109,10 +108,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return EXIT_OK
-    for r in rows:
-        print(f"{shown(r['name'])}  set {shown(r['updated_at'][:16])}")
     if not rows:
         print("no secrets")
+        return EXIT_OK
+    from lnk_cli.tables import table
+
+    for line in table(
+        ["NAME", "SET"], [[shown(r["name"]), shown(r["updated_at"][:16])] for r in rows]
+    ):
+        print(line)
     return EXIT_OK
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_shared.display import shown
-from lnk_shared.errors import EXIT_OK, StateError
+from lnk_shared.errors import EXIT_OK
 from lnk_shared.spec_flags import add_spec_arguments
 
 __all__ = ["register"]
@@ -59,12 +59,12 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def _api(method: str, url: str) -> Any:
-    from lnk_shared.api_client import api_request
+    from lnk_shared.api_client import api_request, refused_answer
 
     run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
     status, doc = api_request(run_dir / "controller.sock", method, url)
     if status >= 400:
-        raise StateError(f"the controller refused: {doc}")
+        raise refused_answer(status, doc)
     return doc
 
 
@@ -74,10 +74,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return EXIT_OK
-    for r in rows:
-        print(f"{shown(r['hash'][:16])}  {shown(r['approved_at'][:16])}  {shown(r['spec'])}")
     if not rows:
         print("no approved specs")
+        return EXIT_OK
+    from lnk_cli.tables import table
+
+    body = [[shown(r["hash"][:16]), shown(r["approved_at"][:16]), shown(r["spec"])] for r in rows]
+    for line in table(["HASH", "APPROVED", "SPEC"], body):
+        print(line)
     return EXIT_OK
 
 

@@ -13,10 +13,32 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from lnk_shared.errors import StateError, UsageError
+from lnk_shared.errors import (
+    EXIT_ERROR,
+    EXIT_REFUSED,
+    EXIT_RUN_ERROR,
+    EXIT_RUN_REFUSED,
+    EXIT_USAGE,
+    LnkError,
+    StateError,
+    UsageError,
+)
 from lnk_shared.unix import MAX_FRAME
 
-__all__ = ["UnixHTTPConnection", "api_request", "path_segment", "refusal_text"]
+__all__ = [
+    "USAGE_STATUSES",
+    "ServiceRefusal",
+    "UnixHTTPConnection",
+    "api_request",
+    "path_segment",
+    "refusal_text",
+    "refused_answer",
+]
+
+# The answers that say the caller's own words are wrong (a name the API's model refuses, a
+# number out of range, a body too large): a usage error, exit 2, like argparse's. Every other
+# refusal (not yours, not found, not in that state) is the box's answer about its state: exit 1.
+USAGE_STATUSES = frozenset({400, 413, 422})
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -87,3 +109,23 @@ def refusal_text(detail: Any) -> str:
             parts.append(f"{'.'.join(loc) or 'the request'}: {item.get('msg', 'is not valid')}")
         return "; ".join(parts)
     return str(detail)
+
+
+class ServiceRefusal(LnkError):
+    """A service's own error, said by its API with the exit status it has there (1, 2 or 3)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+        self.run_exit_code = EXIT_RUN_REFUSED if code == EXIT_REFUSED else EXIT_RUN_ERROR
+
+
+def refused_answer(status: int, doc: Any) -> LnkError:
+    """The error for a service's refusal (`status` >= 400, its JSON body `doc`), one line: the
+    status the service's own error has (`"exit"` in the body), else by the HTTP status."""
+    detail = doc.get("detail") if isinstance(doc, dict) else doc
+    said = f"the controller refused: {refusal_text(detail) if detail not in (None, '') else status}"
+    code = doc.get("exit") if isinstance(doc, dict) else None
+    if type(code) is int and code in (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED):
+        return ServiceRefusal(said, code)
+    return UsageError(said) if status in USAGE_STATUSES else StateError(said)

@@ -18,6 +18,14 @@
     ├── NotConfirmedError         exit 1: what a spec opens was not accepted
     └── StateError                exit 1: the box's state (database, run dir) is unusable,
                                           or a service of it (proxy, store bridge) does not answer
+    (SpecError's ProgramNotFoundError and ProgramCannotRunError: the program a run names)
+
+A command that runs a program (`lnk sandbox run`, `lnk sandbox enter`, `lnk agent start`) exits
+with the program's own status, so its own errors use statuses a program is unlikely to use for
+its failures, as `env`, `timeout` and `docker run` do (`run_exit_code`): 125 lnk's own error (a
+usage, spec or config error, the box's state), 126 refused (a rule, a missing capability, not
+approved) or the program cannot be run, 127 the program is not found. Every other command
+exits with `exit_code`.
 
 Services and the CLI raise these; third-party exceptions are translated at the adapter that
 calls the library, and the CLI catches `LnkError` in exactly one place. A spec error's file and
@@ -34,6 +42,9 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "EXIT_RUN_ERROR",
+    "EXIT_RUN_NOT_FOUND",
+    "EXIT_RUN_REFUSED",
     "EXIT_USAGE",
     "CloudLanRefused",
     "CommandRefused",
@@ -44,6 +55,8 @@ __all__ = [
     "NotConfirmedError",
     "OutsideCodeRefused",
     "PortRefused",
+    "ProgramCannotRunError",
+    "ProgramNotFoundError",
     "RefusedError",
     "SelfWideningRefused",
     "ServiceRefused",
@@ -58,12 +71,17 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
+# A run's own statuses (the program's pass through): those of env, timeout and docker run.
+EXIT_RUN_ERROR = 125  # lnk's own error: nothing was run
+EXIT_RUN_REFUSED = 126  # refused, not approved, or the program cannot be run (the shell's)
+EXIT_RUN_NOT_FOUND = 127  # the program is not found (the shell's "command not found")
 
 
 class LnkError(Exception):
     """Base of every error lnk box raises on purpose."""
 
     exit_code = EXIT_ERROR
+    run_exit_code = EXIT_RUN_ERROR  # the status when a command that runs a program fails
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -106,10 +124,23 @@ class SpecError(LnkError):
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
+class ProgramNotFoundError(SpecError):
+    """The program a run names does not exist, or not where the caller can reach it."""
+
+    run_exit_code = EXIT_RUN_NOT_FOUND
+
+
+class ProgramCannotRunError(SpecError):
+    """The program a run names exists but cannot be started (its interpreter is missing)."""
+
+    run_exit_code = EXIT_RUN_REFUSED
+
+
 class RefusedError(LnkError):
     """A rule refuses an entry. `rule` is a stable id; the message names the entry and why."""
 
     exit_code = EXIT_REFUSED
+    run_exit_code = EXIT_RUN_REFUSED
     rule = "refused"
 
     def __init__(self, entry: str, why: str) -> None:
@@ -169,7 +200,7 @@ class LaunchRefused(RefusedError):
 
 
 class NotConfirmedError(LnkError):
-    pass
+    run_exit_code = EXIT_RUN_REFUSED
 
 
 class StateError(LnkError):

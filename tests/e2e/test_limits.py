@@ -266,7 +266,7 @@ def test_an_owner_at_their_sandbox_count_is_refused_and_another_is_not(
             assert all(ids), ids
             users_before = box.user_lines()
             third = _lnk(running_box, box, "sandbox", "run", "--yes", "--", "/bin/true")
-            assert third.returncode == 3, third.stderr
+            assert third.returncode == 126, third.stderr  # refused: a run's status
             assert "the owner's sandbox limit" in third.stderr
             assert "(2)" in third.stderr
             assert box.user_lines() == users_before  # nothing of a third one was made
@@ -379,7 +379,7 @@ def test_a_launch_may_ask_for_less_never_for_more(
             ("--open-files=101", "the open-file limit"),
         ):
             more = _lnk(running_box, box, "sandbox", "run", "--yes", asked, "--", "/bin/true")
-            assert more.returncode == 3, more.stderr
+            assert more.returncode == 126, more.stderr  # refused: a run's status
             assert named in more.stderr and "more than this box allows" in more.stderr
             assert "Traceback" not in more.stderr
             assert box.user_lines() == []  # nothing was made for it

@@ -118,7 +118,7 @@ def _assert_demo(done: subprocess.CompletedProcess[str], box: FreshBox) -> None:
         "refused: write the project",
         "refused: run /usr/bin/id",
         "on the host, out/result.txt: written from inside the sandbox",
-        "exit status: 3",
+        "exit status: 126",  # a run refused (lnk_shared.errors.EXIT_RUN_REFUSED)
     ):
         assert line in out, f"scripts/demo did not print {line!r}:\n{out}"
     assert "LEAKED" not in out

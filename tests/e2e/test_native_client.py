@@ -138,7 +138,7 @@ def test_a_new_spec_without_yes_is_refused_as_python_refuses_it(
         ran = _run(running_box, clients.alone, "sandbox", "run", "--spec", str(spec), "--", "true")
     finally:
         spec.unlink(missing_ok=True)
-    assert ran.returncode == 1
+    assert ran.returncode == 126  # not approved: refused, nothing ran (a run's status)
     assert "project" in ran.stderr  # the question's lines: what it would open
     assert ran.stderr.endswith(
         "lnk: not approved: there is no terminal to ask on; "

@@ -26,7 +26,7 @@ RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
 LNK = str(install_prefix.LNK)
-EXIT_REFUSED = 3
+EXIT_REFUSED = 126  # lnk_shared.errors.EXIT_RUN_REFUSED: a run refused
 RULE = "telegram:bot:getMe,sendMessage"
 PLACEHOLDER = "0:lnk-secret-bot"
 CURL = "curl -sS --max-time 20"

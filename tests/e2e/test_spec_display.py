@@ -32,6 +32,7 @@ LNK = PREFIX / "venv" / "bin" / "lnk"
 LNK_PYTHON = PREFIX / "venv" / "bin" / "python"
 MAX_SPEC_BYTES = 256 * 1024  # lnk_shared.spec_size.MAX_SPEC_BYTES
 EXIT_USAGE = 2
+EXIT_RUN_ERROR = 125  # lnk_shared.errors: lnk's own error in a run
 
 # Each hostile class, as it is in a name, and how it must be shown.
 HOSTILE = "x\x1b[2J\x07\r\n\x7f\x9b31m\u202eevil\u2066\u200b\ufeff\u061cy"
@@ -117,7 +118,7 @@ def test_the_question_on_a_real_pty_shows_every_hostile_class_as_escapes(
     )
     text = seen.decode("utf-8", errors="surrogateescape")
     assert PROMPT.decode() in text, text
-    assert status == 1, text  # declined
+    assert status == 126, text  # declined: not approved is a run's refusal
     assert not marker.exists()
     assert f"{base}/{WRITTEN_SHOWN}" in text, text
     assert text.count(f"{base}/{HOSTILE_SHOWN}") == 2, text  # the link's real path and target
@@ -154,7 +155,7 @@ def test_a_hostile_toml_key_is_named_as_escapes_in_the_error(
     )
     rest = ["--", "/bin/true"] if command[0] == "sandbox" else []
     result = running_box.as_owner(*command, "--spec", str(spec), *rest)
-    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.returncode == (EXIT_RUN_ERROR if rest else EXIT_USAGE), result.stderr
     assert HOSTILE_SHOWN in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     _assert_no_raw(result.stdout + result.stderr)
@@ -171,7 +172,7 @@ def test_a_refusal_quoting_a_hostile_link_target_shows_it_as_escapes(
         f"[folders]\nread = [{toml_string(str(hostile_folders / 'owners-link'))}]\n",
     )
     result = running_box.as_owner("sandbox", "run", "--yes", "--spec", str(spec), "--", "/bin/true")
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 126, result.stderr  # refused: a run's status
     assert "link-owner" in result.stderr
     assert f"{hostile_folders}/{HOSTILE_SHOWN}" in result.stderr, result.stderr
     _assert_no_raw(result.stdout + result.stderr)
@@ -253,7 +254,7 @@ def test_an_oversized_spec_is_refused_by_the_client_before_it_is_sent(
     result = running_box.as_owner(
         "sandbox", "run", "--yes", "--spec", str(spec), "--", "/usr/bin/touch", str(witness)
     )
-    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.returncode == EXIT_RUN_ERROR, result.stderr
     assert f"{spec}: the spec is larger than {MAX_SPEC_BYTES} bytes" in result.stderr
     assert not witness.exists()
     shown = running_box.as_owner("spec", "show", "--spec", str(spec))

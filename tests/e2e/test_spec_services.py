@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.e2e]
 LNK = Path(os.environ.get("LNK_PREFIX", "/opt/lnk")) / "venv" / "bin" / "lnk"
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
+EXIT_RUN_REFUSED = 126  # a run refused (lnk_shared.errors)
 BOT = '[[services]]\nkind = "telegram"\nsecret = "bot"\nallow = ["getMe", "sendMessage"]\n'
 
 
@@ -150,7 +151,7 @@ def test_a_sandbox_whose_rule_names_a_secret_not_kept_is_not_started(
     ran = running_box.run(
         "--service", f"telegram:{name}:getMe", cmd=["/usr/bin/touch", str(marker)]
     )
-    assert ran.returncode == EXIT_REFUSED, ran.stderr
+    assert ran.returncode == EXIT_RUN_REFUSED, ran.stderr
     assert f"refused [launch]: [[services]] secret '{name}'" in ran.stderr
     assert f"lnk secret set {name}" in ran.stderr
     assert not marker.exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -154,7 +155,7 @@ def test_a_spec_that_writes_elsewhere_is_refused(running_box: RunningBox, sshd: 
     authorize(running_box, sshd, writer)
     writer.spec.write_text(spec_text(extra=f'[folders]\nwrite = ["{other}"]\n'))
     result = sshd.ssh(writer, command=f"touch {other}/x {writer.folder}/x")
-    assert result.returncode == 3
+    assert result.returncode == 126  # refused: a session is a run (lnk sandbox enter)
     assert "session-writes" in result.stderr
     assert list(other.iterdir()) == [] and list(writer.folder.iterdir()) == []
 
@@ -166,7 +167,7 @@ def test_a_spec_the_box_user_could_rewrite_is_refused(
     authorize(running_box, sshd, owned)
     os.chown(owned.spec, owned.uid, owned.gid)  # e.g. an admin's slip after the key went in
     result = sshd.ssh(owned, command=f"touch {owned.folder}/x")
-    assert result.returncode == 3
+    assert result.returncode == 126  # refused: a session is a run
     assert "the spec" in result.stderr and "not root" in result.stderr
     assert list(owned.folder.iterdir()) == []
 
@@ -177,7 +178,7 @@ def test_a_box_that_is_down_is_a_clear_refusal(running_box: RunningBox, sshd: Ga
     lost = sshd.add_user(spec_text())
     authorize(running_box, sshd, lost, "--run-dir", str(down))
     result = sshd.ssh(lost, command=f"touch {lost.folder}/x")
-    assert result.returncode == 1
+    assert result.returncode == 125  # lnk's own error in a run
     assert "the box is not running" in result.stderr
     assert list(lost.folder.iterdir()) == []
 
@@ -185,7 +186,7 @@ def test_a_box_that_is_down_is_a_clear_refusal(running_box: RunningBox, sshd: Ga
 def test_an_over_long_command_is_refused(sshd: GateSshd, user: BoxUser) -> None:
     mark = user.folder / f"long-{secrets.token_hex(3)}"
     result = sshd.ssh(user, command=f"touch {mark}; : " + "x" * 70_000)
-    assert result.returncode == 2
+    assert result.returncode == 125  # lnk's own (usage) error in a run
     assert "over the limit" in result.stderr
     assert not mark.exists()
 
@@ -235,20 +236,32 @@ def test_authorize_refuses_a_folder_in_a_protected_place(
     assert (sshd.keys_dir / user.name).read_text() == before
 
 
-def test_authorize_refuses_the_same_key_twice_and_revoke_takes_it_out(
+def test_authorize_again_is_ok_another_line_of_the_key_is_refused_revoke_takes_it_out(
     running_box: RunningBox, sshd: GateSshd
 ) -> None:
     twice = sshd.add_user(spec_text())
     authorize(running_box, sshd, twice)
-    again = _authorize_cli(
+    keys_file = sshd.keys_dir / twice.name
+    before = keys_file.read_text()
+    same = ("--user", twice.name, "--spec", str(twice.spec), "--folder", str(twice.folder))
+    run_dir = ("--run-dir", str(running_box.run_dir))  # as sshd.authorize wrote it
+    again = _authorize_cli(running_box, sshd, *same, "--key", f"{twice.key}.pub", *run_dir)
+    assert again.returncode == 0, again.stderr  # what automation re-runs: no error
+    assert "already authorized" in again.stdout
+    assert keys_file.read_text() == before  # nothing added
+    other = twice.folder.parent / f"{twice.folder.name}-other"
+    other.mkdir()
+    shutil.chown(other, twice.name, twice.name)
+    elsewhere = _authorize_cli(
         running_box,
         sshd,
-        *("--user", twice.name, "--spec", str(twice.spec), "--folder", str(twice.folder)),
-        *("--key", f"{twice.key}.pub"),
+        *("--user", twice.name, "--spec", str(twice.spec), "--folder", str(other)),
+        *("--key", f"{twice.key}.pub", *run_dir),
     )
-    assert again.returncode == 3
-    assert "already in" in again.stderr
-    found = re.search(r"SHA256:[A-Za-z0-9+/]+", again.stderr)
+    assert elsewhere.returncode == 3  # sshd would take the first line and ignore this one
+    assert "already in" in elsewhere.stderr
+    assert keys_file.read_text() == before
+    found = re.search(r"SHA256:[A-Za-z0-9+/]+", elsewhere.stderr)
     assert found is not None
     fingerprint = found.group(0)
     revoked = _authorize_cli(running_box, sshd, "--revoke", fingerprint, "--user", twice.name)

@@ -26,7 +26,7 @@ PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = PREFIX / "venv" / "bin" / "lnk"
 LNK_PYTHON = PREFIX / "venv" / "bin" / "python"
 SANDBOX_USER_PREFIX = "lnk-sbx-"
-EXIT_REFUSED = 3  # lnk_shared.errors: a rule or a missing capability refuses the launch
+EXIT_REFUSED = 126  # lnk_shared.errors.EXIT_RUN_REFUSED: a rule or a missing capability
 LANDLOCK_ABI_NEEDED = 6  # lnk_controller.spawn.MIN_LANDLOCK_ABI: scoping of signals and sockets
 
 

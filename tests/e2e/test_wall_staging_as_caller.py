@@ -172,7 +172,7 @@ def test_a_home_the_caller_cannot_write_gets_nothing_made_in_it(running_box: Run
     finally:
         _remove_user(user)
         shutil.rmtree(home, ignore_errors=True)
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 126, result.stderr  # refused: a run's status
     assert f"{home}/.lnk" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 

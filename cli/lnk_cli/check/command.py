@@ -21,10 +21,13 @@ def register(commands: Any) -> None:
     check = commands.add_parser(
         "check",
         help="probe a sandbox made by this spec from inside, against bait; fail if it leaks",
-        usage="lnk sandbox check [--spec F] [flags] [--json]",
+        usage="lnk sandbox check [--spec F] [flags] [--json | --verbose]",
     )
     add_spec_arguments(check)
     check.add_argument("--json", action="store_true", help="a JSON document for CI")
+    check.add_argument(
+        "--verbose", action="store_true", help="a line for every probe, refused ones too"
+    )
     check.set_defaults(handler=cmd_check)
 
 

@@ -264,7 +264,12 @@ def check(args: argparse.Namespace) -> int:
         )
     else:
         print_human(
-            findings, sys.stdout, spec=spec.source, limits=run.limits, limit_met=run.limit_met
+            findings,
+            sys.stdout,
+            spec=spec.source,
+            limits=run.limits,
+            limit_met=run.limit_met,
+            verbose=bool(getattr(args, "verbose", False)),
         )
     sys.stdout.flush()
     if any(f.verdict == LEAKED for f in findings) or problems:

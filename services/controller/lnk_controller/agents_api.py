@@ -64,8 +64,8 @@ def add_agent_routes(
     @app.post("/v1/agents/{name}/stop")
     def stop(name: str, uid: Caller) -> AgentPublic:
         agent = own(name, uid)
-        if agent.host_uid is None:
-            raise HTTPException(status_code=409, detail=f"agent {name!r} is not running")
+        if agent.host_uid is None:  # stopped already: as stopping an ended sandbox, no error
+            return agent
         for row in store.find(live_only=True):
             if row.host_uid == agent.host_uid and row.owner_uid == uid:
                 clean_sandbox(row.id, store, cfg)

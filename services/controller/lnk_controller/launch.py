@@ -87,7 +87,14 @@ from lnk_shared.discovery import (
     resolve_spec,
     writes_anything,
 )
-from lnk_shared.errors import CommandRefused, LaunchRefused, SpecError, StateError
+from lnk_shared.errors import (
+    CommandRefused,
+    LaunchRefused,
+    ProgramCannotRunError,
+    ProgramNotFoundError,
+    SpecError,
+    StateError,
+)
 from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
 from lnk_shared.opens import describe, describe_changes
 from lnk_shared.paths import SANDBOX_HOMES
@@ -148,7 +155,9 @@ def _find_program(name: str, cwd: str) -> str:
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK, effective_ids=True):
             return candidate
-    raise SpecError(f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH})")
+    raise ProgramNotFoundError(
+        f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH})"
+    )
 
 
 def _interpreter(path: str, box_bin: Path) -> str | None:
@@ -353,7 +362,7 @@ class Launcher:
             try:
                 program = resolve_path(program_path, base="/", home=ctx.home)
             except (OSError, PathNotFound):
-                raise SpecError(
+                raise ProgramNotFoundError(
                     f"{request.argv[0]!r} cannot be run: no such program, or not one you can reach"
                 ) from None
             program = dataclasses.replace(program, written=program_path)
@@ -362,7 +371,7 @@ class Launcher:
                 try:
                     interp = resolve_path(interp_path, base="/", home=ctx.home)
                 except PathNotFound:
-                    raise SpecError(
+                    raise ProgramCannotRunError(
                         f"{request.argv[0]!r} cannot be run: its interpreter {interp_path} "
                         "is missing, or not one you can reach"
                     ) from None

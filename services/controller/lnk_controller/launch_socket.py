@@ -14,8 +14,10 @@ only the arguments of the box's own probe program, which the controller puts in 
                                                        L: the sandbox's limits, as words)
     client -> {"type": "signal", "signal": N}        (any number of times)
     server -> {"type": "exit", "status": N[, "message": M]}
-            |  {"type": "error", "exit": N, "message": M}
-(an exit's message names a limit the sandbox met; the client says it, then exits with N)
+            |  {"type": "error", "exit": N, "run_exit": R, "message": M}
+(an error's N is the status of a command that runs nothing, 1, 2 or 3; R that of a run, 125,
+126 or 127: lnk_shared.errors; an exit's message names a limit the sandbox met; the client says
+it, then exits with N)
 Every "approve?" line and "error" message passes through `lnk_shared.display.shown_lines` on
 its way out: whichever client prints it (the C one prints them as they come), no control, bidi or
 zero-width character from a spec or a path reaches the terminal.
@@ -45,7 +47,7 @@ from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import LaunchRequest, parse_launch_request
 from lnk_controller.spawn import program_pids
 from lnk_shared.display import shown_lines
-from lnk_shared.errors import EXIT_USAGE, LnkError, NotConfirmedError, StateError
+from lnk_shared.errors import LnkError, NotConfirmedError, StateError, UsageError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
 
 __all__ = ["LaunchServer"]
@@ -108,21 +110,28 @@ class LaunchServer:
                 creds = peer_credentials(conn, caller.uid, caller.gid)
                 self._run(conn, creds, request, fds)
             except LnkError as exc:
-                self._reply_error(conn, exc.exit_code, str(exc))
+                self._reply_error(conn, exc, str(exc))
             except (ValueError, EOFError, OSError) as exc:
                 log.info("launch request refused: %s", exc)
-                self._reply_error(conn, EXIT_USAGE, f"bad launch request: {exc}")
+                self._reply_error(conn, UsageError(""), f"bad launch request: {exc}")
             except Exception:
                 log.exception("launch failed")
-                self._reply_error(conn, 1, "the controller failed; see its log")
+                self._reply_error(conn, LnkError(""), "the controller failed; see its log")
             finally:
                 for fd in fds:
                     os.close(fd)
 
     @staticmethod
-    def _reply_error(conn: socket.socket, code: int, message: str) -> None:
+    def _reply_error(conn: socket.socket, error: LnkError, message: str) -> None:
+        """The error frame: its status for a command that runs nothing and for a run."""
+        frame = {
+            "type": "error",
+            "exit": error.exit_code,
+            "run_exit": error.run_exit_code,
+            "message": shown_lines(message),
+        }
         with contextlib.suppress(OSError):
-            send_frame(conn, {"type": "error", "exit": code, "message": shown_lines(message)})
+            send_frame(conn, frame)
 
     def _run(
         self, conn: socket.socket, caller: CallerCredentials, request: Any, fds: list[int]

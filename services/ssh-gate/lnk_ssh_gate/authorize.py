@@ -48,6 +48,7 @@ class Authorized:
     path: Path
     line: str
     changes: list[str]
+    added: bool = True  # False: this very line was already there, and nothing changed
 
 
 def default_lnk() -> str:
@@ -160,7 +161,7 @@ def authorize(
     key = parse_public_key(_read_key(key_file), key_file)
     line = key_line(key, command)
     _check_as_user(entry, command)
-    store.refuse_duplicate(user, key)  # before the user is changed; `add` checks again, locked
+    store.already(user, key, line)  # another line of the key: refused before the user changes
     changes = harden_user(user)
-    path = store.add(user, key, line)
-    return Authorized(key.fingerprint, path, line, changes)
+    path, added = store.add(user, key, line)  # checks again, locked
+    return Authorized(key.fingerprint, path, line, changes, added)

@@ -100,9 +100,11 @@ class KeyStore:
         finally:
             os.close(dir_fd)
 
-    def add(self, user: str, key: PublicKey, line: str) -> Path:
-        """Append `line` for `user`, refusing a key whose fingerprint is already there (sshd
-        would use the first line and silently ignore this one's command)."""
+    def add(self, user: str, key: PublicKey, line: str) -> tuple[Path, bool]:
+        """Append `line` for `user`: (the file, whether it was added). The same line already
+        there is left as it is (authorizing again changes nothing: what automation re-runs);
+        another line of the same key is refused (sshd would use the first line and silently
+        ignore this one's command)."""
         try:
             pwd.getpwnam(user)
         except KeyError:
@@ -110,22 +112,28 @@ class KeyStore:
         self.ensure()
         with self._locked():
             lines = self._read(user)
-            self._refuse_duplicate(user, key, lines)
+            if self._already(user, key, line, lines):
+                return self.path_for(user), False
             self._write(user, [*lines, line])
-        return self.path_for(user)
+        return self.path_for(user), True
 
-    def refuse_duplicate(self, user: str, key: PublicKey) -> None:
-        self._refuse_duplicate(user, key, self._read(user))
+    def already(self, user: str, key: PublicKey, line: str) -> bool:
+        """Whether `line` is already `user`'s; a refusal when another line has the same key."""
+        return self._already(user, key, line, self._read(user))
 
-    def _refuse_duplicate(self, user: str, key: PublicKey, lines: list[str]) -> None:
+    def _already(self, user: str, key: PublicKey, line: str, lines: list[str]) -> bool:
         for old in lines:
             parsed = parse_gate_line(old)
             if parsed is not None and parsed.fingerprint == key.fingerprint:
+                if old == line:
+                    return True
                 raise KeyRefused(
                     f"the key {key.fingerprint}",
-                    f"it is already in {self.path_for(user)}: revoke it first "
+                    f"it is already in {self.path_for(user)} for another spec, folder or "
+                    f"account: revoke it first "
                     f"(lnk box authorize --revoke {key.fingerprint} --user {user})",
                 )
+        return False
 
     def listing(self, user: str | None = None) -> list[ListedLine]:
         if not self.directory.is_dir():

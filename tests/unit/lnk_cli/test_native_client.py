@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lnk_cli.quick_run import no_flags
+from lnk_shared.errors import EXIT_ERROR, EXIT_RUN_ERROR, EXIT_RUN_REFUSED
 from lnk_shared.frames import MAX_FDS, MAX_FRAME
 
 Controller = Any  # conftest.Controller: the fake controller on a real launch socket
@@ -252,7 +253,7 @@ SAME_AS_PYTHON = {
     "exit 3": ([_exit(3)], 3, b""),
     "exit 137": ([_exit(137)], 137, b""),
     "exit -9": ([_exit(-9)], 247, b""),
-    "exit not a number": ([{"type": "exit", "status": "7"}], 1, b""),
+    "exit not a number": ([{"type": "exit", "status": "7"}], EXIT_RUN_ERROR, b""),
     "started then exit": ([{"type": "started", "id": "s1"}, _exit(5)], 5, b""),
     "exit at a limit": (
         [
@@ -268,20 +269,29 @@ SAME_AS_PYTHON = {
         b"lnk: \\ud800 \x00.\n",
     ),
     "error": (
-        [{"type": "error", "exit": 3, "message": "refused [launch]: no Landlock"}],
-        3,
+        [{"type": "error", "exit": 3, "run_exit": 126, "message": "refused [launch]: no Landlock"}],
+        EXIT_RUN_REFUSED,
         b"lnk: refused [launch]: no Landlock\n",
     ),
-    "error without a code": ([{"type": "error", "message": "gone"}], 1, b"lnk: gone\n"),
-    "error, a number for message": ([{"type": "error", "exit": 4, "message": 42}], 4, b"lnk: 42"),
+    "error without a code": (
+        [{"type": "error", "exit": 1, "message": "gone"}],
+        EXIT_RUN_ERROR,
+        b"lnk: gone\n",
+    ),
+    "error, a run's code only": ([{"type": "error", "run_exit": 127, "message": "x"}], 127, b"x"),
+    "error, a number for message": (
+        [{"type": "error", "exit": 1, "run_exit": 4, "message": 42}],
+        4,
+        b"lnk: 42",
+    ),
     "error with escapes": (
-        [{"type": "error", "exit": 4, "message": '🙂 é \ud800x \udcff "q" / \\ \x00.'}],
+        [{"type": "error", "run_exit": 4, "message": '🙂 é \ud800x \udcff "q" / \\ \x00.'}],
         4,
         'lnk: 🙂 é \\ud800x \\udcff "q" / \\ \x00.\n'.encode(),
     ),
     "approve?": (
         [{"type": "approve?", "lines": ["opens:", "  read \udcff", 5, None], "hash": "h"}],
-        1,
+        EXIT_RUN_REFUSED,
         b"opens:\n  read \\udcff\n5\nNone\nlnk: not approved: there is no terminal to ask on",
     ),
     "approved (dry)": (
@@ -289,34 +299,42 @@ SAME_AS_PYTHON = {
         0,
         b"",
     ),
-    "unknown type": ([{"type": "bogus"}], 1, b"unexpected answer from the controller: 'bogus'"),
-    "no type": ([{"status": 0}], 1, b"unexpected answer from the controller: None"),
-    "a type quoting": ([{"type": "it's\n\x85é"}], 1, b'controller: "it\'s\\n\\x85\xc3\xa9"\n'),
+    "unknown type": (
+        [{"type": "bogus"}],
+        EXIT_RUN_ERROR,
+        b"unexpected answer from the controller: 'bogus'",
+    ),
+    "no type": ([{"status": 0}], EXIT_RUN_ERROR, b"unexpected answer from the controller: None"),
+    "a type quoting": (
+        [{"type": "it's\n\x85é"}],
+        EXIT_RUN_ERROR,
+        b'controller: "it\'s\\n\\x85\xc3\xa9"\n',
+    ),
     "a type not a string": (
         [{"type": [1, True, {"a": None}]}],
-        1,
+        EXIT_RUN_ERROR,
         b"controller: [1, True, {'a': None}]\n",
     ),
     "error after started": (
         [{"type": "started", "id": "s"}, {"type": "error", "exit": 2, "message": "m"}],
-        2,
+        EXIT_RUN_ERROR,
         b"lnk: m\n",
     ),
     "EOF at once": (
         [],
-        1,
+        EXIT_RUN_ERROR,
         b"lnk: the controller ended the launch without an answer (the peer closed the "
         b"connection); see its log\n",
     ),
-    "EOF after started": ([{"type": "started", "id": "s"}], 1, b"without an answer"),
+    "EOF after started": ([{"type": "started", "id": "s"}], EXIT_RUN_ERROR, b"without an answer"),
     "open, not a list": (
         [{"type": "open", "paths": "/etc"}],
-        1,
+        EXIT_RUN_ERROR,
         b"lnk: the controller asked to open something that is not a list of paths\n",
     ),
     "open, unreachable": (
         [{"type": "open", "paths": ["/", "/nonexistent/x"]}],
-        1,
+        EXIT_RUN_ERROR,
         b"lnk: cannot open /nonexistent/x: No such file or directory\n",
     ),
 }
@@ -423,7 +441,7 @@ def test_a_bad_frame_is_a_clean_error(
     controller.serve(_answer(controller, body))
     ran = _run([native_client], ["sandbox", "run", "--", "true"], _env(controller))
     controller.check()
-    assert ran.returncode == 1
+    assert ran.returncode == EXIT_RUN_ERROR
     assert ran.stderr.startswith(b"lnk: the controller sent a bad frame (")
     assert why.encode() in ran.stderr
 
@@ -450,7 +468,7 @@ def test_an_oversized_frame_is_refused_without_waiting_for_it(
     finally:
         done.set()
     controller.check()
-    assert ran.returncode == 1
+    assert ran.returncode == EXIT_RUN_ERROR
     assert b"frame of 1048577 bytes is over the limit of 1048576" in ran.stderr
 
 
@@ -461,7 +479,7 @@ def test_a_frame_cut_short_is_the_eof_error(native_client: Path, controller: Con
     controller.serve(script)
     ran = _run([native_client], ["sandbox", "run", "--", "true"], _env(controller))
     controller.check()
-    assert ran.returncode == 1
+    assert ran.returncode == EXIT_RUN_ERROR
     assert b"without an answer (the peer closed the connection)" in ran.stderr
 
 
@@ -480,7 +498,7 @@ def test_too_many_descriptors_are_refused_and_closed(
     controller.serve(script)
     ran = _run([native_client], ["sandbox", "run", "--", "true"], _env(controller))
     controller.check()
-    assert ran.returncode == 1
+    assert ran.returncode == EXIT_RUN_ERROR
     assert b"too many descriptors in one frame" in ran.stderr
 
 
@@ -494,7 +512,7 @@ def test_any_bytes_as_a_frame_end_the_client_cleanly(
     controller.check()
     controller.launches.clear()
     assert ran.returncode >= 0  # not killed: no overflow became a crash or an abort
-    assert ran.returncode == 1 or ran.stderr == b""
+    assert ran.returncode == EXIT_RUN_ERROR or ran.stderr == b""
 
 
 JSON = st.recursive(
@@ -509,7 +527,8 @@ JSON = st.recursive(
 def test_any_json_message_is_printed_as_python_prints_it(
     native_client: Path, controller: Controller, said: object
 ) -> None:
-    controller.serve(_answer(controller, {"type": "error", "exit": 9, "message": said}))
+    frame = {"type": "error", "exit": 1, "run_exit": 9, "message": said}
+    controller.serve(_answer(controller, frame))
     ran = _run([native_client], ["sandbox", "run", "--", "true"], _env(controller))
     controller.check()
     controller.launches.clear()
@@ -692,6 +711,38 @@ def test_without_a_python_beside_it_the_fallback_says_so(
     assert ran.stderr == expected.encode()
 
 
+def test_without_a_python_beside_it_a_run_fails_with_a_runs_status(
+    native_client: Path, tmp_path: Path
+) -> None:
+    alone = tmp_path / "lnk"
+    alone.write_bytes(native_client.read_bytes())
+    alone.chmod(0o755)
+    for words, status in (
+        (["sandbox", "run", "--read", ".", "--", "true"], EXIT_RUN_ERROR),
+        (["agent", "start", "bot1"], EXIT_RUN_ERROR),
+        (["sandbox", "list"], EXIT_ERROR),
+    ):
+        ran = _run([alone], words, {"PATH": "/usr/bin:/bin"})
+        assert ran.returncode == status, (words, ran.stderr)
+        assert ran.stderr.startswith(b"lnk: cannot run the Python CLI (")
+
+
+def test_the_c_clients_statuses_are_the_python_ones() -> None:
+    import re
+
+    from lnk_cli.exit_statuses import RUNS
+    from lnk_shared import errors
+
+    native = Path(__file__).parents[3] / "services/controller/lnk_controller/native"
+    header = (native / "lnk_client.h").read_text()
+    for name in ("EXIT_ERROR", "EXIT_RUN_ERROR", "EXIT_RUN_REFUSED"):
+        found = re.search(rf"#define {name} (\d+)", header)
+        assert found is not None and int(found[1]) == getattr(errors, name), name
+    listed = re.search(r"runs\[\]\[2\] = \{(.*?)\};", (native / "lnk_client.c").read_text())
+    assert listed is not None
+    assert set(re.findall(r'\{"(\w+)", "(\w+)"\}', listed[1])) == set(RUNS)
+
+
 def test_no_launch_socket_is_the_python_message(native_client: Path, tmp_path: Path) -> None:
     env: dict[Word, Word] = {"PATH": "/usr/bin:/bin", "LNK_RUN_DIR": str(tmp_path)}
     if "PYTHONPATH" in os.environ:
@@ -706,7 +757,7 @@ def test_no_launch_socket_is_the_python_message(native_client: Path, tmp_path: P
             "start it with `lnk box up`\n"
         ).encode()
     )
-    assert native.returncode == 1
+    assert native.returncode == EXIT_RUN_ERROR
 
 
 def test_a_spec_file_that_cannot_be_opened_is_the_python_message(
@@ -717,7 +768,7 @@ def test_a_spec_file_that_cannot_be_opened_is_the_python_message(
     native = _run([native_client], words, env, cwd=tmp_path)
     python = _run(_python(), words, env, cwd=tmp_path)
     assert (native.returncode, native.stderr) == (python.returncode, python.stderr)
-    assert native.returncode == 2
+    assert native.returncode == EXIT_RUN_ERROR
     assert (
         native.stderr
         == "lnk: missing é.toml: cannot open the spec file: No such file or directory\n".encode()
@@ -736,7 +787,7 @@ def test_an_oversized_spec_is_refused_by_both_clients_before_anything_is_sent(
     native = _run([native_client], words, env, cwd=tmp_path)
     python = _run(_python(), words, env, cwd=tmp_path)
     assert (native.returncode, native.stderr) == (python.returncode, python.stderr)
-    assert native.returncode == 2
+    assert native.returncode == EXIT_RUN_ERROR
     assert (
         native.stderr
         == (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lnk_shared.api_client import path_segment, refusal_text
-from lnk_shared.errors import UsageError
+from lnk_shared.api_client import path_segment, refusal_text, refused_answer
+from lnk_shared.errors import StateError, UsageError
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,39 @@ def test_an_empty_word_is_refused_naming_what_to_give() -> None:
 )
 def test_a_refusal_is_one_line(detail: object, text: str) -> None:
     assert refusal_text(detail) == text
+
+
+@pytest.mark.parametrize(
+    ("status", "doc", "kind", "said"),
+    [
+        (422, {"detail": [{"loc": ["body", "name"], "msg": "bad"}]}, UsageError, "name: bad"),
+        (422, {"detail": "a lease is at most 604800 seconds"}, UsageError, "at most"),
+        (400, {"detail": "bad request"}, UsageError, "bad request"),
+        (413, {"detail": "too large"}, UsageError, "too large"),
+        (404, {"detail": "you have no agent named 'x'"}, StateError, "no agent named"),
+        (409, {"detail": "agent 'x' is running: stop it first"}, StateError, "stop it first"),
+        (403, {"detail": "only root prunes"}, StateError, "only root"),
+        (500, None, StateError, "refused: 500"),
+        (502, {"detail": ""}, StateError, "refused: 502"),
+        (409, ["not", "a", "dict"], StateError, "not"),
+    ],
+)
+def test_a_refusal_of_the_callers_words_is_a_usage_error_else_the_boxs_state(
+    status: int, doc: object, kind: type, said: str
+) -> None:
+    error = refused_answer(status, doc)
+    assert type(error) is kind
+    assert said in str(error)
+    assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("exit", "status", "in_a_run"),
+    [(1, 1, 125), (2, 2, 125), (3, 3, 126), (7, 1, 125), ("3", 1, 125)],
+)
+def test_the_services_own_status_for_its_error_is_kept(
+    exit: object, status: int, in_a_run: int
+) -> None:
+    error = refused_answer(409, {"detail": "agent name 'bad name!': use ...", "exit": exit})
+    assert (error.exit_code, error.run_exit_code) == (status, in_a_run)
+    assert "bad name!" in str(error)

@@ -48,7 +48,7 @@ def _line(spec: str = "/srv/s.toml") -> tuple[PublicKey, str]:
 def test_a_line_is_written_root_owned_0644_and_listed(root_dir: Path) -> None:
     store = KeyStore(root_dir / "keys")
     key, line = _line()
-    path = store.add(USER, key, line)
+    path, _ = store.add(USER, key, line)
     info = path.stat()
     assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (0, 0, 0o644)
     assert (root_dir / "keys").stat().st_mode & 0o777 == 0o755
@@ -66,6 +66,18 @@ def test_a_fingerprint_already_present_is_refused(root_dir: Path) -> None:
     with pytest.raises(KeyRefused, match="already in"):
         store.add(USER, key, other_line)
     assert (root_dir / "keys" / USER).read_text() == f"{line}\n"
+
+
+def test_the_same_line_again_changes_nothing_and_is_no_refusal(root_dir: Path) -> None:
+    store = KeyStore(root_dir / "keys")
+    key, line = _line()
+    assert store.add(USER, key, line)[1] is True
+    before = (root_dir / "keys" / USER).stat()
+    path, added = store.add(USER, key, line)
+    assert added is False
+    assert path.read_text() == f"{line}\n"  # one line, not two
+    assert path.stat().st_mtime_ns == before.st_mtime_ns  # not even rewritten
+    assert store.already(USER, key, line) is True
 
 
 def test_revoke_takes_the_key_out_and_an_unknown_one_is_an_error(root_dir: Path) -> None:
@@ -114,7 +126,7 @@ def test_tmp_is_not_a_place_for_keys(tmp_path: Path) -> None:
 def test_the_written_file_is_what_ssh_keygen_reads(root_dir: Path) -> None:
     store = KeyStore(root_dir / "keys")
     key, line = _line()
-    path = store.add(USER, key, line)
+    path, _ = store.add(USER, key, line)
     out = subprocess.run(
         ["ssh-keygen", "-lf", str(path)], capture_output=True, text=True, check=True
     ).stdout
@@ -124,7 +136,7 @@ def test_the_written_file_is_what_ssh_keygen_reads(root_dir: Path) -> None:
 def test_bind_rewrites_only_the_users_unbound_lines(root_dir: Path) -> None:
     store = KeyStore(root_dir / "keys")
     key, line = _line()
-    path = store.add(USER, key, line)
+    path, _ = store.add(USER, key, line)
     other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKd6Tgm3MkB7k5cZ6HqxH1b7Yv8KF4Yb0p8JX3C4k4Qn o@p"
     with open(path, "a", encoding="utf-8") as f:
         f.write(f"{other}\n")  # an admin's own line: kept as it is

@@ -99,15 +99,27 @@ static bool plain_run(int count, char **words, struct plain_run *out) {
     return false;
 }
 
+/* lnk_cli.exit_statuses.runs_a_program: the commands that exit with their program's status. */
+static bool runs_a_program(int argc, char **argv) {
+    static const char *const runs[][2] = {{"sandbox", "run"}, {"sandbox", "enter"}, {"agent", "start"}};
+    if (argc < 3)
+        return false;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+        if (strcmp(argv[1], runs[i][0]) == 0 && strcmp(argv[2], runs[i][1]) == 0)
+            return true;
+    return false;
+}
+
 /* Everything but the quick path: the Python CLI beside this program, with the same words. */
 __attribute__((noreturn)) static void run_python_cli(int argc, char **argv) {
+    int failed = runs_a_program(argc, argv) ? EXIT_RUN_ERROR : EXIT_ERROR;
     char python[PATH_MAX + sizeof "/" PYTHON];
     ssize_t n = readlink("/proc/self/exe", python, PATH_MAX); /* realpath: no symlink left */
     if (n < 0 || n >= PATH_MAX) {
         struct text m = message_start();
         text_format(&m, "cannot run the Python CLI (/proc/self/exe): %s",
                     strerror(n < 0 ? errno : ENAMETOOLONG));
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, failed);
     }
     python[n] = '\0';
     char *slash = strrchr(python, '/');
@@ -115,7 +127,7 @@ __attribute__((noreturn)) static void run_python_cli(int argc, char **argv) {
     memcpy(python + folder, "/" PYTHON, sizeof "/" PYTHON); /* fits: room for it is reserved */
     char **args = calloc((size_t)argc + 4, sizeof *args);
     if (args == NULL)
-        fail(EXIT_ERROR, "out of memory");
+        fail(failed, "out of memory");
     args[0] = python;
     args[1] = "-P"; /* no caller's folder on sys.path */
     args[2] = "-c";
@@ -127,7 +139,7 @@ __attribute__((noreturn)) static void run_python_cli(int argc, char **argv) {
     text_str(&m, "cannot run the Python CLI (");
     text_printable_bytes(&m, python, strlen(python));
     text_format(&m, "): %s", strerror(errno));
-    message_exit(&m, EXIT_ERROR);
+    message_exit(&m, failed);
 }
 
 /* --- the request ------------------------------------------------------------------------- */
@@ -162,7 +174,7 @@ static void launch_request(struct text *t, const struct plain_run *run, bool spe
     if (cwd == NULL) {
         struct text m = message_start();
         text_format(&m, "cannot read the current folder: %s", strerror(errno));
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     const char *path = environment("PATH");
     frame_begin(t);
@@ -214,7 +226,7 @@ static void stdio_open(void) {
             struct text m = message_start();
             text_format(&m, "cannot open /dev/null for the closed descriptor %d: %s", fd,
                         null < 0 ? strerror(errno) : "it got another number");
-            message_exit(&m, EXIT_ERROR);
+            message_exit(&m, EXIT_RUN_ERROR);
         }
     }
 }
@@ -235,7 +247,7 @@ static void save_modes(void) {
     for (int fd = 0; fd < STDIO_FDS; fd++)
         modes_saved[fd] = isatty(fd) && tcgetattr(fd, &saved_modes[fd]) == 0;
     if (atexit(restore_modes) != 0)
-        fail(EXIT_ERROR, "cannot arrange for the terminal's modes to be put back");
+        fail(EXIT_RUN_ERROR, "cannot arrange for the terminal's modes to be put back");
 }
 
 /* The spec file, opened as this user and passed, not named: the controller reads what the
@@ -246,7 +258,7 @@ static int open_spec(const char *spec) {
         struct text m = message_start();
         text_printable_bytes(&m, spec, strlen(spec));
         text_format(&m, ": cannot open the spec file: %s", strerror(errno));
-        message_exit(&m, EXIT_USAGE);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     struct stat info; /* spec_size.refuse_oversized_spec: the controller refuses the rest */
     if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > SPEC_MAX_BYTES) {
@@ -257,7 +269,7 @@ static int open_spec(const char *spec) {
         text_format(&m, "this one has %lld or more): a spec is a few lines of TOML, ",
                     (long long)info.st_size);
         text_format(&m, "so this is not one");
-        message_exit(&m, EXIT_USAGE);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     return fd;
 }
@@ -274,7 +286,7 @@ static int connect_launch_socket(void) {
     if (sock < 0) {
         struct text m = message_start();
         text_format(&m, "cannot make a socket: %s", strerror(errno));
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     struct sockaddr_un address;
     memset(&address, 0, sizeof address);
@@ -292,7 +304,7 @@ static int connect_launch_socket(void) {
     text_str(&m, "the box is not running (no launch socket in ");
     text_printable_bytes(&m, run_dir, dir_length);
     text_str(&m, "); start it with `lnk box up`");
-    message_exit(&m, EXIT_ERROR);
+    message_exit(&m, EXIT_RUN_ERROR);
 }
 
 /* quick_run._launch, in its order: the request, the spec file, the socket, then signals held

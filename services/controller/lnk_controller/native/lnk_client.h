@@ -8,9 +8,12 @@
 #define MAX_FRAME (1 << 20) /* a launch request or reply is a few KiB; more is a bug or attack */
 #define MAX_FDS 64          /* stdio, a spec file and the granted folders: far below this */
 #define HEADER_BYTES 4      /* a frame's length, big-endian, before its JSON */
-/* lnk_shared.errors' exit codes */
-#define EXIT_ERROR 1 /* LnkError, StateError, NotConfirmedError */
-#define EXIT_USAGE 2 /* SpecError */
+/* lnk_shared.errors' exit codes. This client's own path is only `lnk sandbox run`, which exits
+   with the program's status: its own failures are a run's (errors.EXIT_RUN_*, as env, timeout
+   and docker run), never 1-3, which a program uses for its own. */
+#define EXIT_ERROR 1         /* errors.EXIT_ERROR: a command that runs no program */
+#define EXIT_RUN_ERROR 125   /* errors.EXIT_RUN_ERROR: LnkError, StateError, SpecError */
+#define EXIT_RUN_REFUSED 126 /* errors.EXIT_RUN_REFUSED: RefusedError, NotConfirmedError */
 
 /* --- text (lnk_client_text.c) ------------------------------------------------------------ */
 

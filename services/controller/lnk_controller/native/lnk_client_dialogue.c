@@ -41,7 +41,7 @@ __attribute__((noreturn)) static void lost(int error) {
     } else {
         text_format(&m, "cannot talk to the controller: %s", strerror(error));
     }
-    message_exit(&m, EXIT_ERROR);
+    message_exit(&m, EXIT_RUN_ERROR);
 }
 
 /* The controller sent what no frame may be: a clean error, never a crash or a hang. */
@@ -50,7 +50,7 @@ __attribute__((noreturn)) static void bad_frame(const char *why) {
     text_str(&m, "the controller sent a bad frame (");
     text_str(&m, why);
     text_str(&m, "); see its log");
-    message_exit(&m, EXIT_ERROR);
+    message_exit(&m, EXIT_RUN_ERROR);
 }
 
 /* Python's str(value): a string as it is, anything else as its repr. */
@@ -89,12 +89,12 @@ static int send_frame(int sock, struct text *t, const int *fds, size_t count) {
     if (length > MAX_FRAME) {
         struct text m = message_start();
         text_format(&m, "frame of %zu bytes is over the limit of %d", length, MAX_FRAME);
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     if (count > MAX_FDS) {
         struct text m = message_start();
         text_format(&m, "%zu descriptors is over the limit of %d", count, MAX_FDS);
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     for (int i = 0; i < HEADER_BYTES; i++)
         t->data[i] = (char)((length >> (8 * (HEADER_BYTES - 1 - i))) & 0xFF);
@@ -198,7 +198,7 @@ static void receive_frame(int sock, struct json_value *out) {
     }
     unsigned char *body = malloc((size_t)length + 1);
     if (body == NULL)
-        fail(EXIT_ERROR, "out of memory");
+        fail(EXIT_RUN_ERROR, "out of memory");
     read_exactly(sock, body, length);
     const char *why = NULL;
     if (json_parse((const char *)body, length, out, &why) != 0)
@@ -221,13 +221,13 @@ static void note_signal(int number) {
     errno = saved;
 }
 
-/* Python's KeyboardInterrupt before the signals are held: `lnk: interrupted`, exit 1. */
+/* Python's KeyboardInterrupt before the signals are held: `lnk: interrupted`, exit 125. */
 static void interrupted(int number) {
     (void)number;
     static const char message[] = "lnk: interrupted\n";
     ssize_t ignored = write(2, message, sizeof message - 1);
     (void)ignored;
-    _exit(EXIT_ERROR);
+    _exit(EXIT_RUN_ERROR);
 }
 
 static void set_handler(int number, void (*handler)(int)) {
@@ -238,7 +238,7 @@ static void set_handler(int number, void (*handler)(int)) {
     if (sigemptyset(&action.sa_mask) != 0 || sigaction(number, &action, NULL) != 0) {
         struct text m = message_start();
         text_format(&m, "cannot set a signal handler: %s", strerror(errno));
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
 }
 
@@ -246,14 +246,14 @@ static void set_handler(int number, void (*handler)(int)) {
 static void mask_forwarded(int how) {
     sigset_t set;
     if (sigemptyset(&set) != 0)
-        fail(EXIT_ERROR, "cannot hold the signals");
+        fail(EXIT_RUN_ERROR, "cannot hold the signals");
     for (size_t i = 0; i < FORWARDED_COUNT; i++)
         if (sigaddset(&set, FORWARDED[i]) != 0)
-            fail(EXIT_ERROR, "cannot hold the signals");
+            fail(EXIT_RUN_ERROR, "cannot hold the signals");
     if (sigprocmask(how, &set, NULL) != 0) {
         struct text m = message_start();
         text_format(&m, "cannot hold the signals: %s", strerror(errno));
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
 }
 
@@ -272,7 +272,7 @@ static void wait_final(int sock, struct json_value *out) {
     if (pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         struct text m = message_start();
         text_format(&m, "cannot make the signal pipe: %s", strerror(errno));
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     signal_pipe = pipe_fds[1];
     for (size_t i = 0; i < FORWARDED_COUNT; i++)
@@ -305,7 +305,7 @@ void signals_start(void) {
     memset(&ignore, 0, sizeof ignore);
     ignore.sa_handler = SIG_IGN;
     if (sigemptyset(&ignore.sa_mask) != 0 || sigaction(SIGPIPE, &ignore, NULL) != 0)
-        fail(EXIT_ERROR, "cannot ignore SIGPIPE");
+        fail(EXIT_RUN_ERROR, "cannot ignore SIGPIPE");
     set_handler(SIGINT, interrupted);
 }
 
@@ -320,12 +320,12 @@ static void open_as_owner(int sock, const struct json_value *paths) {
     for (size_t i = 0; list && i < paths->count; i++)
         list = paths->items[i].kind == JSON_STRING;
     if (!list)
-        fail(EXIT_ERROR, "the controller asked to open something that is not a list of paths");
+        fail(EXIT_RUN_ERROR, "the controller asked to open something that is not a list of paths");
     size_t count = paths->count;
     if (count > MAX_FDS) {
         struct text m = message_start();
         text_format(&m, "%zu descriptors is over the limit of %d", count, MAX_FDS);
-        message_exit(&m, EXIT_ERROR);
+        message_exit(&m, EXIT_RUN_ERROR);
     }
     int fds[MAX_FDS];
     size_t last[MAX_FDS]; /* {path: i for i, path in enumerate(paths)}: a repeat keeps its
@@ -341,7 +341,7 @@ static void open_as_owner(int sock, const struct json_value *paths) {
             text_str(&m, "cannot open ");
             text_printable(&m, path->text, path->length);
             text_format(&m, ": %s", strerror(errno));
-            message_exit(&m, EXIT_ERROR);
+            message_exit(&m, EXIT_RUN_ERROR);
         }
         first[i] = true;
         last[i] = i;
@@ -388,8 +388,8 @@ __attribute__((noreturn)) static void refuse_approval(const struct json_value *l
     mask_forwarded(SIG_UNBLOCK);
     write_all(2, shown.data, shown.length);
     mask_forwarded(SIG_BLOCK);
-    fail(EXIT_ERROR, "not approved: there is no terminal to ask on; "
-                     "read what it opens (lnk spec show) and pass --yes to approve it");
+    fail(EXIT_RUN_REFUSED, "not approved: there is no terminal to ask on; "
+                           "read what it opens (lnk spec show) and pass --yes to approve it");
 }
 
 /* A dry run's answer (`lnk spec approve` sends those; this path never does, but answers it as
@@ -416,23 +416,23 @@ __attribute__((noreturn)) static void ended(const struct json_value *message) {
             struct text m = message_start(), text = {0};
             text_str_of(&text, said);
             text_printable(&m, text.data, text.length);
-            message_exit(&m, usable ? (int)status->integer : EXIT_ERROR);
+            message_exit(&m, usable ? (int)status->integer : EXIT_RUN_ERROR);
         }
-        exit(usable ? (int)status->integer : EXIT_ERROR);
+        exit(usable ? (int)status->integer : EXIT_RUN_ERROR);
     }
     struct text m = message_start();
-    if (json_is(type, "error")) {
-        const struct json_value *code = json_get(message, "exit");
+    if (json_is(type, "error")) { /* the status the controller chose for a run */
+        const struct json_value *code = json_get(message, "run_exit");
         struct text said = {0};
         text_str_of(&said, json_get(message, "message"));
         text_printable(&m, said.data, said.length);
         bool usable = code != NULL && code->kind == JSON_INT && code->integer >= INT_MIN &&
                       code->integer <= INT_MAX;
-        message_exit(&m, usable ? (int)code->integer : EXIT_ERROR);
+        message_exit(&m, usable ? (int)code->integer : EXIT_RUN_ERROR);
     }
     text_str(&m, "unexpected answer from the controller: ");
     text_repr(&m, type);
-    message_exit(&m, EXIT_ERROR);
+    message_exit(&m, EXIT_RUN_ERROR);
 }
 
 void dialogue(int sock) {

@@ -22,7 +22,7 @@ void out_of_memory(void) {
     static const char message[] = "lnk: out of memory\n";
     ssize_t ignored = write(2, message, sizeof message - 1);
     (void)ignored; /* nothing else to tell, and nowhere else to tell it */
-    _exit(1);
+    _exit(EXIT_RUN_ERROR);
 }
 
 void text_bytes(struct text *t, const char *data, size_t length) {

@@ -1,0 +1,150 @@
+"""The README's usage block, run as written: each line that names no placeholder (ID, NAME, ...)
+and offers no alternatives (`|`, `[...]`) is run by the box's real owner, on a real pty (where
+a line has no `--yes`, the question is answered "y"), in a project folder holding what the README
+says it holds (a Makefile, `out/`, `project.toml`, `build.py`), and what it should have done is
+looked for on the host afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import select
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from as_user import as_user
+from on_pty import answer_on_pty
+
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
+RunningBox = Any  # tests/e2e/conftest.py
+PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
+README = Path(__file__).parents[2] / "README.md"
+PTY_WAIT_S = 60.0
+# Lines run elsewhere or not yet: the internet one needs stand-ins for pypi.org and
+# files.pythonhosted.org that serve an index and a wheel (not yet in tests/e2e/net.py).
+NOT_HERE = ("pip download",)
+PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_.]*[A-Z]\b|\b[A-Z]\b")  # ID, NAME, KEY.pub's KEY, S, F
+
+MAKEFILE = "out/hello.txt:\n\techo hello from make > out/hello.txt\n"
+BUILD_PY = "with open('out/built.txt', 'w') as f:\n    f.write('built by python\\n')\n"
+PROJECT_TOML = '[folders]\nread = ["."]\nwrite = ["out"]\n'
+
+
+def usage_lines() -> list[str]:
+    """The README's usage block, one command a line, comments cut."""
+    text = README.read_text()
+    block = text.split("## Usage\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def runnable(line: str) -> bool:
+    return not ("|" in line or "[" in line or "…" in line or PLACEHOLDER.search(line))
+
+
+@pytest.fixture(scope="module")
+def project(running_box: RunningBox) -> Iterator[Path]:
+    owner = running_box.owner
+    folder = owner.home / "src" / f"app-{secrets.token_hex(3)}"
+    (folder / "out").mkdir(parents=True)
+    (folder / "Makefile").write_text(MAKEFILE)
+    (folder / "build.py").write_text(BUILD_PY)
+    (folder / "project.toml").write_text(PROJECT_TOML)
+    subprocess.run(["chown", "-R", f"{owner.uid}:{owner.gid}", str(owner.home / "src")], check=True)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _env(box: RunningBox) -> dict[str, str]:
+    # `lnk` as a box's user finds it: the install's on PATH first.
+    return {**box.owner_env(), "PATH": f"{PREFIX}/venv/bin:/usr/local/bin:/usr/bin:/bin"}
+
+
+SHELL_PROMPT = b"$ "  # bash's default prompt ends so: the shell is reading its terminal
+
+
+def _on_pty(box: RunningBox, argv: list[str], typed: bytes, cwd: Path) -> tuple[int, bytes]:
+    """Run `argv` on a new pty, type `typed` once the shell's prompt shows (typed earlier, the
+    client's switch to raw mode would flush it); its status and the screen."""
+    main, secondary = os.openpty()
+    proc = subprocess.Popen(
+        as_user(box.owner.uid, box.owner.gid, *argv),
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env={**_env(box), "TERM": "dumb"},
+        cwd=str(cwd),
+        start_new_session=True,
+    )
+    os.close(secondary)
+    seen = b""
+    deadline = time.monotonic() + PTY_WAIT_S
+    typed_yet = False
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:  # EIO: every writer of the pty is gone
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+                if not typed_yet and SHELL_PROMPT in seen:
+                    os.write(main, typed)
+                    typed_yet = True
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=PTY_WAIT_S), seen
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_usage_block_has_the_lines_this_test_runs() -> None:
+    lines = [line for line in usage_lines() if runnable(line)]
+    assert any("-- make" in line for line in lines)
+    assert any(line.endswith("-- bash") for line in lines)
+    assert any("python3 build.py" in line for line in lines)
+    assert any("pip download" in line for line in lines)
+    assert "lnk --help" in lines
+
+
+def test_each_line_of_the_usage_block_runs_as_written(
+    running_box: RunningBox, project: Path
+) -> None:
+    box = running_box
+    ran: list[str] = []
+    for line in usage_lines():
+        if not runnable(line) or any(skip in line for skip in NOT_HERE):
+            continue
+        argv = shlex.split(line)
+        assert argv[0] == "lnk", line
+        argv[0] = str(PREFIX / "venv" / "bin" / "lnk")
+        if argv[-1] == "bash":  # the interactive shell: a program that is not a builtin runs
+            status, screen = _on_pty(box, argv, b"/usr/bin/expr 40 + 2\nexit 7\n", project)
+            assert status == 7, screen
+            assert b"\r\n42\r\n" in screen, screen  # expr ran: not refused as under a list
+        else:
+            owner = box.owner
+            command = as_user(owner.uid, owner.gid, *argv)
+            status, screen = answer_on_pty(command, "y", env=_env(box), cwd=project)
+            assert status == 0, (line, screen.decode(errors="replace"))
+        ran.append(line)
+    assert (project / "out" / "hello.txt").read_text() == "hello from make\n"
+    assert (project / "out" / "built.txt").read_text() == "built by python\n"
+    for made in (project / "out").iterdir():  # made by the sandbox, landed as the owner's
+        assert made.stat().st_uid == box.owner.uid
+    assert len(ran) >= 5, ran
