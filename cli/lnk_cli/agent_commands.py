@@ -43,10 +43,17 @@ def register(groups: Any) -> None:
     start = commands.add_parser(
         "start",
         help="run the agent's harness in a sandbox of its spec, as the agent",
-        usage="lnk agent start NAME [--yes] [-- PROGRAM [ARGS...]]",
+        usage="lnk agent start NAME [--yes] [--env NAME[=VALUE]]... [-- PROGRAM [ARGS...]]",
     )
     start.add_argument("name")
     start.add_argument("--yes", action="store_true", help="approve a new or changed spec")
+    start.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="a variable for this start only (never kept: put lasting ones in the spec's [env])",
+    )
     start.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
     start.set_defaults(handler=cmd_start)
 
@@ -134,12 +141,22 @@ def cmd_start(args: argparse.Namespace) -> int:
     add_spec_arguments(parser)
     flags = parser.parse_args(["--spec", agents[args.name]["spec"]])
     program = list(args.program)
+    env = list(args.env)
     if "--" in program:  # argparse leaves options after NAME in the remainder: read them here
         before, program = program[: program.index("--")], program[program.index("--") + 1 :]
-        for option in before:
-            if option != "--yes":
-                raise UsageError(f"lnk agent start: unknown option {option!r} before --")
-            args.yes = True
+        words = iter(before)
+        for option in words:
+            if option == "--yes":
+                args.yes = True
+            elif option.startswith("--env="):
+                env.append(option.removeprefix("--env="))
+            elif option == "--env":
+                env.append(next(words, ""))
+            else:
+                raise UsageError(f"lnk agent start: unknown option {shown(option)} before --")
+    # `--env` holds for this start only, as `lnk sandbox run --env` does: the box keeps no
+    # value of it (an agent that needs a variable at every start has it in its spec's [env]).
+    flags.env = env
     flags.yes = args.yes
     return run_in_sandbox(flags, program or DEFAULT_PROGRAM, agent=args.name)
 

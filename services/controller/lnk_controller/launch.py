@@ -58,6 +58,7 @@ from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_si
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.sandbox_env import compose_environment
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_controller.spawn import (
@@ -129,6 +130,8 @@ class Judged:
     identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
     caller: CallerCredentials | None = None  # whose credentials it was judged with
     limits: Limits | None = None  # the box's, or less where the spec asked ([limits], flags)
+    # [env] and --env (lnk_shared.env_names judged each): never in a repr, a log or the database
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -303,6 +306,7 @@ class Launcher:
             identities,
             caller,
             limits,
+            dict(spec.env),
         )
 
     def _look_up(
@@ -596,19 +600,24 @@ class Launcher:
             agent_env["HOME"] = judged.agent.home  # the agent's folder is its home
         default_cwd = judged.agent.home if judged.agent else home
         cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else default_cwd
-        env = {
-            "PATH": SANDBOX_PATH,
-            "HOME": home,
-            "USER": user.name,
-            "LOGNAME": user.name,
-            "SHELL": "/bin/bash",
-            "TMPDIR": "/tmp",
-            "LNK_SANDBOX_ID": row.id,
-            **request.env,
-            **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
-            **secret_grants.placeholder_env(grants.spec.services),
-            **agent_env,
-        }
+        env = compose_environment(
+            identity={
+                "PATH": SANDBOX_PATH,
+                "HOME": home,
+                "USER": user.name,
+                "LOGNAME": user.name,
+                "SHELL": "/bin/bash",
+                "TMPDIR": "/tmp",
+                "LNK_SANDBOX_ID": row.id,
+            },
+            terminal=request.env,
+            user=judged.env,
+            services={
+                **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
+                **secret_grants.placeholder_env(grants.spec.services),
+                **agent_env,
+            },
+        )
         granted_writes = [b.dest for b in staged.binds if b.write]
         private_writes = ["/tmp", "/dev/shm", home, "/dev"]
         policy = confiner_policy(
