@@ -57,7 +57,7 @@ from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
-from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.remembered import RememberedSpecs, flags_key
 from lnk_controller.sandbox_env import compose_environment
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
@@ -104,7 +104,6 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs on
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
 CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"  # the box's client and the Python it runs, in bin/
-FLAGS_ONLY_KEY = "<flags>"
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 # `lnk sandbox check`: the box's own probe program, run by the box's Python with -I -S (no site,
 # no environment) from its site-packages. The caller chooses only its arguments, never the
@@ -281,7 +280,8 @@ class Launcher:
         )
 
         digest = grants.digest()
-        key = ctx.spec_file if spec.source and ctx.spec_file else FLAGS_ONLY_KEY
+        # Flags alone: remembered by what they open, so two sets alternated ask once each.
+        key = ctx.spec_file if spec.source and ctx.spec_file else flags_key(digest)
         known = self.remembered.lookup(owner_uid, key)
         lines: tuple[str, ...] | None = None
         if known is None:
