@@ -88,9 +88,7 @@ def _flag_lines(box: RunningBox, who: Person) -> list[str]:
     return [line for line in listed.stdout.splitlines() if "<flags>:" in line]
 
 
-def test_two_flag_sets_alternated_ask_once_each(
-    running_box: RunningBox, person: Person
-) -> None:
+def test_two_flag_sets_alternated_ask_once_each(running_box: RunningBox, person: Person) -> None:
     box = running_box
     one, two = _folder(person, "one"), _folder(person, "two")
     for folder in (one, two):
@@ -116,9 +114,7 @@ def test_two_flag_sets_alternated_ask_once_each(
     assert _flag_lines(box, person) == []
 
 
-def test_another_users_flag_approval_is_not_theirs(
-    running_box: RunningBox, person: Person
-) -> None:
+def test_another_users_flag_approval_is_not_theirs(running_box: RunningBox, person: Person) -> None:
     """The owner approves a set; the same flags from another user still ask, and the other
     user's forget cannot touch the owner's approval."""
     box = running_box
