@@ -119,12 +119,18 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_arguments(
-    args: argparse.Namespace, *, cwd: str | None = None, builder: SpecBuilder | None = None
+    args: argparse.Namespace,
+    *,
+    cwd: str | None = None,
+    builder: SpecBuilder | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Spec:
     """Merge `--spec FILE` (if any) with the flags into one validated spec.
 
     A caller that already read the spec file (the controller reads it from a descriptor the
-    owner opened) passes the `builder` holding it and `args.spec` as None.
+    owner opened) passes the `builder` holding it and `args.spec` as None. `environ`: the
+    caller's own environment, where a bare `--env NAME` takes its value (the client passes
+    os.environ); without it (the controller) a bare NAME is an error, never its own value.
     """
     from lnk_shared.display import shown
     from lnk_shared.errors import SpecError
@@ -164,7 +170,12 @@ def spec_from_arguments(
         builder.add_command(text, cwd, origin("--command"))
     for text in args.with_fd:
         builder.add_fd(text, origin("--with-fd"))
-    for text in getattr(args, "env", None) or []:
+    env_texts = list(getattr(args, "env", None) or [])
+    if environ is not None and env_texts:
+        from lnk_shared.env_names import env_flags
+
+        env_texts = env_flags(env_texts, environ)
+    for text in env_texts:
         name, value = text.partition("=")[::2] if "=" in text else (text, None)
         if value is None:  # resolved by the caller's client (env_flags): never from here
             raise SpecError(

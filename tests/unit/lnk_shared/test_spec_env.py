@@ -108,3 +108,8 @@ def test_values_are_not_in_the_specs_repr() -> None:
     with_env = _spec_text(f'[env]\nAPI_KEY = "{KEY}"\n')
     assert KEY not in repr(with_env)
     assert "API_KEY" not in repr(with_env)
+
+
+def test_a_bare_name_takes_the_value_of_the_environment_the_client_gives() -> None:
+    spec = spec_from_arguments(_args("--env", "MINE"), cwd="/", environ={"MINE": KEY})
+    assert spec.env == (("MINE", KEY),)
