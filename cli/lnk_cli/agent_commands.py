@@ -44,11 +44,18 @@ def register(groups: Any) -> None:
     start = commands.add_parser(
         "start",
         help="run the agent's harness in a sandbox of its spec, as the agent",
-        usage="lnk agent start NAME [--yes] [-- PROGRAM [ARGS...]]",
+        usage="lnk agent start NAME [--yes] [--env NAME[=VALUE]]... [-- PROGRAM [ARGS...]]",
         epilog=RUN_EPILOG,
     )
     start.add_argument("name")
     start.add_argument("--yes", action="store_true", help="approve a new or changed spec")
+    start.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="a variable for this start only (never kept: put lasting ones in the spec's [env])",
+    )
     start.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM [ARGS...]")
     start.set_defaults(handler=cmd_start)
 
@@ -142,28 +149,45 @@ def cmd_start(args: argparse.Namespace) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     add_spec_arguments(parser)
     flags = parser.parse_args(["--spec", agents[args.name]["spec"]])
-    yes, program = start_words(list(args.program))
+    yes, env, program = start_options(list(args.program))
+    # `--env` holds for this start only, as `lnk sandbox run --env` does: the box keeps no
+    # value of it (an agent that needs a variable at every start has it in its spec's [env]).
+    flags.env = list(args.env) + env
     flags.yes = args.yes or yes
     return run_in_sandbox(flags, program or DEFAULT_PROGRAM, agent=args.name)
 
 
 def start_words(words: list[str]) -> tuple[bool, list[str]]:
-    """(--yes, the program) from what argparse leaves after NAME: options come before `--`
-    or, without one, before the first word that is not an option (`bot1 --yes` approves and
-    runs the default program; it never runs a program named `--yes`)."""
+    """(--yes, the program) from what argparse leaves after NAME (`start_options`)."""
+    yes, _, program = start_options(words)
+    return yes, program
+
+
+def start_options(words: list[str]) -> tuple[bool, list[str], list[str]]:
+    """(--yes, the --env entries, the program) from what argparse leaves after NAME: options
+    come before `--` or, without one, before the first word that is not an option (`bot1
+    --yes` approves and runs the default program; it never runs a program named `--yes`)."""
     cut = words.index("--") if "--" in words else None
     if cut is None:
         cut = next((i for i, w in enumerate(words) if not w.startswith("-")), len(words))
         before, program = words[:cut], words[cut:]
     else:
         before, program = words[:cut], words[cut + 1 :]
-    for option in before:
-        if option != "--yes":
+    yes, env = False, []
+    options = iter(before)
+    for option in options:
+        if option == "--yes":
+            yes = True
+        elif option.startswith("--env="):
+            env.append(option.removeprefix("--env="))
+        elif option == "--env":
+            env.append(next(options, ""))
+        else:
             raise UsageError(
                 f"lnk agent start: unknown option {shown(option)!r} before the program "
-                "(lnk agent start NAME [--yes] [-- PROGRAM [ARGS...]])"
+                "(lnk agent start NAME [--yes] [--env NAME[=VALUE]]... [-- PROGRAM [ARGS...]])"
             )
-    return bool(before), program
+    return yes, env, program
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

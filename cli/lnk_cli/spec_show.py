@@ -20,7 +20,7 @@ __all__ = ["grants_from_arguments", "show"]
 
 
 def _resolve(args: argparse.Namespace) -> tuple[ResolvedSpec, JudgeContext]:
-    spec = spec_from_arguments(args)
+    spec = spec_from_arguments(args, environ=os.environ)  # `--env NAME`: the caller's value
     ctx = context_for(
         os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source, cloud=DETECT
     )

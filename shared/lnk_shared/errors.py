@@ -14,6 +14,7 @@
     │   ├── LinkRefused               a link not owned by root on the way to a grant
     │   ├── CloudLanRefused           every private range, on a cloud's machine
     │   ├── ServiceRefused            a service call the box never grants (Telegram's setWebhook)
+    │   ├── EnvRefused                a variable that changes what a granted program runs
     │   └── LaunchRefused             a capability the wall needs is missing
     ├── NotConfirmedError         exit 1: what a spec opens was not accepted
     └── StateError                exit 1: the box's state (database, run dir) is unusable,
@@ -49,6 +50,7 @@ __all__ = [
     "CloudLanRefused",
     "CommandRefused",
     "ConfigError",
+    "EnvRefused",
     "LaunchRefused",
     "LinkRefused",
     "LnkError",
@@ -191,6 +193,12 @@ class ServiceRefused(RefusedError):
     """A `[[services]]` entry the box never grants (Telegram's setWebhook, logOut, close)."""
 
     rule = "service"
+
+
+class EnvRefused(RefusedError):
+    """An `[env]` or `--env` name the box never gives a sandbox (`lnk_shared.env_names`)."""
+
+    rule = "environment"
 
 
 class LaunchRefused(RefusedError):

@@ -21,7 +21,14 @@ from lnk_shared.addresses import (
     is_lan_network,
     is_private_lan,
 )
-from lnk_shared.errors import PortRefused, SpecError
+from lnk_shared.env_names import (
+    MAX_ENV_ENTRIES,
+    check_env_entries,
+    env_name_problem,
+    env_value_problem,
+    refusal_reason,
+)
+from lnk_shared.errors import EnvRefused, PortRefused, SpecError
 from lnk_shared.hosts import MAX_PORT, HostPattern, parse_host_pattern
 from lnk_shared.limit_requests import limit_value
 
@@ -121,6 +128,10 @@ class Spec:
     services: tuple[ServiceRule, ...] = ()
     # [[models]]: a model runtime or provider reached through the proxy, its inference only
     models: tuple[ModelRule, ...] = ()
+    # [env] and --env: (name, value), sorted by name. Not a grant (lnk_shared.env_names refuses
+    # every name that would change what a granted program runs), so not in the grants' hash;
+    # the values may be keys: never in repr, so never in a log line or a traceback's locals.
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def has_proxy(self) -> bool:
@@ -179,6 +190,7 @@ class SpecBuilder:
     _limits: dict[str, int] = field(default_factory=dict)
     _services: list[ServiceRule] = field(default_factory=list)
     _models: list[ModelRule] = field(default_factory=list)
+    _env: dict[str, str] = field(default_factory=dict, repr=False)
     _counts: dict[str, int] = field(default_factory=dict)
 
     def _count(self, origin: Origin) -> None:
@@ -290,6 +302,26 @@ class SpecBuilder:
                 )
         self._models.append(rule)
 
+    def add_env(self, name: object, value: object, origin: Origin) -> None:
+        """An `[env]` entry or `--env NAME=VALUE`; a later one of a name replaces it (a flag
+        after the file's). Errors name the variable, never its value (it may be a key)."""
+        if isinstance(name, str) and (why := refusal_reason(name)) is not None:
+            raise EnvRefused(f"--env {name}" if origin.key == "--env" else f"[env] {name}", why)
+        if not isinstance(name, str) or (problem := env_name_problem(name)) is not None:
+            what = problem if isinstance(name, str) else "a name that is not text"
+            raise origin.error(f"{what}: expected a variable's name")
+        if not isinstance(value, str):
+            raise origin.error(f"{name}: expected its value as a string (quote it)")
+        if (problem := env_value_problem(value)) is not None:
+            raise origin.error(f"{name}: {problem}")
+        if name not in self._env and len(self._env) >= MAX_ENV_ENTRIES:
+            raise origin.error(f"more than {MAX_ENV_ENTRIES} variables")
+        self._env[name] = value
+        try:
+            check_env_entries(self._env)
+        except ValueError as exc:
+            raise origin.error(str(exc)) from None
+
     def set_limit(self, key: str, value: object, origin: Origin) -> None:
         """A `[limits]` key or a limit flag; a flag after the file's key replaces it."""
         try:
@@ -344,6 +376,7 @@ class SpecBuilder:
             limits=tuple(sorted(self._limits.items())),
             services=tuple(sorted(self._services)),
             models=self._checked_models(),
+            env=tuple(sorted(self._env.items())),
         )
 
     def _checked_models(self) -> tuple[ModelRule, ...]:

@@ -43,6 +43,8 @@ SECTIONS: dict[str, dict[str, str]] = {
     "store": {"driver": 'a driver name, e.g. "sqlite"'},
     "limits": LIMIT_KEYS,  # less than the box allows (lnk_shared.limit_requests)
 }
+# [env]: any variable's name = its value as a string (lnk_shared.env_names judges each name).
+ENV_SECTION = "env"
 # Sections that are arrays of tables, each table checked by its own module.
 ARRAY_SECTIONS: dict[str, dict[str, str]] = {
     "services": SERVICE_KEYS,  # [[services]] (lnk_shared.spec_services)
@@ -163,9 +165,15 @@ def parse_spec_text(
         if section == "models":
             _add_models(builder, body, where)
             continue
+        if section == ENV_SECTION:
+            _add_env(builder, body, where, locator)
+            continue
         if section not in SECTIONS:
             known = ", ".join(
-                [*(f"[{name}]" for name in SECTIONS), *(f"[[{name}]]" for name in ARRAY_SECTIONS)]
+                [
+                    *(f"[{name}]" for name in (*SECTIONS, ENV_SECTION)),
+                    *(f"[[{name}]]" for name in ARRAY_SECTIONS),
+                ]
             )
             raise where.error(f"unknown section; expected one of {known}")
         if not isinstance(body, dict):
@@ -233,6 +241,18 @@ def _add_models(builder: SpecBuilder, body: object, where: Origin) -> None:
         raise where.error("expected [[models]] tables (an array of tables), not [models]")
     for table in body:
         builder.add_model(parse_model_table(table, where), where)
+
+
+def _add_env(builder: SpecBuilder, body: object, where: Origin, locator: _Locator) -> None:
+    """`[env]`: NAME = "value" lines, plain values only: a spec never reads its caller's
+    environment (only `--env NAME` on the caller's own command line does)."""
+    if not isinstance(body, dict):
+        raise where.error('expected a table of NAME = "value" lines')
+    for name, value in body.items():
+        origin = Origin(where.source, f"env.{name}", locator.line(ENV_SECTION, name))
+        if isinstance(value, list | dict):
+            raise origin.error(f"expected a string value, got {_type_name(value)}")
+        builder.add_env(name, value, origin)
 
 
 def _add_port(builder: SpecBuilder, item: object, origin: Origin, expected: str) -> None:

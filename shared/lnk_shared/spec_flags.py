@@ -13,6 +13,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # the spec model is imported when a spec is built, not to add the flags
     import argparse
+    from collections.abc import Mapping
 
     from lnk_shared.spec import Spec, SpecBuilder
 
@@ -105,6 +106,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         help='[commands] allow: a program name or path, or "*"',
     )
     group.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="[env]: a variable for the program; NAME alone takes yours (never shown or kept)",
+    )
+    group.add_argument(
         "--with-fd",
         action="append",
         default=[],
@@ -119,13 +127,21 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_arguments(
-    args: argparse.Namespace, *, cwd: str | None = None, builder: SpecBuilder | None = None
+    args: argparse.Namespace,
+    *,
+    cwd: str | None = None,
+    builder: SpecBuilder | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Spec:
     """Merge `--spec FILE` (if any) with the flags into one validated spec.
 
     A caller that already read the spec file (the controller reads it from a descriptor the
-    owner opened) passes the `builder` holding it and `args.spec` as None.
+    owner opened) passes the `builder` holding it and `args.spec` as None. `environ`: the
+    caller's own environment, where a bare `--env NAME` takes its value (the client passes
+    os.environ); without it (the controller) a bare NAME is an error, never its own value.
     """
+    from lnk_shared.display import shown
+    from lnk_shared.errors import SpecError
     from lnk_shared.spec import Origin, SpecBuilder
     from lnk_shared.spec_file import load_spec_file
 
@@ -167,6 +183,19 @@ def spec_from_arguments(
         builder.add_command(text, cwd, origin("--command"))
     for text in args.with_fd:
         builder.add_fd(text, origin("--with-fd"))
+    env_texts = list(getattr(args, "env", None) or [])
+    if environ is not None and env_texts:
+        from lnk_shared.env_names import env_flags
+
+        env_texts = env_flags(env_texts, environ)
+    for text in env_texts:
+        name, value = text.partition("=")[::2] if "=" in text else (text, None)
+        if value is None:  # resolved by the caller's client (env_flags): never from here
+            raise SpecError(
+                f"--env {shown(name)} came without a value: the client gives NAME=VALUE",
+                source="command line",
+            )
+        builder.add_env(name, value, origin("--env"))
     for flag, name, _, _ in LIMIT_FLAGS:  # given twice, the last one holds
         for text in getattr(args, name, None) or []:
             builder.set_limit(name, text, origin(flag))
@@ -195,13 +224,22 @@ FLAG_NAMES = (
     "model",
     "command",
     "with_fd",
+    "env",
     *LIMIT_NAMES,
 )
 
 
-def flags_document(args: argparse.Namespace) -> dict[str, object]:
-    """The spec flags as a JSON-able document (what a client sends the controller)."""
-    return {name: getattr(args, name) for name in FLAG_NAMES}
+def flags_document(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """The spec flags as a JSON-able document (what a client sends the controller), each
+    `--env NAME` given the caller's value from `environ` (os.environ by default)."""
+    doc: dict[str, object] = {name: getattr(args, name) for name in FLAG_NAMES}
+    if doc["env"]:
+        from lnk_shared.env_names import env_flags
+
+        doc["env"] = env_flags(list(args.env), os.environ if environ is None else environ)
+    return doc
 
 
 def namespace_from_document(doc: dict[str, object]) -> argparse.Namespace:

@@ -188,9 +188,16 @@ def test_a_sandboxs_command_is_shown_to_its_owner_only(running_box: RunningBox) 
     assert marker not in as_root.stdout
     shown = _as_root(box, "sandbox", "list", "--all")
     assert marker not in shown.stdout and row["id"] in shown.stdout
+    one = _as_root(box, "sandbox", "show", row["id"], "--json")  # root's view of one sandbox
+    assert one.returncode == 0, one.stderr
+    assert json.loads(one.stdout)["command"] is None and marker not in one.stdout
+    theirs_shown = box.as_owner("sandbox", "show", row["id"], "--json")
+    assert marker in json.loads(theirs_shown.stdout)["command"]  # the owner sees their own
     with _people() as names:
         other = _useradd("lnko" + secrets.token_hex(3))
         names.append(other.name)
         theirs = _as(box, other, "sandbox", "list", "--all", "--json")
         assert theirs.returncode == 0, theirs.stderr
         assert marker not in theirs.stdout and row["id"] not in theirs.stdout
+        other_show = _as(box, other, "sandbox", "show", row["id"], "--json")
+        assert other_show.returncode != 0 and marker not in other_show.stdout + other_show.stderr

@@ -46,6 +46,24 @@ def user(running_box: RunningBox, sshd: GateSshd) -> BoxUser:
 # -- the spec, at each session ------------------------------------------------------------------
 
 
+def test_a_sessions_environment_is_the_specs_env_and_never_the_key_holders(
+    running_box: RunningBox, sshd: GateSshd
+) -> None:
+    """Root's spec gives the variable; the key holder's own (sent with SendEnv) does not reach
+    the sandbox, nor replaces the spec's."""
+    holder = sshd.add_user(spec_text(extra='[env]\nGATE_MODE = "from-the-spec"\n'))
+    authorize(running_box, sshd, holder)
+    result = sshd.ssh(
+        holder,
+        "-o",
+        "SendEnv=GATE_MODE LC_GATE_OWN",
+        command='echo "[$GATE_MODE][${LC_GATE_OWN:-unset}]"',
+        env={**os.environ, "GATE_MODE": "from-the-holder", "LC_GATE_OWN": "holder"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[from-the-spec][unset]\n"
+
+
 def test_a_spec_edited_between_sessions_rules_the_next_one(
     running_box: RunningBox, sshd: GateSshd
 ) -> None:

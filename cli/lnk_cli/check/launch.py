@@ -79,7 +79,9 @@ class CheckRun:
     limit_met: str = ""  # the limit it met (its process limit, under the limits probe), if any
 
 
-def _request(args: argparse.Namespace, plan: str, fds: list[int]) -> dict[str, Any]:
+def _request(
+    args: argparse.Namespace, plan: str, fds: list[int], env: dict[str, str] | None = None
+) -> dict[str, Any]:
     request: dict[str, Any] = {
         "type": "launch",
         "check": True,
@@ -87,7 +89,7 @@ def _request(args: argparse.Namespace, plan: str, fds: list[int]) -> dict[str, A
         "cwd": os.getcwd(),
         "path_env": os.environ.get("PATH", ""),
         "flags": flags_document(args),
-        "env": {},
+        "env": dict(env or {}),  # caller_env.py's bait: what the controller must drop
         "terminal": None,
         "yes": False,
         "dry": False,
@@ -210,6 +212,7 @@ def run_probes(
     stdin: int | None = None,
     stderr: int | None = None,
     judged: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> CheckRun:
     """Run the probes in the sandbox the arguments describe; return their output. `during`
     is called with the sandbox's id while it runs (held open by the probes' last steps, which
@@ -217,7 +220,8 @@ def run_probes(
     probe) takes the hold pipe's place: the hold steps then do not wait, and what `during` sees
     is what it saw while the probes ran. `stderr`, when given, replaces the stderr pipe (the
     caller reads what went to it). `judged`, when given, is called once the controller has judged
-    the request and before it binds anything (its "open" frame): `swap_race.py` swaps there."""
+    the request and before it binds anything (its "open" frame): `swap_race.py` swaps there.
+    `env`: the request's terminal variables (`caller_env.py` sends its bait there)."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -235,7 +239,7 @@ def run_probes(
     fds.append(err_w)
     sock: socket.socket | None = None
     try:
-        request = _request(args, plan, fds)
+        request = _request(args, plan, fds, env)
         sock = _connect()
         send_frame(sock, request, fds)
         for fd in fds:

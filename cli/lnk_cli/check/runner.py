@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk_cli.check.bait import Bait, home_of
+from lnk_cli.check.caller_env import CallerEnvBait, caller_env_probes, in_environment
 from lnk_cli.check.caller_side import AppendBait, caller_probes, gather
 from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
 from lnk_cli.check.login_path import login_path_findings
@@ -220,6 +221,7 @@ def check(args: argparse.Namespace) -> int:
             probes += wall_probes(grants, nonce + secrets.token_hex(2))
             probes += service_probes(grants)
             probes += model_probes(grants)
+            probes += caller_env_probes(env_bait := CallerEnvBait.make())
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:
@@ -229,14 +231,16 @@ def check(args: argparse.Namespace) -> int:
             granted = [p.real for p in (*spec.read, *spec.write)]
             granted += [f.path.real for f in spec.with_fds]
             run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
-            run = run_probes(
-                args,
-                plan,
-                interrupts,
-                lambda sid: looked.update(look(run_dir, sid, granted)),
-                stdin=caller.terminal_fd,
-                stderr=log.fd,
-            )
+            with in_environment(env_bait):
+                run = run_probes(
+                    args,
+                    plan,
+                    interrupts,
+                    lambda sid: looked.update(look(run_dir, sid, granted)),
+                    stdin=caller.terminal_fd,
+                    stderr=log.fd,
+                    env=env_bait.request_env(),
+                )
             run.stderr = bytearray(log.written(MAX_OUTPUT))
             interrupts.check()  # the sandbox has ended: now the check ends too
             untrusted_results = _results(run)

@@ -1,5 +1,5 @@
 """The controller's management API (FastAPI on a unix socket): list, show, stop, pause, resume
-sandboxes, extend leases, list and forget remembered specs.
+sandboxes, extend leases; remembered specs in `specs_api`.
 
 Who calls is the kernel's answer (SO_PEERCRED, put into the request by `PeerCredProtocol`);
 nothing the caller sends can change it, and it is checked to be the account its uid's records
@@ -197,15 +197,7 @@ def make_app(
         )
         return {"records": done.records, "logs": done.logs}
 
-    @app.get("/v1/specs")
-    def specs(uid: Caller) -> list[dict[str, Any]]:
-        return [
-            {"spec": r.spec_key, "hash": r.grants_hash, "approved_at": r.approved_at.isoformat()}
-            for r in remembered.list_for(uid)
-        ]
+    from lnk_controller.specs_api import add_spec_routes
 
-    @app.delete("/v1/specs")
-    def forget(spec: str, uid: Caller) -> dict[str, bool]:
-        return {"forgotten": remembered.forget(uid, spec)}
-
+    add_spec_routes(app, remembered)
     return app

@@ -61,6 +61,10 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
         "grants are bound by path, following links, without comparing them with what was judged",
         None,
     ),
+    "unsafe_caller_env_unfiltered": (
+        "every variable a client sends reaches the sandbox, not only TERM, LANG and LC_*",
+        None,
+    ),
     "unsafe_loader_maps_anything": (
         "the ELF loader may map any program under /usr or in a read grant holding a granted one",
         None,
@@ -125,6 +129,7 @@ class ControllerConfig(BaseModel):
     # Each sandbox's limits and each owner's (`[limits]`, lnk_controller.limits.BoxLimits).
     limits: BoxLimits = Field(default_factory=BoxLimits)
     unsafe_loader_maps_anything: bool = False
+    unsafe_caller_env_unfiltered: bool = False
     # Landlock logs denials only while audit is on: where the host left it off, the controller
     # turns it on (and only that: no rule, no daemon) so each run can say what it was denied
     # (lnk_controller.denials). False keeps the host's setting: runs then say nothing.

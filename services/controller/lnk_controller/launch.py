@@ -57,7 +57,8 @@ from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
-from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.remembered import RememberedSpecs, flags_key
+from lnk_controller.sandbox_env import compose_environment
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_controller.spawn import (
@@ -112,7 +113,6 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs on
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
 CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"  # the box's client and the Python it runs, in bin/
-FLAGS_ONLY_KEY = "<flags>"
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 # `lnk sandbox check`: the box's own probe program, run by the box's Python with -I -S (no site,
 # no environment) from its site-packages. The caller chooses only its arguments, never the
@@ -138,6 +138,8 @@ class Judged:
     identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
     caller: CallerCredentials | None = None  # whose credentials it was judged with
     limits: Limits | None = None  # the box's, or less where the spec asked ([limits], flags)
+    # [env] and --env (lnk_shared.env_names judged each): never in a repr, a log or the database
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -304,7 +306,8 @@ class Launcher:
         )
 
         digest = grants.digest()
-        key = ctx.spec_file if spec.source and ctx.spec_file else FLAGS_ONLY_KEY
+        # Flags alone: remembered by what they open, so two sets alternated ask once each.
+        key = ctx.spec_file if spec.source and ctx.spec_file else flags_key(digest)
         known = self.remembered.lookup(owner_uid, key)
         lines: tuple[str, ...] | None = None
         if known is None:
@@ -329,6 +332,7 @@ class Launcher:
             identities,
             caller,
             limits,
+            dict(spec.env),
         )
 
     def _look_up(
@@ -623,20 +627,29 @@ class Launcher:
             agent_env["HOME"] = judged.agent.home  # the agent's folder is its home
         default_cwd = judged.agent.home if judged.agent else home
         cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else default_cwd
-        env = {
-            "PATH": SANDBOX_PATH,
-            "HOME": home,
-            "USER": user.name,
-            "LOGNAME": user.name,
-            "SHELL": "/bin/bash",
-            "TMPDIR": "/tmp",
-            "LNK_SANDBOX_ID": row.id,
-            **request.env,
-            **(proxy_link.proxy_env(proxy_link.relay_port(_inside_ports(grants))) if relay else {}),
-            **secret_grants.placeholder_env(grants.spec.services),
-            **{m.env: base_url_value(m) for m in grants.spec.models},  # the box's, not the caller's
-            **agent_env,
-        }
+        env = compose_environment(
+            identity={
+                "PATH": SANDBOX_PATH,
+                "HOME": home,
+                "USER": user.name,
+                "LOGNAME": user.name,
+                "SHELL": "/bin/bash",
+                "TMPDIR": "/tmp",
+                "LNK_SANDBOX_ID": row.id,
+            },
+            terminal=request.env,
+            user=judged.env,
+            services={
+                **(
+                    proxy_link.proxy_env(proxy_link.relay_port(_inside_ports(grants)))
+                    if relay
+                    else {}
+                ),
+                **secret_grants.placeholder_env(grants.spec.services),
+                **{m.env: base_url_value(m) for m in grants.spec.models},  # the box's
+                **agent_env,
+            },
+        )
         granted_writes = [b.dest for b in staged.binds if b.write]
         private_writes = ["/tmp", "/dev/shm", home, "/dev"]
         policy = confiner_policy(

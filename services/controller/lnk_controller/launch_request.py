@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lnk_shared.env_names import MAX_ENV_VALUE_BYTES, env_name_problem
 from lnk_shared.spec_flags import namespace_from_document
 
 __all__ = ["ENV_ALLOWED", "LaunchRequest", "TerminalSize", "parse_launch_request"]
@@ -84,8 +85,15 @@ def _agent(value: Any, dry_or_check: bool) -> str | None:
     return value
 
 
-def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequest:
-    """Check every field of a launch request; raise ValueError naming the first bad one."""
+def parse_launch_request(
+    untrusted: dict[str, Any], fd_count: int, *, unsafe_env_unfiltered: bool = False
+) -> LaunchRequest:
+    """Check every field of a launch request; raise ValueError naming the first bad one.
+
+    `env` is the caller's terminal and locale only: any other name a client sends is dropped
+    (a user's own variables come as `[env]` and `--env`, judged in the spec).
+    `unsafe_env_unfiltered` (controller.toml's `unsafe_caller_env_unfiltered`, a test switch)
+    keeps every well-formed name, so `lnk sandbox check` can be seen to report the leak."""
     unknown = set(untrusted) - _FIELDS
     if unknown:
         raise ValueError(f"unknown fields: {sorted(unknown)}")
@@ -112,6 +120,9 @@ def parse_launch_request(untrusted: dict[str, Any], fd_count: int) -> LaunchRequ
         raise ValueError("env must be an object")
     env: dict[str, str] = {}
     for key, value in env_doc.items():
+        if unsafe_env_unfiltered and env_name_problem(str(key)) is None:
+            env[str(key)] = _str(value, "an env value", MAX_ENV_VALUE_BYTES)
+            continue
         if not ENV_ALLOWED.fullmatch(str(key)):
             continue  # only terminal and locale names pass; the rest never reach a sandbox
         text = _str(value, f"env {key}", MAX_ENV_VALUE)

@@ -106,7 +106,9 @@ class LaunchServer:
                 untrusted, fds = recv_frame(conn, want_fds=True)
                 if untrusted.get("type") != "launch":
                     raise ValueError("expected a launch request")
-                request = parse_launch_request(untrusted, len(fds))
+                request = parse_launch_request(
+                    untrusted, len(fds), unsafe_env_unfiltered=cfg.unsafe_caller_env_unfiltered
+                )
                 creds = peer_credentials(conn, caller.uid, caller.gid)
                 self._run(conn, creds, request, fds)
             except LnkError as exc:

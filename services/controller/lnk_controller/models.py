@@ -79,8 +79,9 @@ class Base(DeclarativeBase):
 class RememberedSpec(Base):
     """A spec whose grants its owner approved, so an unchanged spec runs without asking again.
 
-    `spec_key` is the spec file's absolute path, or a pseudo key such as "<flags>" for a spec
-    given only by flags. `grants_json` is the canonical grants document that was approved, so a
+    `spec_key` is the spec file's absolute path, or for a spec given only by flags `<flags>:`
+    and its grants' hash (migration 0009), one row per set of flags approved.
+    `grants_json` is the canonical grants document that was approved, so a
     changed spec can show what changed; `grants_hash` is its 64-hex-digit hash.
     """
 

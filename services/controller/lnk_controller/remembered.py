@@ -1,9 +1,12 @@
 """Remembered specs: the grants each owner approved, so an unchanged spec runs without asking.
 
-A spec is remembered per owner (a uid) and spec key (the spec file's absolute path, or a pseudo
-key such as "<flags>"). The caller decides whether a spec changed by comparing `grants_hash`;
-`grants_json` keeps the approved document so a changed spec can show what changed. Every query
-is filtered by `owner_uid`: one owner can never read, replace or forget another's entry.
+A spec is remembered per owner (a uid) and spec key: the spec file's absolute path, or for a spec
+given by flags alone, `<flags>:` and the hash of what it grants (`flags_key`), so each set of
+flags a user approved is remembered by what it opens, several at once (at most
+MAX_FLAG_APPROVALS, the oldest forgotten first). The caller decides whether a spec file changed by
+comparing `grants_hash`; `grants_json` keeps the approved document so a changed spec can show
+what changed. Every query is filtered by `owner_uid`: one owner can never read, replace or forget
+another's entry.
 
 Security limitations: this stores what the caller says was approved. It does NOT check that
 `grants_hash` is the hash of `grants_json`, nor that `owner_uid` is the caller's real uid: the
@@ -18,18 +21,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, bindparam, delete, select
+from sqlalchemy import Delete, Engine, bindparam, delete, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from lnk_controller.db import begin_write, database_errors, database_path
 from lnk_controller.models import RememberedSpec
 
 __all__ = [
+    "FLAGS_KEY",
+    "MAX_FLAG_APPROVALS",
     "MAX_GRANTS_JSON_CHARS",
     "MAX_SPEC_KEY_CHARS",
     "MAX_UID",
     "Remembered",
     "RememberedSpecs",
+    "flags_key",
+    "is_flags_key",
 ]
 
 # PATH_MAX on Linux: a longer key cannot be a real spec path.
@@ -39,7 +46,26 @@ MAX_GRANTS_JSON_CHARS = 1_048_576
 # uid_t is 32 bits and (uid_t)-1 means "no user".
 MAX_UID = 2**32 - 2
 
+# A user alternates a handful of flag sets (a build, a test, a download): 32 remembers them all
+# and keeps each owner's rows, and `lnk spec list`, short. Past it the oldest asks again.
+MAX_FLAG_APPROVALS = 32
+FLAGS_KEY = "<flags>"  # `lnk spec forget <flags>`: every flag-only approval; keys start with it
+MIN_HASH_PREFIX = 8  # hex digits that name one flag-only approval (`<flags>:1a2b3c4d`)
+
 _GRANTS_HASH = re.compile(r"[0-9a-f]{64}")
+_HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},64}}")
+
+
+def flags_key(grants_hash: str) -> str:
+    """The key of a spec given by flags alone: what it opens, so another set is another key."""
+    _check_grants_hash(grants_hash)
+    return f"{FLAGS_KEY}:{grants_hash}"
+
+
+def is_flags_key(spec_key: str) -> bool:
+    """`<flags>` (an approval from before several were kept) or `<flags>:...`."""
+    return spec_key == FLAGS_KEY or spec_key.startswith(f"{FLAGS_KEY}:")
+
 
 _COLUMNS = (
     RememberedSpec.owner_uid,
@@ -117,6 +143,8 @@ class RememberedSpecs:
         ).returning(*_COLUMNS)
         with database_errors(self._path, "write"), begin_write(self._engine) as conn:
             row = conn.execute(upsert).one()
+            if is_flags_key(spec_key):
+                conn.execute(_evict_flags(owner_uid))
         return Remembered(*row)
 
     def forget(self, owner_uid: int, spec_key: str) -> bool:
@@ -129,6 +157,28 @@ class RememberedSpecs:
         with database_errors(self._path, "write"), begin_write(self._engine) as conn:
             deleted = conn.execute(statement).rowcount
         return deleted > 0
+
+    def forget_flags(self, owner_uid: int, which: str) -> int:
+        """Forget flag-only approvals: `<flags>` every one, `<flags>:PREFIX` (MIN_HASH_PREFIX to
+        64 hex digits of its hash, as `lnk spec list` shows it) the one it names; how many.
+        ValueError for another form, or a prefix that names more than one."""
+        _check_owner_uid(owner_uid)
+        mine = RememberedSpec.owner_uid == owner_uid
+        if which == FLAGS_KEY:
+            rows = mine & _FLAGS_ROWS
+        else:
+            prefix = which.removeprefix(f"{FLAGS_KEY}:")
+            if prefix == which or not _HASH_PREFIX.fullmatch(prefix):
+                raise ValueError(
+                    f"{FLAGS_KEY}:HASH takes {MIN_HASH_PREFIX} to 64 lowercase hex digits of an "
+                    "approval's hash, as `lnk spec list` shows it"
+                )
+            rows = mine & RememberedSpec.spec_key.startswith(f"{FLAGS_KEY}:{prefix}")
+        with database_errors(self._path, "write"), begin_write(self._engine) as conn:
+            found = conn.execute(select(RememberedSpec.id).where(rows)).all()
+            if len(found) > 1 and which != FLAGS_KEY:
+                raise ValueError(f"{which} names {len(found)} approvals: give more of its hash")
+            return int(conn.execute(delete(RememberedSpec).where(rows)).rowcount)
 
     def forget_all(self, owner_uid: int) -> int:
         """Forget every spec of this owner (its account is gone); how many there were."""
@@ -148,6 +198,24 @@ class RememberedSpecs:
         with database_errors(self._path, "read"), self._engine.begin() as conn:
             rows = conn.execute(query).all()
         return [Remembered(*row) for row in rows]
+
+
+_FLAGS_ROWS = (RememberedSpec.spec_key == FLAGS_KEY) | RememberedSpec.spec_key.startswith(
+    f"{FLAGS_KEY}:"
+)
+
+
+def _evict_flags(owner_uid: int) -> Delete:
+    """Delete this owner's flag-only approvals past the newest MAX_FLAG_APPROVALS."""
+    kept = (
+        select(RememberedSpec.id)
+        .where(RememberedSpec.owner_uid == owner_uid, _FLAGS_ROWS)
+        .order_by(RememberedSpec.approved_at.desc(), RememberedSpec.id.desc())
+        .limit(MAX_FLAG_APPROVALS)
+    )
+    return delete(RememberedSpec).where(
+        RememberedSpec.owner_uid == owner_uid, _FLAGS_ROWS, RememberedSpec.id.not_in(kept)
+    )
 
 
 def _check_owner_uid(owner_uid: int) -> None:

@@ -391,3 +391,49 @@ def test_an_unwritable_directory_is_a_state_error(unwritable_dir: Path) -> None:
         message = done.stdout.strip()
     _assert_readable(message, path)
     assert "writable" in message
+
+
+def _remember_row(engine: Engine, owner: int, key: str, digest: str, at: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO remembered_specs (owner_uid, spec_key, grants_hash, grants_json, "
+                "approved_at) VALUES (:o, :k, :h, '{}', :t)"
+            ),
+            {"o": owner, "k": key, "h": digest, "t": at},
+        )
+
+
+def _keys(engine: Engine) -> set[tuple[int, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT owner_uid, spec_key FROM remembered_specs"))
+        return {(int(r[0]), str(r[1])) for r in rows}
+
+
+def test_migration_0009_keys_the_one_flag_approval_by_its_hash_and_back(engine: Engine) -> None:
+    """What an owner approved by flags before several were kept stays approved after the
+    upgrade; the downgrade keeps each owner's newest as the one `<flags>` row."""
+    first, second, third = "a" * 64, "b" * 64, "c" * 64
+    db.downgrade(engine, "0008")
+    _remember_row(engine, 1000, "<flags>", first, "2026-12-01 10:00:00")
+    _remember_row(engine, 1001, "<flags>", second, "2026-12-01 10:00:00")
+    _remember_row(engine, 1000, "/home/ada/spec.toml", third, "2026-12-01 10:00:00")
+    db.upgrade(engine, "0009")
+    assert _keys(engine) == {
+        (1000, f"<flags>:{first}"),
+        (1001, f"<flags>:{second}"),
+        (1000, "/home/ada/spec.toml"),
+    }
+    _remember_row(engine, 1000, f"<flags>:{third}", third, "2026-12-01 11:00:00")  # newer
+    db.downgrade(engine, "0008")
+    assert _keys(engine) == {(1000, "<flags>"), (1001, "<flags>"), (1000, "/home/ada/spec.toml")}
+    with engine.connect() as conn:
+        kept = conn.execute(
+            text(
+                "SELECT grants_hash FROM remembered_specs "
+                "WHERE owner_uid = 1000 AND spec_key = '<flags>'"
+            )
+        ).scalar()
+    assert kept == third
+    db.upgrade(engine, "head")
+    assert _alembic_versions(engine) == [HEAD]

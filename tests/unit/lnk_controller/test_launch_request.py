@@ -271,3 +271,20 @@ def test_a_check_request_is_marked_and_is_never_also_dry() -> None:
         parse_launch_request(both, FD_COUNT)
     with pytest.raises(ValueError, match="check"):
         parse_launch_request(hostile(("check",), "yes"), FD_COUNT)
+
+
+def test_the_unsafe_switch_keeps_every_well_formed_name_and_only_then() -> None:
+    """controller.toml's unsafe_caller_env_unfiltered, for `lnk sandbox check` to report."""
+    sent = {"LNK_CHECK_CALLER_AB": "bait", "LANG": "C", "bad name": "x"}
+    assert parse_launch_request(hostile(("env",), sent), FD_COUNT).env == {"LANG": "C"}
+    request = parse_launch_request(hostile(("env",), sent), FD_COUNT, unsafe_env_unfiltered=True)
+    assert request.env == {"LNK_CHECK_CALLER_AB": "bait", "LANG": "C"}
+
+
+def test_env_flags_travel_as_a_list_of_name_value_strings() -> None:
+    doc = valid()
+    doc["flags"]["env"] = ["API_KEY=k", "MODE=x"]
+    assert parse_launch_request(doc, FD_COUNT).flags.env == ["API_KEY=k", "MODE=x"]
+    doc["flags"]["env"] = {"API_KEY": "k"}
+    with pytest.raises(ValueError, match="env must be a list of strings"):
+        parse_launch_request(doc, FD_COUNT)

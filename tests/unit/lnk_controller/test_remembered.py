@@ -12,10 +12,12 @@ from sqlalchemy import Engine
 
 from lnk_controller import db
 from lnk_controller.remembered import (
+    MAX_FLAG_APPROVALS,
     MAX_SPEC_KEY_CHARS,
     MAX_UID,
     Remembered,
     RememberedSpecs,
+    flags_key,
 )
 from lnk_shared.errors import StateError
 
@@ -252,3 +254,81 @@ def test_a_database_without_the_table_is_a_state_error(engine: Engine, db_path: 
             call()
         assert str(db_path) in str(raised.value)
         assert "[SQL:" not in str(raised.value)
+
+
+# -- flag-only specs: remembered by what they open, several per owner ------------------------
+
+
+def _hash(n: int) -> str:
+    return f"{n:064x}"
+
+
+def test_two_flag_sets_are_remembered_side_by_side(store: RememberedSpecs) -> None:
+    store.remember(1000, flags_key(HASH_A), HASH_A, GRANTS_A)
+    store.remember(1000, flags_key(HASH_B), HASH_B, GRANTS_B)
+    a, b = store.lookup(1000, flags_key(HASH_A)), store.lookup(1000, flags_key(HASH_B))
+    assert a is not None and a.grants_json == GRANTS_A
+    assert b is not None and b.grants_json == GRANTS_B
+    assert store.lookup(1001, flags_key(HASH_A)) is None  # another owner's are not these
+
+
+def test_past_the_bound_the_oldest_flag_approval_is_forgotten(
+    store: RememberedSpecs, clock: FakeClock
+) -> None:
+    store.remember(1000, SPEC, HASH_A, GRANTS_A)  # a spec file's approval is never evicted
+    store.remember(1001, flags_key(_hash(999)), _hash(999), GRANTS_A)  # nor another owner's
+    for n in range(MAX_FLAG_APPROVALS + 2):
+        clock.now += timedelta(seconds=1)
+        store.remember(1000, flags_key(_hash(n)), _hash(n), GRANTS_A)
+    keys = {r.spec_key for r in store.list_for(1000)}
+    assert flags_key(_hash(0)) not in keys and flags_key(_hash(1)) not in keys
+    assert {flags_key(_hash(n)) for n in range(2, MAX_FLAG_APPROVALS + 2)} <= keys
+    assert len(keys) == MAX_FLAG_APPROVALS + 1 and SPEC in keys
+    assert store.lookup(1001, flags_key(_hash(999))) is not None
+
+
+def test_approving_a_flag_set_again_makes_it_the_newest(
+    store: RememberedSpecs, clock: FakeClock
+) -> None:
+    for n in range(MAX_FLAG_APPROVALS):
+        clock.now += timedelta(seconds=1)
+        store.remember(1000, flags_key(_hash(n)), _hash(n), GRANTS_A)
+    clock.now += timedelta(seconds=1)
+    store.remember(1000, flags_key(_hash(0)), _hash(0), GRANTS_A)  # again: now the newest
+    clock.now += timedelta(seconds=1)
+    store.remember(1000, flags_key(_hash(100)), _hash(100), GRANTS_A)
+    assert store.lookup(1000, flags_key(_hash(0))) is not None
+    assert store.lookup(1000, flags_key(_hash(1))) is None
+
+
+def test_forget_flags_forgets_one_by_its_hash_or_every_one(store: RememberedSpecs) -> None:
+    store.remember(1000, SPEC, HASH_A, GRANTS_A)
+    store.remember(1000, "<flags>", HASH_A, GRANTS_A)  # one kept before several were
+    store.remember(1000, flags_key(HASH_A), HASH_A, GRANTS_A)
+    store.remember(1000, flags_key(HASH_B), HASH_B, GRANTS_B)
+    store.remember(1001, flags_key(HASH_B), HASH_B, GRANTS_B)
+    assert store.forget_flags(1000, "<flags>:" + HASH_B[:8]) == 1
+    assert store.lookup(1000, flags_key(HASH_B)) is None
+    assert store.lookup(1001, flags_key(HASH_B)) is not None  # another owner's stays
+    assert store.forget_flags(1000, "<flags>") == 2
+    assert [r.spec_key for r in store.list_for(1000)] == [SPEC]
+
+
+@pytest.mark.parametrize(
+    "which", ["<flags>:abc", "<flags>:" + "A" * 8, "<flags>:%%%%%%%%", "<flags>:_" * 8, "x"]
+)
+def test_forget_flags_of_another_form_is_refused(store: RememberedSpecs, which: str) -> None:
+    store.remember(1000, flags_key(HASH_A), HASH_A, GRANTS_A)
+    with pytest.raises(ValueError, match="hex digits"):
+        store.forget_flags(1000, which)
+    assert store.lookup(1000, flags_key(HASH_A)) is not None
+
+
+def test_forget_flags_by_a_prefix_two_share_is_refused(store: RememberedSpecs) -> None:
+    first, second = "abcdef01" + "0" * 56, "abcdef01" + "1" * 56
+    store.remember(1000, flags_key(first), first, GRANTS_A)
+    store.remember(1000, flags_key(second), second, GRANTS_A)
+    with pytest.raises(ValueError, match="names 2 approvals"):
+        store.forget_flags(1000, "<flags>:abcdef01")
+    assert len(store.list_for(1000)) == 2
+    assert store.forget_flags(1000, "<flags>:abcdef010") == 1

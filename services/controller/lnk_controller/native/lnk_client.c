@@ -60,7 +60,7 @@
 #define NO_FLAGS                                                                                   \
     "{\"read\":[],\"write\":[],\"internet_host\":[],\"network_mode\":null,\"lan_host\":[],"        \
     "\"browser_host\":[],\"port\":[],\"store_driver\":[],\"service\":[],\"model\":[],"             \
-    "\"command\":[],\"with_fd\":[],"                                                               \
+    "\"command\":[],\"with_fd\":[],\"env\":[],"                                                      \
     "\"processes\":[],\"memory\":[],\"cpu\":[],\"open_files\":[]}"
 
 extern char **environ;
