@@ -34,6 +34,8 @@ def _path_line(kind: str, p: ResolvedPath) -> str:
     line = f"  {kind:<15} {shown(p.written)}"
     if p.written != p.real:
         line += f"  ->  {shown(p.real)}"
+    if p.found_on_path is not None and p.found_on_path != p.real:
+        line += f"\n  {'':<15}   (found on PATH as {shown(p.found_on_path)})"
     for hop in p.links:
         link, target = shown(hop.link), shown(hop.target)
         line += f"\n  {'':<15}   (link {link} -> {target}, owner uid {hop.owner_uid})"
@@ -104,6 +106,7 @@ def grants_document(grants: Grants) -> dict[str, Any]:
         return {
             "written": p.written,
             "real": p.real,
+            "found_on_path": p.found_on_path,
             "links": [
                 {"link": h.link, "target": h.target, "owner_uid": h.owner_uid} for h in p.links
             ],

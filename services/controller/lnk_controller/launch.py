@@ -139,14 +139,23 @@ def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
     return source
 
 
-def _find_program(name: str, cwd: str) -> str:
+def _find_program(name: str, cwd: str, granted: tuple[ResolvedPath, ...] = ()) -> str:
+    """The program to run: a path as written, else the name on the sandbox's PATH, else a
+    `[commands]` name the caller's PATH found (`--command tool -- tool`): its real program,
+    the one judged (never the link it was found through)."""
     if "/" in name:
         return os.path.normpath(os.path.join(cwd, name))
     for folder in SANDBOX_PATH.split(":"):
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK, effective_ids=True):
             return candidate
-    raise SpecError(f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH})")
+    for command in granted:
+        if command.found_on_path is not None and command.written == name:
+            return command.real
+    raise SpecError(
+        f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH}) nor a "
+        "[commands] name: grant it with --command NAME, or give its path"
+    )
 
 
 def _interpreter(path: str, box_bin: Path) -> str | None:
@@ -332,7 +341,7 @@ class Launcher:
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
         program = interp = agent_home = None
         if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
-            program_path = _find_program(request.argv[0], request.cwd)
+            program_path = _find_program(request.argv[0], request.cwd, resolved.commands)
             try:
                 program = resolve_path(program_path, base="/", home=ctx.home)
             except (OSError, PathNotFound):
