@@ -6,13 +6,14 @@ host and entry in them came from a spec or from disk, so each goes through
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from lnk_shared.display import shown
 from lnk_shared.grants import Grants, ResolvedPath
 from lnk_shared.spec_services import ServiceRule
 
-__all__ = ["describe", "describe_changes", "grants_document"]
+__all__ = ["box_grant_lines", "describe", "describe_changes", "grants_document"]
 
 _SECTION_TITLES = {
     "read": "read",
@@ -77,6 +78,18 @@ def describe(grants: Grants) -> list[str]:
     elif not s.commands and not s.commands_any:
         lines.append(f"  {'run':<15} only the program named to run (and its #! interpreter)")
     return lines
+
+
+def box_grant_lines(programs: Iterable[str], *, agents_only: bool = False) -> list[str]:
+    """What the box grants besides the spec in a sandbox that may call a bridge: its `lnk`
+    client and the Python that client runs (lnk_controller/box_client.py). Not part of the
+    grants' hash: the box's own files, not the spec's."""
+    where = " in an agent's sandbox" if agents_only else ""
+    shown_programs = ", ".join(shown(p) for p in programs)
+    return [
+        f"  {'run':<15} lnk (granted by the box{where}: its bridges' client, on PATH)",
+        f"  {'':<15}   {shown_programs} (the Python it runs may run any Python code)",
+    ]
 
 
 def _service_line(rule: ServiceRule) -> str:
