@@ -29,6 +29,7 @@ from pathlib import Path
 
 from lnk_controller import (
     bridge_link,
+    client_proxy_env,
     exec_mounts,
     host_users,
     idmap_mounts,
@@ -651,7 +652,11 @@ class Launcher:
             "TMPDIR": "/tmp",
             "LNK_SANDBOX_ID": row.id,
             **request.env,
-            **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
+            **(
+                client_proxy_env.proxy_env(proxy_link.relay_port(grants.spec.ports), request.env)
+                if relay
+                else {}
+            ),
             **secret_grants.placeholder_env(grants.spec.services),
             **agent_env,
         }
