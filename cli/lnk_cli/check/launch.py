@@ -79,13 +79,15 @@ class CheckRun:
     limit_met: str = ""  # the limit it met (its process limit, under the limits probe), if any
 
 
-def _request(args: argparse.Namespace, plan: str, fds: list[int]) -> dict[str, Any]:
+def _request(
+    args: argparse.Namespace, plan: str, fds: list[int], path_env: str | None = None
+) -> dict[str, Any]:
     request: dict[str, Any] = {
         "type": "launch",
         "check": True,
         "argv": [plan],
         "cwd": os.getcwd(),
-        "path_env": os.environ.get("PATH", ""),
+        "path_env": os.environ.get("PATH", "") if path_env is None else path_env,
         "flags": flags_document(args),
         "env": {},
         "terminal": None,
@@ -210,6 +212,7 @@ def run_probes(
     stdin: int | None = None,
     stderr: int | None = None,
     judged: Callable[[], None] | None = None,
+    path_env: str | None = None,
 ) -> CheckRun:
     """Run the probes in the sandbox the arguments describe; return their output. `during`
     is called with the sandbox's id while it runs (held open by the probes' last steps, which
@@ -217,7 +220,8 @@ def run_probes(
     probe) takes the hold pipe's place: the hold steps then do not wait, and what `during` sees
     is what it saw while the probes ran. `stderr`, when given, replaces the stderr pipe (the
     caller reads what went to it). `judged`, when given, is called once the controller has judged
-    the request and before it binds anything (its "open" frame): `swap_race.py` swaps there."""
+    the request and before it binds anything (its "open" frame): `swap_race.py` swaps there.
+    `path_env`, when given, is the PATH its `[commands]` names are found on (`path_links.py`)."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -235,7 +239,7 @@ def run_probes(
     fds.append(err_w)
     sock: socket.socket | None = None
     try:
-        request = _request(args, plan, fds)
+        request = _request(args, plan, fds, path_env)
         sock = _connect()
         send_frame(sock, request, fds)
         for fd in fds:

@@ -357,6 +357,12 @@ class Launcher:
         if self.cfg.unsafe_login_path_unjudged:
             ctx = dataclasses.replace(ctx, login_path_dirs=())
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
+        if self.cfg.unsafe_path_links_unjudged:  # the links a name was found through, unseen
+            unseen = tuple(
+                dataclasses.replace(c, links=()) if c.found_on_path else c
+                for c in resolved.commands
+            )
+            resolved = dataclasses.replace(resolved, commands=unseen)
         program = interp = agent_home = None
         if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
             program_path = _find_program(
