@@ -11,7 +11,7 @@ from lnk_shared.discovery import DETECT, JudgeContext, context_for, resolve_spec
 from lnk_shared.display import shown, shown_lines
 from lnk_shared.errors import EXIT_OK
 from lnk_shared.grants import Grants, ResolvedSpec
-from lnk_shared.opens import describe, grants_document
+from lnk_shared.opens import box_grant_lines, describe, grants_document
 from lnk_shared.paths import BoxPaths
 from lnk_shared.refusals import find_refusals, judge
 from lnk_shared.spec_flags import spec_from_arguments
@@ -32,6 +32,13 @@ def grants_from_arguments(args: argparse.Namespace) -> Grants:
     return judge(*_resolve(args))
 
 
+def _box_programs() -> list[str]:
+    """What the box grants an agent's sandbox besides its spec: this install's `lnk` client and
+    the Python it runs (lnk_controller/box_client.py), by their real paths."""
+    box_bin = os.path.join(sys.prefix, "bin")
+    return [os.path.realpath(os.path.join(box_bin, name)) for name in ("lnk", "python3")]
+
+
 def show(args: argparse.Namespace) -> int:
     resolved, ctx = _resolve(args)
     refusals = find_refusals(resolved, ctx)
@@ -41,12 +48,15 @@ def show(args: argparse.Namespace) -> int:
         raise refusals[0]
     grants = judge(resolved, ctx)
     if args.json:
-        json.dump(grants_document(grants), sys.stdout, indent=2, sort_keys=True)
+        document = {**grants_document(grants), "granted_by_the_box": {"agents": _box_programs()}}
+        json.dump(document, sys.stdout, indent=2, sort_keys=True)
         print()
         return EXIT_OK
     print(f"spec: {shown(resolved.source or '(flags only)')}")
     print("opens:")
     for line in describe(grants):
+        print(line)
+    for line in box_grant_lines(_box_programs(), agents_only=True):
         print(line)
     print(f"hash: {grants.digest()}")
     return EXIT_OK

@@ -4,7 +4,12 @@ Every path is expanded (`~` is the owner's home from the password database, not 
 absolute, and walked one component at a time the way the kernel does, recording each symbolic
 link, what it points at and who owns it. `[commands]` names are looked up on PATH once, here,
 and the real executable found is what is granted: a later change of the link does not redirect
-the grant. Nothing here decides what is allowed; `refusals.judge` does, on what this returns.
+the grant. A name found through links (a package manager's `~/.local/bin/tool ->
+../share/tool/1.2/tool`, Homebrew's `bin/x -> ../Cellar/x/1.2/bin/x`) records the entry it was
+found as (`found_on_path`) and, for every link, who owns the folder it is in; for the object
+reached, who owns it and each folder on its way (`holders`): `refusals` judges from those who
+besides the owner could change what runs. Nothing here decides what is allowed;
+`refusals.judge` does, on what this returns.
 
 Run it with the owner's credentials: it answers what *the caller* can see. Each component is
 opened below its folder's descriptor without following it, so what a walk records (each link it
@@ -31,7 +36,14 @@ from dataclasses import dataclass
 
 from lnk_shared.cloud import detect_cloud
 from lnk_shared.errors import SpecError
-from lnk_shared.grants import Identity, LinkHop, ResolvedFd, ResolvedPath, ResolvedSpec
+from lnk_shared.grants import (
+    Holder,
+    Identity,
+    LinkHop,
+    ResolvedFd,
+    ResolvedPath,
+    ResolvedSpec,
+)
 from lnk_shared.login_path import login_path_dirs
 from lnk_shared.paths import AGENT_FOLDERS, SOCKET_DIRS, USER_SETTINGS_DIR, BoxPaths
 from lnk_shared.spec import PathEntry, Spec
@@ -71,6 +83,7 @@ class Walk:
     identity: Identity | None = None
     nlink: int = 0
     folders: tuple[Identity, ...] = ()  # every folder the walk ended below, "/" first
+    holders: tuple[Holder, ...] = ()  # those folders and the object: owner and mode
 
 
 def _fs_type(fd: int) -> int:
@@ -107,6 +120,10 @@ def foreign_process(name: str, parent_fd: int, info: os.stat_result) -> bool:
     if _fs_type(parent_fd) != PROC_SUPER_MAGIC:
         return False
     return info.st_uid != viewer_uid()
+
+
+def _holder(path: str, info: os.stat_result) -> Holder:
+    return Holder(path, info.st_uid, stat.S_IMODE(info.st_mode))
 
 
 def _walk(path: str, *, must_exist: bool, identify: bool = True) -> Walk:
@@ -153,6 +170,8 @@ def _walk(path: str, *, must_exist: bool, identify: bool = True) -> Walk:
                     if len(links) >= MAX_LINK_HOPS:
                         raise PathNotFound(f"{candidate}: too many links (a loop?)")
                     target = os.readlink("", dir_fd=fd)  # this link, not its name again
+                    # who else may replace it: the owners of its folders, "/" first
+                    folders = tuple(_holder(where, os.fstat(at)) for where, at in stack)
                 elif pending and not stat.S_ISDIR(info.st_mode):
                     raise PathNotFound(f"{candidate} is not a folder")
             except BaseException:
@@ -162,7 +181,7 @@ def _walk(path: str, *, must_exist: bool, identify: bool = True) -> Walk:
                 stack.append((candidate, fd))
                 continue
             os.close(fd)
-            links.append(LinkHop(candidate, target, info.st_uid))
+            links.append(LinkHop(candidate, target, info.st_uid, folders))
             if target.startswith("/"):
                 while len(stack) > 1:
                     os.close(stack.pop()[1])
@@ -172,9 +191,17 @@ def _walk(path: str, *, must_exist: bool, identify: bool = True) -> Walk:
             return Walk(stack[-1][0], tuple(links), True, info.st_mode, nlink=info.st_nlink)
         seen = [os.fstat(fd) for _, fd in stack]
         ids = tuple(Identity(i.st_dev, i.st_ino, stat.S_IFMT(i.st_mode)) for i in seen)
+        holders = tuple(_holder(where, i) for (where, _), i in zip(stack, seen, strict=True))
         info = seen[-1]
         return Walk(
-            stack[-1][0], tuple(links), True, info.st_mode, ids[-1], info.st_nlink, ids[:-1]
+            stack[-1][0],
+            tuple(links),
+            True,
+            info.st_mode,
+            ids[-1],
+            info.st_nlink,
+            ids[:-1],
+            holders,
         )
     finally:
         for _, fd in stack:
@@ -197,6 +224,7 @@ def resolve_path(written: str, *, base: str, home: str) -> ResolvedPath:
         is_dir=stat.S_ISDIR(walk.mode),
         is_socket=stat.S_ISSOCK(walk.mode),
         identity=walk.identity,
+        holders=walk.holders,
     )
 
 
@@ -320,14 +348,21 @@ def _resolve_entries(
     return tuple(sorted(set(out)))
 
 
-def _find_on_path(name: str, path_env: str) -> str | None:
+def _find_on_path(name: str, path_env: str, source: str | None) -> str | None:
     for folder in path_env.split(":"):
         if not folder.startswith("/"):
             continue  # a relative PATH entry would depend on the current folder
         candidate = os.path.join(folder, name)
         try:
             info = os.stat(candidate)
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a shell would skip it; a grant names what it is
+                raise SpecError(
+                    f"{name!r} is found on PATH as {candidate}, a loop of links (or more than "
+                    f"{MAX_LINK_HOPS}): fix or remove that link, or name the real program",
+                    source=source,
+                    key="commands.allow",
+                ) from None
             continue
         if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
             return candidate
@@ -339,15 +374,22 @@ def _resolve_commands(spec: Spec, home: str, path_env: str) -> tuple[ResolvedPat
     for entry in spec.commands:
         written = entry.written
         if "/" not in written and written != "~":
-            found = _find_on_path(written, path_env)
+            found = _find_on_path(written, path_env, spec.source)
             if found is None:
                 raise SpecError(
                     f"{written!r} is not a program found on PATH ({path_env})",
                     source=spec.source,
                     key="commands.allow",
                 )
-            resolved = resolve_path(found, base="/", home=home)
-            out.append(dataclasses.replace(resolved, written=written))
+            try:
+                resolved = resolve_path(found, base="/", home=home)
+            except PathNotFound as exc:  # changed since the lookup, or a loop of links
+                raise SpecError(
+                    f"{written!r} found on PATH as {found} cannot be granted ({exc})",
+                    source=spec.source,
+                    key="commands.allow",
+                ) from None
+            out.append(dataclasses.replace(resolved, written=written, found_on_path=found))
             continue
         try:
             resolved = resolve_path(written, base=entry.base, home=home)

@@ -22,6 +22,7 @@ from lnk_shared.spec_services import ServiceRule
 __all__ = [
     "GRANTS_VERSION",
     "Grants",
+    "Holder",
     "Identity",
     "LinkHop",
     "ResolvedFd",
@@ -33,12 +34,28 @@ GRANTS_VERSION = 1  # bump when the canonical form changes: every spec is then a
 
 
 @dataclass(frozen=True, order=True)
+class Holder:
+    """A folder on the way to an object, or the object itself: its owner and mode, which say
+    who may change what is there."""
+
+    path: str
+    owner_uid: int
+    mode: int
+
+
+@dataclass(frozen=True, order=True)
 class LinkHop:
-    """One symbolic link met while resolving a path: where it is, what it says, who owns it."""
+    """One symbolic link met while resolving a path: where it is, what it says, who owns it.
+
+    `folders`: the folders the link is in, "/" first (who may replace the link besides its
+    owner); empty when not known. Not part of equality: where a path leads and through which
+    links is what is compared, not who could change them.
+    """
 
     link: str
     target: str
     owner_uid: int
+    folders: tuple[Holder, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, order=True)
@@ -58,6 +75,10 @@ class ResolvedPath:
     `identity`: the object the walk ended on (None for one resolved elsewhere, e.g. in a test).
     It is not part of equality or the hash: an approval is of places, and the identity binds
     one launch to what it judged.
+    `found_on_path`: for a `[commands]` name looked up on PATH, the entry it was found as (the
+    PATH folder joined with the name, often a package manager's link); None for a path written.
+    `holders`: each folder on the way to `real` ("/" first) and the object itself, as the walk
+    saw them (empty for one resolved elsewhere).
     """
 
     real: str
@@ -66,6 +87,8 @@ class ResolvedPath:
     is_dir: bool = True
     is_socket: bool = False
     identity: Identity | None = field(default=None, compare=False)
+    found_on_path: str | None = None
+    holders: tuple[Holder, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, order=True)

@@ -6,6 +6,7 @@ host and entry in them came from a spec or from disk, so each goes through
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from lnk_shared.display import shown
@@ -13,7 +14,7 @@ from lnk_shared.grants import Grants, ResolvedPath
 from lnk_shared.spec_models import ModelRule, base_url_value, is_cloud_model
 from lnk_shared.spec_services import ServiceRule
 
-__all__ = ["describe", "describe_changes", "grants_document"]
+__all__ = ["box_grant_lines", "describe", "describe_changes", "grants_document"]
 
 _SECTION_TITLES = {
     "read": "read",
@@ -36,6 +37,8 @@ def _path_line(kind: str, p: ResolvedPath) -> str:
     line = f"  {kind:<15} {shown(p.written)}"
     if p.written != p.real:
         line += f"  ->  {shown(p.real)}"
+    if p.found_on_path is not None and p.found_on_path != p.real:
+        line += f"\n  {'':<15}   (found on PATH as {shown(p.found_on_path)})"
     for hop in p.links:
         link, target = shown(hop.link), shown(hop.target)
         line += f"\n  {'':<15}   (link {link} -> {target}, owner uid {hop.owner_uid})"
@@ -78,6 +81,18 @@ def describe(grants: Grants) -> list[str]:
     elif not s.commands and not s.commands_any:
         lines.append(f"  {'run':<15} only the program named to run (and its #! interpreter)")
     return lines
+
+
+def box_grant_lines(programs: Iterable[str], *, agents_only: bool = False) -> list[str]:
+    """What the box grants besides the spec in a sandbox that may call a bridge: its `lnk`
+    client and the Python that client runs (lnk_controller/box_client.py). Not part of the
+    grants' hash: the box's own files, not the spec's."""
+    where = " in an agent's sandbox" if agents_only else ""
+    shown_programs = ", ".join(shown(p) for p in programs)
+    return [
+        f"  {'run':<15} lnk (granted by the box{where}: its bridges' client, on PATH)",
+        f"  {'':<15}   {shown_programs} (the Python it runs may run any Python code)",
+    ]
 
 
 def _service_line(rule: ServiceRule) -> str:
@@ -136,6 +151,7 @@ def grants_document(grants: Grants) -> dict[str, Any]:
         return {
             "written": p.written,
             "real": p.real,
+            "found_on_path": p.found_on_path,
             "links": [
                 {"link": h.link, "target": h.target, "owner_uid": h.owner_uid} for h in p.links
             ],

@@ -4,6 +4,17 @@ Every comparison is between real paths (resolved through links on both sides), s
 spelling of the same place (`~/x`, `/home/u/x`, a link to it, `a/../x`) meets the same rule.
 `judge` raises the first refusal; `find_refusals` lists them all (for `lnk spec show`).
 
+A `[commands]` name found on PATH may lead through links the owner made (a package manager's
+`~/.local/bin/tool -> ~/.local/share/tool/1.2/tool`): the seed grants such a name by its real
+program, so links of the owner's own are followed there, where a path written keeps the rule
+that every link on it is root's. What is judged and bound is the real program (its path and,
+at launch, its identity): the link is only how it was found, and a change of it asks again
+when the real program it leads to changes. Refused on such a chain, as another party choosing
+what runs: a link owned by anyone but root or the owner, a link in a folder anyone else may
+change (another user's, or group/other-writable without the sticky bit), a link in a folder the
+sandbox may write or in a shared scratch folder, a real program (or a folder on its way) anyone
+else may change, and a chain of more than `MAX_FOUND_LINKS` links.
+
 What these rules do NOT do: look inside granted folders (a socket or a link deep inside one is
 the wall's to contain), or check that the owner may read what is named (discovery runs with the
 owner's credentials for that). Project dot entries that do not exist yet are listed in
@@ -14,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 
 from lnk_shared.discovery import JudgeContext
 from lnk_shared.errors import (
@@ -28,13 +40,17 @@ from lnk_shared.errors import (
     SocketGrantRefused,
     StateError,
 )
-from lnk_shared.grants import Grants, ResolvedPath, ResolvedSpec
+from lnk_shared.grants import Grants, Holder, ResolvedPath, ResolvedSpec
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES, SANDBOX_HOMES, SYSTEM_DIRS, TEMP_DIRS
 from lnk_shared.protected_names import PROTECTED_NAMES
 
-__all__ = ["check_self_widening", "find_refusals", "inside", "judge"]
+__all__ = ["MAX_FOUND_LINKS", "check_self_widening", "find_refusals", "inside", "judge"]
 
 ROOT_UID = 0
+# Links on the way from a PATH entry to its real program: package managers make 1 to 3
+# (update-alternatives' two, pipx's venv link and its Python's); a longer chain is a maze to
+# read in the approval, not an install.
+MAX_FOUND_LINKS = 8
 
 
 def inside(path: str, folder: str) -> bool:
@@ -182,11 +198,90 @@ def _check_sandbox_home(p: ResolvedPath, key: str, ctx: JudgeContext) -> Refused
 def _check_links(p: ResolvedPath, key: str) -> RefusedError | None:
     for hop in p.links:
         if hop.owner_uid != ROOT_UID:
+            hint = "name the real path instead"
+            if key == "commands.allow" and p.found_on_path is None:
+                name = os.path.basename(p.written.rstrip("/"))
+                hint += (
+                    f", or name the program without a path ({name!r}) to have it found on "
+                    "PATH and granted by its real path"
+                )
             return LinkRefused(
                 _label(p, key),
                 f"the link {hop.link} -> {hop.target} is owned by uid {hop.owner_uid}, not root; "
-                "name the real path instead",
+                f"{hint}",
             )
+    return None
+
+
+def _who_else_changes(holder: Holder, owner: int, *, folder: bool = True) -> str | None:
+    """Who besides root and the owner may change `holder` (a folder: what is in it, unless it
+    is sticky; a file: itself), or None."""
+    if holder.owner_uid not in (ROOT_UID, owner):
+        return f"uid {holder.owner_uid} (its owner)"
+    mode = holder.mode if folder else holder.mode & ~stat.S_ISVTX
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+        return "every user" if mode & stat.S_IWOTH else "its group"
+    return None
+
+
+def _first_changed_by_another(
+    holders: tuple[Holder, ...], owner: int, *, last_is_file: bool
+) -> tuple[Holder, str] | None:
+    for i, holder in enumerate(holders):
+        file = last_is_file and i == len(holders) - 1
+        who = _who_else_changes(holder, owner, folder=not file)
+        if who is not None:
+            return holder, who
+    return None
+
+
+def _check_found_on_path(
+    p: ResolvedPath, spec: ResolvedSpec, ctx: JudgeContext
+) -> RefusedError | None:
+    """A program found on PATH through links that are not all root's (the module docstring)."""
+    label = _label(p, "commands.allow")
+    owner = ctx.owner_uid
+    if len(p.links) > MAX_FOUND_LINKS:
+        return LinkRefused(
+            label,
+            f"it is found through {len(p.links)} links, more than {MAX_FOUND_LINKS}: "
+            "name the real path instead",
+        )
+    writable = [w.real for w in spec.write] + [f.path.real for f in spec.with_fds if f.write]
+    for hop in p.links:
+        shown_hop = f"the link {hop.link} -> {hop.target}"
+        if hop.owner_uid not in (ROOT_UID, owner):
+            return LinkRefused(
+                label,
+                f"{shown_hop} is owned by uid {hop.owner_uid}, neither root nor you: that user "
+                "chooses what it runs; name the real path if you trust it",
+            )
+        for place in (*writable, *TEMP_DIRS):
+            if inside(hop.link, place):
+                return CommandRefused(
+                    label,
+                    f"{shown_hop} is in {place}, which the sandbox or anyone may write, so it "
+                    "could lead the next run elsewhere",
+                )
+        if not hop.folders:
+            return LinkRefused(label, f"{shown_hop}: who owns the folders it is in is not known")
+        changed = _first_changed_by_another(hop.folders, owner, last_is_file=False)
+        if changed is not None:
+            return LinkRefused(
+                label,
+                f"{shown_hop} is in {changed[0].path}, which {changed[1]} may change: "
+                "that chooses what runs",
+            )
+    if not p.holders:
+        return LinkRefused(label, f"who owns {p.real} and its folders is not known")
+    changed = _first_changed_by_another(p.holders, owner, last_is_file=not p.is_dir)
+    if changed is not None:
+        what = "it" if changed[0] is p.holders[-1] else f"{changed[0].path} on its way"
+        return LinkRefused(
+            label,
+            f"it is found through your own links as {p.real}, and {what} may be changed by "
+            f"{changed[1]}: only you and root may change what such a name runs",
+        )
     return None
 
 
@@ -248,7 +343,10 @@ def find_refusals(spec: ResolvedSpec, ctx: JudgeContext) -> list[RefusedError]:
             found.append(_check_self_widening(p, key, ctx))
     found.append(_check_lan_on_cloud(spec, ctx))
     for p in spec.commands:
-        found.append(_check_links(p, "commands.allow"))
+        if p.found_on_path is not None and any(h.owner_uid != ROOT_UID for h in p.links):
+            found.append(_check_found_on_path(p, spec, ctx))
+        else:
+            found.append(_check_links(p, "commands.allow"))
         found.append(_check_settings(p, "commands.allow", False, ctx))
         found.append(_check_command(p, spec, ctx))
     return [r for r in found if r is not None]

@@ -35,6 +35,7 @@ def _ids(folder: Path, bin_dir: Path) -> dict[str, str]:
         "unsafe_placeholders_visible": f"placeholder.git:{folder}",
         "unsafe_protected_names_unguarded": f"write.dot:{folder}/",
         "unsafe_login_path_unjudged": f"login-path:{bin_dir}",
+        "unsafe_path_links_unjudged": "path-link:shared-folder",
     }
 
 
@@ -110,6 +111,7 @@ def test_check_on_a_closed_box_reports_each_class_refused(
         "unsafe_placeholders_visible",
         "unsafe_protected_names_unguarded",
         "unsafe_login_path_unjudged",
+        "unsafe_path_links_unjudged",
     ],
 )
 def test_check_reports_the_class_a_switch_reopens(

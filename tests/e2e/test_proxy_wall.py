@@ -357,9 +357,13 @@ def test_a_localhost_port_is_served_inside_and_others_are_not(
             f"--port={granted.port}",
             script=(
                 f"curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{granted.port}/; "
-                f"curl -sS --max-time 5 http://127.0.0.1:{granted.port}/; "
+                # Through the proxy, asked for explicitly: NO_PROXY names the loopback now
+                # (client_proxy_env.py), so the environment alone no longer sends it there
+                f"curl -sS --max-time 5 --noproxy '' -x \"$HTTP_PROXY\" "
+                f"http://127.0.0.1:{granted.port}/; "
                 f"curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{other.port}/; "
-                f"curl -sS --max-time 5 -w ' %{{http_code}}' http://127.0.0.1:{other.port}/"
+                f"curl -sS --max-time 5 --noproxy '' -x \"$HTTP_PROXY\" -w ' %{{http_code}}' "
+                f"http://127.0.0.1:{other.port}/"
             ),
         )
         assert result.stdout.count("served on the host") == 2, (result.stdout, result.stderr)

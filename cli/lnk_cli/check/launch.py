@@ -80,14 +80,18 @@ class CheckRun:
 
 
 def _request(
-    args: argparse.Namespace, plan: str, fds: list[int], env: dict[str, str] | None = None
+    args: argparse.Namespace,
+    plan: str,
+    fds: list[int],
+    env: dict[str, str] | None = None,
+    path_env: str | None = None,
 ) -> dict[str, Any]:
     request: dict[str, Any] = {
         "type": "launch",
         "check": True,
         "argv": [plan],
         "cwd": os.getcwd(),
-        "path_env": os.environ.get("PATH", ""),
+        "path_env": os.environ.get("PATH", "") if path_env is None else path_env,
         "flags": flags_document(args),
         "env": dict(env or {}),  # caller_env.py's bait: what the controller must drop
         "terminal": None,
@@ -213,6 +217,7 @@ def run_probes(
     stderr: int | None = None,
     judged: Callable[[], None] | None = None,
     env: dict[str, str] | None = None,
+    path_env: str | None = None,
 ) -> CheckRun:
     """Run the probes in the sandbox the arguments describe; return their output. `during`
     is called with the sandbox's id while it runs (held open by the probes' last steps, which
@@ -221,7 +226,8 @@ def run_probes(
     is what it saw while the probes ran. `stderr`, when given, replaces the stderr pipe (the
     caller reads what went to it). `judged`, when given, is called once the controller has judged
     the request and before it binds anything (its "open" frame): `swap_race.py` swaps there.
-    `env`: the request's terminal variables (`caller_env.py` sends its bait there)."""
+    `env`: the request's terminal variables (`caller_env.py` sends its bait there).
+    `path_env`, when given, is the PATH its `[commands]` names are found on (`path_links.py`)."""
     run = CheckRun()
     fds: list[int] = []
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -239,7 +245,7 @@ def run_probes(
     fds.append(err_w)
     sock: socket.socket | None = None
     try:
-        request = _request(args, plan, fds, env)
+        request = _request(args, plan, fds, env, path_env)
         sock = _connect()
         send_frame(sock, request, fds)
         for fd in fds:

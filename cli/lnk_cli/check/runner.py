@@ -50,6 +50,7 @@ from lnk_cli.check.caller_side import AppendBait, caller_probes, gather
 from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
 from lnk_cli.check.login_path import login_path_findings
 from lnk_cli.check.outside_look import look
+from lnk_cli.check.path_links import path_link_findings
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.plan_models import model_probes
@@ -251,6 +252,7 @@ def check(args: argparse.Namespace) -> int:
             findings = judge_all(probes, untrusted_results, outside)
             findings += login_path_findings(args, bait.home, interrupts)
             findings += swap_findings(bait.home, interrupts)
+            findings += path_link_findings(bait.home, interrupts)
         finally:
             with _signals_blocked():
                 problems = bait.remove()

@@ -57,6 +57,10 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
     "unsafe_placeholders_visible": ("placeholders as empty files, which git lists", None),
     "unsafe_protected_names_unguarded": ("no placeholder, no read-only protected name", None),
     "unsafe_login_path_unjudged": ("writes to login-PATH folders not refused", None),
+    "unsafe_path_links_unjudged": (
+        "a [commands] name found on PATH through links anyone may change is not refused",
+        None,
+    ),
     "unsafe_skip_identity_check": (
         "grants are bound by path, following links, without comparing them with what was judged",
         None,
@@ -124,6 +128,7 @@ class ControllerConfig(BaseModel):
     unsafe_placeholders_visible: bool = False
     unsafe_protected_names_unguarded: bool = False
     unsafe_login_path_unjudged: bool = False
+    unsafe_path_links_unjudged: bool = False  # test boxes only: check must report it leaked
     # A test switch: the lease reaper's thread dies by an injected exception on every Nth pass.
     unsafe_test_reaper_crash_every: int | None = Field(default=None, ge=1, le=1_000_000)
     # Each sandbox's limits and each owner's (`[limits]`, lnk_controller.limits.BoxLimits).

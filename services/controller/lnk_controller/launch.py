@@ -29,6 +29,7 @@ from pathlib import Path
 
 from lnk_controller import (
     bridge_link,
+    client_proxy_env,
     exec_mounts,
     host_users,
     idmap_mounts,
@@ -49,6 +50,7 @@ from lnk_controller.agent_launch import (
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
 from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
+from lnk_controller.box_client import CLIENT_NAME, CLIENT_PYTHON, box_client_links, inside_path
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.denial_hints import rules_of
@@ -97,7 +99,7 @@ from lnk_shared.errors import (
     StateError,
 )
 from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
-from lnk_shared.opens import describe, describe_changes
+from lnk_shared.opens import box_grant_lines, describe, describe_changes
 from lnk_shared.paths import SANDBOX_HOMES
 from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
 from lnk_shared.spec import FdGrant, Spec, SpecBuilder
@@ -112,7 +114,6 @@ log = logging.getLogger(__name__)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs only
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
-CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"  # the box's client and the Python it runs, in bin/
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 # `lnk sandbox check`: the box's own probe program, run by the box's Python with -I -S (no site,
 # no environment) from its site-packages. The caller chooses only its arguments, never the
@@ -150,15 +151,27 @@ def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
     return source
 
 
-def _find_program(name: str, cwd: str) -> str:
+def _find_program(
+    name: str, cwd: str, granted: tuple[ResolvedPath, ...] = (), box_bin: Path | None = None
+) -> str:
+    """The program to run: a path as written, else (with `box_bin`, where the sandbox has the
+    box's client on its PATH) `lnk` as the box's client, else the name on the sandbox's PATH,
+    else a `[commands]` name the caller's PATH found (`--command tool -- tool`): its real
+    program, the one judged (never the link it was found through)."""
     if "/" in name:
         return os.path.normpath(os.path.join(cwd, name))
+    if box_bin is not None and name == CLIENT_NAME:
+        return str(box_bin / CLIENT_NAME)
     for folder in SANDBOX_PATH.split(":"):
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK, effective_ids=True):
             return candidate
+    for command in granted:
+        if command.found_on_path is not None and command.written == name:
+            return command.real
     raise ProgramNotFoundError(
-        f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH})"
+        f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH}) nor a "
+        "[commands] name: grant it with --command NAME, or give its path"
     )
 
 
@@ -253,7 +266,7 @@ class Launcher:
         cloud = detect_cloud()  # the machine's firmware, read as root
         with caller_credentials(caller):
             looked_up = self._look_up(request, owner_uid, spec, env=env, cloud=cloud, agent=agent)
-        ctx, resolved, program, interp, agent_home = looked_up
+        ctx, resolved, program, interp, agent_home, box_programs = looked_up
         if request.spec_fd is not None:
             same_spec(fds[request.spec_fd], ctx)
         grants = judge(resolved, ctx)
@@ -299,9 +312,14 @@ class Launcher:
         if grants.spec.commands_any:
             execute.add("/")
         execute.update(c.real for c in grants.commands)
+        execute.update(p.real for p in box_programs)  # granted by the box: box_client.py
         identities = judged_identities(
             (*grants.read, *grants.write, *(f.path for f in grants.spec.with_fds)),
-            (*grants.commands, *(p for p in (program, interp, agent_home) if p is not None)),
+            (
+                *grants.commands,
+                *box_programs,
+                *(p for p in (program, interp, agent_home) if p is not None),
+            ),
             ctx.home,
         )
 
@@ -314,6 +332,7 @@ class Launcher:
             lines = (
                 f"{spec.source or 'the spec given by flags'} has not run here before. It opens:",
                 *describe(grants),
+                *(box_grant_lines(p.real for p in box_programs) if box_programs else ()),
             )
         elif known.grants_hash != digest:
             lines = (
@@ -345,10 +364,16 @@ class Launcher:
         cloud: str | None,
         agent: AgentLaunch | None,
     ) -> tuple[
-        JudgeContext, ResolvedSpec, ResolvedPath | None, ResolvedPath | None, ResolvedPath | None
+        JudgeContext,
+        ResolvedSpec,
+        ResolvedPath | None,
+        ResolvedPath | None,
+        ResolvedPath | None,
+        tuple[ResolvedPath, ...],
     ]:
         """Every lookup of the judging, made as the caller: the context, the spec's paths and
-        programs, the program to run and its interpreter, the agent's home."""
+        programs, the program to run and its interpreter, the agent's home, and what the box
+        grants besides (an agent's: its client and that client's Python, box_client.py)."""
         ctx = context_for(
             owner_uid,
             env=env,
@@ -360,9 +385,20 @@ class Launcher:
         if self.cfg.unsafe_login_path_unjudged:
             ctx = dataclasses.replace(ctx, login_path_dirs=())
         resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
+        if self.cfg.unsafe_path_links_unjudged:  # the links a name was found through, unseen
+            unseen = tuple(
+                dataclasses.replace(c, links=()) if c.found_on_path else c
+                for c in resolved.commands
+            )
+            resolved = dataclasses.replace(resolved, commands=unseen)
         program = interp = agent_home = None
         if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
-            program_path = _find_program(request.argv[0], request.cwd)
+            program_path = _find_program(
+                request.argv[0],
+                request.cwd,
+                resolved.commands,
+                self.cfg.python.parent if agent is not None else None,
+            )
             try:
                 program = resolve_path(program_path, base="/", home=ctx.home)
             except (OSError, PathNotFound):
@@ -384,7 +420,22 @@ class Launcher:
                 agent_home = resolve_path(agent.home, base="/", home=ctx.home)
             except PathNotFound:
                 raise LaunchRefused(agent.home, "the agent's folder is missing") from None
-        return ctx, resolved, program, interp, agent_home
+        box_programs = self._box_programs(ctx) if agent is not None else ()
+        return ctx, resolved, program, interp, agent_home, box_programs
+
+    def _box_programs(self, ctx: JudgeContext) -> tuple[ResolvedPath, ...]:
+        """The box's client and the Python it runs, resolved (the install is root's and
+        world-readable: the caller reaches it as anyone does)."""
+        out = []
+        for name in (CLIENT_NAME, CLIENT_PYTHON):
+            path = str(self.cfg.python.parent / name)
+            try:
+                out.append(resolve_path(path, base="/", home=ctx.home))
+            except PathNotFound:
+                raise LaunchRefused(
+                    "the box's client", f"{path} is missing: reinstall lnk"
+                ) from None
+        return tuple(out)
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
@@ -629,7 +680,7 @@ class Launcher:
         cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else default_cwd
         env = compose_environment(
             identity={
-                "PATH": SANDBOX_PATH,
+                "PATH": inside_path(SANDBOX_PATH, with_client=judged.agent is not None),
                 "HOME": home,
                 "USER": user.name,
                 "LOGNAME": user.name,
@@ -641,7 +692,9 @@ class Launcher:
             user=judged.env,
             services={
                 **(
-                    proxy_link.proxy_env(proxy_link.relay_port(_inside_ports(grants)))
+                    client_proxy_env.proxy_env(
+                        proxy_link.relay_port(_inside_ports(grants)), request.env
+                    )
                     if relay
                     else {}
                 ),
@@ -682,6 +735,7 @@ class Launcher:
             "system_sources": {"/usr": staged.usr} if staged.usr else {},
             "cwd": cwd,
             "env": env,
+            "box_links": box_client_links(cfg.python.parent) if judged.agent else {},
             "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),
         }
         for switch in cfg.unsafe_wall_switches():

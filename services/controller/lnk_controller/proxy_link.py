@@ -42,7 +42,6 @@ __all__ = [
     "close_listener",
     "keep_listeners",
     "open_listener",
-    "proxy_env",
     "relay_port",
     "set_flag",
 ]
@@ -287,21 +286,3 @@ def relay_port(localhost_ports: tuple[int, ...]) -> int:
     while port in localhost_ports:
         port += 1
     return port
-
-
-def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
-    """What common clients read to use a proxy (curl, pip, git, Python, Node, gRPC)."""
-    url = f"http://127.0.0.1:{port}"
-    names = (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-        "GRPC_PROXY",
-        "grpc_proxy",
-    )
-    env = dict.fromkeys(names, url)
-    env.update({"NO_PROXY": "", "no_proxy": "", "NODE_USE_ENV_PROXY": "1"})
-    return env

@@ -126,6 +126,9 @@ class SandboxLayout:
     hidden: tuple[str, ...] = ()
     read_only_inside: tuple[Bind, ...] = ()
     system_links: Mapping[str, str] = field(default_factory=dict)
+    # Links the box adds to the read-only root (inside path -> target): an agent's `lnk` on
+    # its PATH (box_client.py).
+    box_links: Mapping[str, str] = field(default_factory=dict)
     system_dirs: tuple[str, ...] = ()
     # A system folder bound from a staged view instead of itself: under a finite list, /usr's
     # noexec clone with the libraries and granted programs exec-capable in it (exec_mounts.py).
@@ -180,6 +183,8 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "/usr/bin/bwrap") -> list[
 
     for dest, target in sorted(layout.system_links.items()):
         a += ["--symlink", target, dest]
+    for dest, target in sorted(layout.box_links.items()):
+        a += ["--dir", dest.rsplit("/", 1)[0], "--symlink", target, dest]
     for path in layout.system_dirs:
         a += ["--ro-bind", layout.system_sources.get(path, path), path]
     for path in layout.etc_binds:

@@ -400,3 +400,35 @@ def test_a_walk_without_identities_ends_where_the_full_walk_does(tmp_path: Path)
             full.real, full.links, full.exists, full.mode,
         )  # fmt: skip
         assert bare.identity is None and bare.folders == ()
+
+
+def test_a_name_found_through_a_link_records_where_and_who_may_change_it(
+    path_dirs: Path, home: Path
+) -> None:
+    os.lchown(path_dirs / "bin/tool", OTHER_UID, OTHER_UID)
+    os.chmod(path_dirs / "bin", 0o775)
+    resolved = resolve_spec(
+        spec_of(commands=["tool"]), make_ctx(path_dirs), path_env=str(path_dirs / "bin")
+    )
+    (command,) = resolved.commands
+    assert command.found_on_path == str(path_dirs / "bin/tool")
+    (link,) = command.links
+    assert link.owner_uid == OTHER_UID
+    assert link.folders[0].path == "/"
+    assert (link.folders[-1].path, link.folders[-1].mode) == (str(path_dirs / "bin"), 0o775)
+    assert [h.path for h in command.holders][-2:] == [str(path_dirs / "real"), command.real]
+    assert command.holders[-1].mode == 0o755
+
+
+def test_a_path_written_is_not_marked_found_on_path(path_dirs: Path, home: Path) -> None:
+    resolved = resolve_spec(spec_of(commands=[str(path_dirs / "bin/tool")]), make_ctx(path_dirs))
+    assert resolved.commands[0].found_on_path is None
+
+
+def test_a_name_found_as_a_loop_of_links_says_so(tmp_path: Path, home: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/tool").symlink_to("tool2")
+    (tmp_path / "bin/tool2").symlink_to("tool")
+    with pytest.raises(SpecError, match="a loop of links") as caught:
+        resolve_spec(spec_of(commands=["tool"]), make_ctx(tmp_path), path_env=str(tmp_path / "bin"))
+    assert caught.value.key == "commands.allow"

@@ -1,0 +1,115 @@
+"""`lnk` inside an agent's sandbox: on its PATH and runnable under a finite `[commands]` list
+without a grant of the user's (the box grants its client and the Python it runs), shown as
+granted by the box, not writable, and nothing else ungranted runs beside it.
+
+Attacks: replace or shadow the box's `lnk` inside (its folder is the read-only root's); run an
+ungranted program beside it (still refused by the loader guarantee); the gap it opens (the
+granted Python runs Python code) is pinned as a gap."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
+
+PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
+CLIENT = os.path.realpath(PREFIX / "venv" / "bin" / "lnk")
+
+# Inside: the agent's shell, granted alone, runs `lnk` by name; then the box's own Python (the
+# strongest tool it has: any syscall) tries to put another program in the box's `lnk`'s place,
+# and the shell tries to write over it; last, an ungranted program.
+REPLACE = (
+    "import os\n"
+    "try:\n"
+    "    os.symlink('/bin/sh', '/run/lnk-box/bin/new')\n"
+    "    os.replace('/run/lnk-box/bin/new', '/run/lnk-box/bin/lnk')\n"
+    "    print('replace: done')\n"
+    "except OSError as exc:\n"
+    "    print('replace:', exc.strerror)\n"
+)
+SCRIPT = f"""
+command -v lnk
+lnk bridge inbox read
+{PREFIX}/venv/bin/python3 -c "{REPLACE}"
+(: > /run/lnk-box/bin/lnk) 2>/dev/null && echo "overwrite: done" || echo "overwrite: refused"
+/usr/bin/id -u >/dev/null 2>&1; echo "ungranted: $?"
+"""
+
+
+@pytest.fixture(scope="module")
+def agent(running_box: Any) -> Iterator[str]:
+    box = running_box
+    owner = box.owner
+    spec = owner.home / "lnk-inside.toml"
+    spec.write_text('# a finite list: the shell only\n[commands]\nallow = ["/bin/sh"]\n')
+    os.chown(spec, owner.uid, owner.gid)
+    name = f"li-{os.urandom(2).hex()}"
+    made = box.as_owner("agent", "create", name, "--spec", str(spec))
+    assert made.returncode == 0, made.stderr
+    try:
+        yield name
+    finally:
+        box.as_owner("agent", "remove", name)
+        spec.unlink()
+
+
+def test_an_agent_with_a_finite_list_calls_its_bridge_with_lnk_inside(
+    running_box: Any, agent: str
+) -> None:
+    box = running_box
+    sent = box.as_owner("agent", "send", agent, "hello from outside")
+    assert sent.returncode == 0, sent.stderr
+    run = box.as_owner("agent", "start", agent, "--yes", "--", "/bin/sh", "-c", SCRIPT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "/run/lnk-box/bin/lnk"  # on PATH, first, from the box
+    end = next(i for i, line in enumerate(lines) if line.startswith("replace: "))
+    (message,) = json.loads("\n".join(lines[1:end]))["messages"]  # printed as JSON
+    assert message["message"] == "hello from outside"
+    lines = [lines[0], lines[0], *lines[end:]]
+    # The box's lnk cannot be replaced or written over (bwrap's read-only root, the prefix's
+    # read-only bind); an ungranted program beside it is still refused.
+    assert lines[2] == "replace: Read-only file system", lines[2]
+    assert lines[3] == "overwrite: refused", lines[3]
+    assert lines[4] == "ungranted: 126", lines[4]
+    assert os.path.realpath(PREFIX / "venv" / "bin" / "lnk") == CLIENT  # nothing moved outside
+
+
+def test_the_approval_and_spec_show_say_the_box_grants_lnk(running_box: Any, agent: str) -> None:
+    box = running_box
+    shown = box.as_owner("spec", "show", "--spec", str(box.owner.home / "lnk-inside.toml"))
+    assert shown.returncode == 0, shown.stderr
+    assert "lnk (granted by the box in an agent's sandbox" in shown.stdout, shown.stdout
+    assert CLIENT in shown.stdout
+    forgot = box.as_owner("spec", "forget", str(box.owner.home / "lnk-inside.toml"))
+    assert forgot.returncode == 0, forgot.stderr
+    asked = box.as_owner("agent", "start", agent, "--", "/bin/sh", "-c", "true")
+    assert asked.returncode != 0  # no terminal to answer on: refused, naming what it opens
+    assert "lnk (granted by the box: its bridges' client" in asked.stderr, asked.stderr
+
+
+def test_gap_the_python_the_box_grants_for_lnk_runs_python_code(
+    running_box: Any, agent: str
+) -> None:
+    """A granted interpreter runs what it likes (box_client.py): under the shell-only list, the
+    agent's sandbox can still run Python code through the box's Python. Pinned until the C
+    client does the bridge calls itself."""
+    python = PREFIX / "venv" / "bin" / "python3"
+    run = running_box.as_owner(
+        "agent", "start", agent, "--yes", "--", "/bin/sh", "-c", f"{python} -c 'print(6 * 7)'"
+    )
+    assert (run.returncode, run.stdout) == (0, "42\n"), run.stderr
+
+
+def test_a_plain_sandbox_has_no_lnk_on_its_path(running_box: Any) -> None:
+    run = running_box.run(
+        "--command", "/bin/sh", cmd=["/bin/sh", "-c", "echo $PATH; command -v lnk || echo none"]
+    )
+    assert run.returncode == 0, run.stderr
+    assert "/run/lnk-box" not in run.stdout
