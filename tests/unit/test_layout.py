@@ -52,6 +52,7 @@ UNTESTED_ALONE = {
         "proxy_link.py",
         "seccomp_host_net.py",
         "service.py",
+        "specs_api.py",
         "spawn.py",
     },
     "lnk_proxy": {"machine_watch.py", "policy_memo.py"},
