@@ -308,6 +308,11 @@ def test_the_launcher_sets_the_rlimit_floor(running_box: RunningBox, private_box
         total = int(f.readline().split()[1]) * 1024
     shared = v1_hierarchies()["memory"] / "memory.limit_in_bytes"
     assert int(shared.read_text()) <= total - 512 * 1024 * 1024
+    # ... and weighed below a service for CPU (a v1 group's tasks share its shares against
+    # each task of the root's, the proxy's included): half a nice-0 task's 1024.
+    if "cpu" in v1_hierarchies():
+        weight = v1_hierarchies()["cpu"] / "cpu.shares"
+        assert int(weight.read_text()) == 512  # cgroup_limits.SANDBOXES_CPU_SHARES
 
 
 def _check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str]:

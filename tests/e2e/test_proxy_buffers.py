@@ -46,6 +46,11 @@ BUDGET = 32 * MiB  # the proxy's tunnel_buffer_budget_bytes here: small, so the 
 FITTING = 1 + (BUDGET - 8 * MiB) // (512 * 1024)
 TRIED = FITTING + 11
 STALLER_PORT = PORT = 9001
+HTTP_STALLER_PORT = 9002  # the same, behind an HTTP answer head: plain http's stall
+# lnk_proxy.tunnel_buffers.PLAIN's worst case: 256 KiB each way doubled, the unix default send
+PLAIN_WORST = 2 * (512 * 1024) + 212_992
+PLAIN_FITTING = BUDGET // PLAIN_WORST
+PLAIN_TRIED = PLAIN_FITTING + 8
 STALL_SETTLED_S = 1.0  # the memory counted no higher for this long: every buffer is full
 STALL_DEADLINE_S = 30.0  # full within seconds: 49 tunnels at a few MiB each
 SYS_PIDFD_GETFD = 438  # the same number on every architecture (the unified syscall table)
@@ -68,20 +73,27 @@ while True:
     held.append(conn)  # never read
     threading.Thread(target=flood, args=(conn,), daemon=True).start()
 """
+# An origin whose every answer is a head, then a body without end (the request never read on).
+HEAD_FIRST = b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n"
+HTTP_STALLER = STALLER.replace(
+    "    held.append(conn)  # never read\n",
+    f"    held.append(conn)\n    conn.recv(65536)\n    conn.sendall({HEAD_FIRST!r})\n",
+)
 
 
 @pytest.fixture
 def machine() -> Iterator[Machine]:
     config = f"max_tunnels_per_sandbox = {2 * TRIED}\ntunnel_buffer_budget_bytes = {BUDGET}\n"
     with built(skip_route_check=False, config=config) as made:
-        process = subprocess.Popen(
-            ["ip", "netns", "exec", made.lan, sys.executable, "-I", "-c", STALLER, str(PORT)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-        )
-        made.processes.append(process)  # ended by made.close()
-        assert process.stdout is not None
-        assert process.stdout.readline() == b"ready\n", "the staller did not start"
+        for program, port in ((STALLER, PORT), (HTTP_STALLER, HTTP_STALLER_PORT)):
+            process = subprocess.Popen(
+                ["ip", "netns", "exec", made.lan, sys.executable, "-I", "-c", program, str(port)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+            )
+            made.processes.append(process)  # ended by made.close()
+            assert process.stdout is not None
+            assert process.stdout.readline() == b"ready\n", "the staller did not start"
         yield made
 
 
@@ -151,6 +163,46 @@ def _head(sock: socket.socket) -> bytes:
             break
         data += more
     return data
+
+
+def _peak(made: Machine, idle: int) -> int:
+    """The proxy's kernel memory once every buffer on the way is full (counted no higher for
+    STALL_SETTLED_S), less what it held idle."""
+    peak, settled_at = 0, time.monotonic()
+    deadline = time.monotonic() + STALL_DEADLINE_S
+    while time.monotonic() - settled_at < STALL_SETTLED_S:
+        assert time.monotonic() < deadline, f"still growing at {peak} bytes"
+        now = kernel_memory(made) - idle
+        if now > peak:
+            peak, settled_at = now, time.monotonic()
+    return peak
+
+
+def test_unread_plain_http_answers_keep_the_proxys_kernel_memory_under_the_budget(
+    machine: Machine,
+) -> None:
+    """Plain http GETs whose answers never end and are never read: each exchange reserves its
+    origin socket's fixed buffers from the same budget. Before, their origin sockets autotuned
+    (tens of MiB each) and nothing counted them: every one was served."""
+    made = machine
+    idle = kernel_memory(made)
+    with contextlib.ExitStack() as stack:
+        heads = []
+        for _ in range(PLAIN_TRIED):
+            sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            sock.settimeout(IO_TIMEOUT_S)
+            sock.connect(str(made.socket))
+            sock.sendall(get(f"10.91.0.2:{HTTP_STALLER_PORT}"))
+            heads.append(_head(sock))  # then never read again
+        served = [h for h in heads if h.startswith(b"HTTP/1.1 200")]
+        refused = [h for h in heads if h.startswith(b"HTTP/1.1 403")]
+        assert len(served) == PLAIN_FITTING, [h[:40] for h in heads]
+        assert len(refused) == PLAIN_TRIED - PLAIN_FITTING
+        peak = _peak(made, idle)
+        assert peak <= BUDGET, f"{peak / MiB:.1f} MiB pinned by unread plain http answers"
+        assert peak > PLAIN_FITTING * 256 * 1024, peak  # the stall is real
+    refusals = [e for e in made.proxy.log(SANDBOX) if e["rule"] == "too-much-buffer"]
+    assert len(refusals) >= 1 and refusals[0]["method"] == "GET", refusals
 
 
 def test_unread_tunnels_keep_the_proxys_kernel_memory_under_the_budget(machine: Machine) -> None:

@@ -21,12 +21,18 @@ def register(commands: Any) -> None:
     check = commands.add_parser(
         "check",
         help="probe a sandbox made by this spec from inside, against bait; fail if it leaks",
-        usage="lnk sandbox check [--spec F] [flags] [--json | --verbose]",
+        usage="lnk sandbox check [--spec F] [flags] [--json | --verbose] [--caps]",
     )
     add_spec_arguments(check)
     check.add_argument("--json", action="store_true", help="a JSON document for CI")
     check.add_argument(
         "--verbose", action="store_true", help="a line for every probe, refused ones too"
+    )
+    check.add_argument(
+        "--caps",
+        action="store_true",
+        help="also try the shared proxy's per-sandbox caps: hold unread tunnels to the first "
+        "listed host until refused (up to 300 connections to it) and flood refusals",
     )
     check.set_defaults(handler=cmd_check)
 

@@ -79,6 +79,7 @@ class Evidence:
     marked     `path`'s mtime is the probe's mark (`value` = the mtime before, to restore)
     server     the bait server accepted a connection carrying the probe's id (or none)
     wire       the proxy's wire log holds an allowed decision for `value` (a target)
+    wire-refusals  the wire log holds more refusal lines for `value` than `names[0]`
     abstract   the abstract socket accepted a connection
     confiner   the confiner's folder changed (`value` = its state before)
     privilege  the status the probe read shows privilege, or the owner's uid (`value`)

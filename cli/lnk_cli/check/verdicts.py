@@ -71,6 +71,7 @@ class Outside:
     accepted: Sequence[str] = ()  # the first line of each bait-server connection
     abstract_accepts: int = 0
     wire_allowed: frozenset[str] = frozenset()
+    wire_refusals: Mapping[str, int] = field(default_factory=dict)  # refusal lines per target
     confiner_after: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""  # everything the sandbox printed
     appended_kept: bool = True  # the append-only stderr still starts with what was there
@@ -132,6 +133,17 @@ def _mode_left(e: Evidence, outside: Outside) -> str | None:
     return None
 
 
+def _wire_said(e: Evidence, outside: Outside) -> str | None:
+    """`wire`: an allowed decision for the target `value`; `wire-refusals`: more refusal lines
+    for it than `names[0]` (a flood the log did not fold)."""
+    if e.kind == "wire":
+        return "the proxy's log shows it allowed" if e.value in outside.wire_allowed else None
+    lines = outside.wire_refusals.get(str(e.value), 0)
+    if lines > int(e.names[0]):
+        return f"the proxy's log holds {lines} lines for it (at most {e.names[0]} expected)"
+    return None
+
+
 def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
     """What the outside saw get through for this piece of evidence, or None."""
     kind = e.kind
@@ -159,8 +171,8 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         if mine in outside.accepted or any(a not in ours for a in outside.accepted):
             return "the bait server accepted a connection"
         return None
-    if kind == "wire":
-        return "the proxy's log shows it allowed" if e.value in outside.wire_allowed else None
+    if kind in ("wire", "wire-refusals"):
+        return _wire_said(e, outside)
     if kind == "abstract":
         return "the socket accepted a connection" if outside.abstract_accepts else None
     if kind == "confiner":

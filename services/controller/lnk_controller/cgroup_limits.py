@@ -12,6 +12,9 @@ Memory counts the sandbox's tmpfs folders: the kernel charges a tmpfs page to th
 process that wrote it, in v1 and v2 alike; swap is off for the group (memory.swap.max 0 /
 memsw), so the limit is one of RAM.
 
+CPU: each sandbox's quota (`cpu.max`, v1 `cpu.cfs_quota_us`), and all sandboxes together
+weighed below the box's services (`weigh_all`: the parent's `cpu.weight` or `cpu.shares`).
+
 Does NOT stop: a process of the sandbox leaving its groups (it cannot: it sees no cgroup file
 system and owns no cgroup file); kernel memory v1 does not count (socket buffers, most slab);
 I/O bandwidth (no io/blkio limit).
@@ -44,12 +47,20 @@ __all__ = [
     "v1_hierarchies",
     "v2_available",
     "watch_v1_oom",
+    "weigh_all",
 ]
 
 CONTROLLERS = ("pids", "memory", "cpu")
 PARENT = "lnk.sandboxes"  # as cgroups.PARENT: the groups' common parent in each hierarchy
 LEAF = "lnk.controller"  # the controller's own leaf in a delegated v2 subtree
 CPU_PERIOD_US = 100_000  # the kernel's default CFS period: the quota is a share of it
+# All sandboxes together weigh half of a service in the kernel's CPU sharing (v2 cpu.weight,
+# default 100; v1 cpu.shares, default 1024, which a v1 group's tasks share against each task
+# of the root's): when the CPU is short, the proxy and the box's other services, which every
+# sandbox needs, run before the sandboxes' own programs; when it is not, the weight changes
+# nothing (CPU sharing gives idle time to whoever asks).
+SANDBOXES_CPU_WEIGHT = 50
+SANDBOXES_CPU_SHARES = 512
 
 
 def _write(path: Path, value: str) -> None:
@@ -186,6 +197,19 @@ def cap_all(v2_parent: Path | None, v1_memory_parent: Path | None, total: int) -
     if v1_memory_parent is not None:
         v1_memory_parent.mkdir(mode=0o755, exist_ok=True)
         _write(v1_memory_parent / "memory.limit_in_bytes", str(total))
+
+
+def weigh_all(v2_parent: Path | None, v1_cpu_parent: Path | None) -> None:
+    """Weigh all the sandboxes together (their common parent group) below the box's services:
+    `SANDBOXES_CPU_WEIGHT` (v2) or `SANDBOXES_CPU_SHARES` (v1). Each sandbox's own group keeps
+    the default weight, so sandboxes share among themselves evenly; its `cpu.max` or CFS quota
+    still caps it. Does NOT weigh a sandbox against its owner's own programs outside the box
+    beyond that (they are the host's, at their own weights)."""
+    if v2_parent is not None:
+        _write(v2_parent / "cpu.weight", str(SANDBOXES_CPU_WEIGHT))
+    if v1_cpu_parent is not None:
+        v1_cpu_parent.mkdir(mode=0o755, exist_ok=True)
+        _write(v1_cpu_parent / "cpu.shares", str(SANDBOXES_CPU_SHARES))
 
 
 def apply_v1(sandbox_id: str, parents: dict[str, Path], limits: Limits) -> dict[str, Path]:

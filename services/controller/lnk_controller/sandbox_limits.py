@@ -98,6 +98,8 @@ def apply(box: BoxLimits, sandbox_id: str, group: Path, limits: Limits | None) -
     cgroup_limits.cap_all(
         group.parent if "memory" in applied.v2 else None, v1_parents.get("memory"), shared
     )
+    # All sandboxes together below the box's services, the proxy first, when CPU is short.
+    cgroup_limits.weigh_all(group.parent if "cpu" in applied.v2 else None, v1_parents.get("cpu"))
     applied.v1 = cgroup_limits.apply_v1(sandbox_id, v1_parents, limits)
     try:
         missing = applied.missing

@@ -16,7 +16,10 @@ kernel's route judgement (`route_check`), so `lnk sandbox check` can show that c
 of the system's roots (the test internet's CA); `unsafe_skip_service_method_check` forwards a
 service rule's request whatever its method or route (`lnk sandbox check` shows that leak);
 `unsafe_skip_model_route_check` likewise a model rule's request whatever its route (its
-runtime's admin API).
+runtime's admin API);
+`unsafe_unbounded_tunnels` lifts the per-sandbox tunnel cap and tunnel buffer budget, and
+`unsafe_log_every_refusal` turns off the wire log's aggregation of repeated refusals and the
+room it keeps for allowed decisions (`lnk sandbox check` shows each class leak).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class ProxyConfig(BaseModel):
     unsafe_service_ca: Path | None = Field(default=None, strict=False)  # the test internet's
     unsafe_skip_service_method_check: bool = False  # tests of `lnk sandbox check` only
     unsafe_skip_model_route_check: bool = False  # likewise: a model's admin API let through
+    unsafe_unbounded_tunnels: bool = False  # likewise: no tunnel cap, no buffer budget
+    unsafe_log_every_refusal: bool = False  # likewise: no aggregation, no room kept for allowed
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -148,6 +153,18 @@ class ProxyConfig(BaseModel):
                 "unsafe_skip_route_check: addresses are no longer judged by the kernel's route, "
                 "so a sandbox reaches this machine through a lo prefix or a local route (a "
                 "test setting; never on a real box)"
+            )
+        if self.unsafe_unbounded_tunnels:
+            log.warning(
+                "unsafe_unbounded_tunnels: a sandbox may open tunnels past "
+                "max_tunnels_per_sandbox and tunnel_buffer_budget_bytes, pinning the proxy's "
+                "memory and descriptors (a test setting; never on a real box)"
+            )
+        if self.unsafe_log_every_refusal:
+            log.warning(
+                "unsafe_log_every_refusal: every refusal gets its own wire-log line and may use "
+                "the whole log, so a refusal flood can fill it and blind it to allowed decisions "
+                "(a test setting; never on a real box)"
             )
         if self.unsafe_dns_table is not None:
             log.warning(

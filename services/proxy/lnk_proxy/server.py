@@ -23,7 +23,8 @@ thread) or listener management. At a cap the request gets the 403 with `too-many
 tunnel's fixed kernel buffers from its sandbox's budget (`tunnel_buffers`: large ones for the
 first, small ones after, `too-much-buffer` past the budget). A new connection is refused
 (`too-many-descriptors`) when the proxy's descriptors are taken and this sandbox already holds
-its reserved share of them (`descriptors.may_accept`).
+its reserved share of them (`descriptors.may_accept`). A plain http exchange reserves its origin
+socket's fixed buffers (`tunnel_buffers.PLAIN`) from the same budget while it runs.
 
 Wire state: `<flags_dir>/<sandbox>.stop` refuses every request (`stopped`) and, seen by a
 watcher that polls it every `FLAG_POLL_S`, closes every connection of that sandbox, open
@@ -93,7 +94,7 @@ from lnk_proxy.policy_memo import PolicyMemo
 from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy, make_resolver
 from lnk_proxy.route_check import RouteChecker
 from lnk_proxy.service_relay import ServiceGrant, relay, scrub_text, tls_context
-from lnk_proxy.tunnel_buffers import LARGE, TunnelBuffers, buffers_for
+from lnk_proxy.tunnel_buffers import LARGE, PLAIN, SMALL, TunnelBuffers, buffers_for
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
@@ -174,7 +175,9 @@ class ProxyServer:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.descriptor_limit = usable_limit(soft)
         bounds = (config.wire_log_max_bytes, config.wire_box_max_bytes)
-        self.wire_log = WireLog(config.wire_log_dir, *bounds)
+        self.wire_log = WireLog(
+            config.wire_log_dir, *bounds, unsafe_every_refusal=config.unsafe_log_every_refusal
+        )
         # Sizes the wire folder (`wire_log.box_used`): its own thread, never the event loop.
         self._wire_scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wire-scan")
         self.wire_log.scanner = self._wire_scanner
@@ -469,15 +472,26 @@ class ProxyServer:
         finally:
             if buffers is not None:
                 self._release_tunnel(listener, buffers)
-        return await self._forward(exchange)
+        refused = self._reserve_plain(listener)  # its origin socket's buffers, from the budget
+        if refused is not None:
+            await self._refuse(listener, client, request.method, target, refused)
+            return False
+        try:
+            return await self._forward(exchange)
+        finally:
+            listener.buffers -= PLAIN.worst_case()
 
     def _reserve_tunnel(self, listener: _Listener) -> TunnelBuffers | _Refusal:
         """One of the sandbox's tunnel slots and its tunnel's buffers, taken before any await."""
-        if listener.tunnels >= self.config.max_tunnels_per_sandbox:
+        unbounded = self.config.unsafe_unbounded_tunnels  # a test box's: `check` shows the leak
+        if listener.tunnels >= self.config.max_tunnels_per_sandbox and not unbounded:
             limit = self.config.max_tunnels_per_sandbox
             return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
         budget = self.config.tunnel_buffer_budget_bytes
         buffers = buffers_for(listener.large_buffers, listener.buffers, budget)
+        if buffers is None and unbounded:
+            log.warning("unsafe_unbounded_tunnels: %s's tunnel past its caps", listener.sandbox)
+            buffers = SMALL  # still counted, so its release balances
         if buffers is None:
             reason = f"the sandbox's open tunnels hold its {budget} bytes of kernel buffers"
             return _Refusal("too-much-buffer", reason)
@@ -486,6 +500,17 @@ class ProxyServer:
         if buffers is LARGE:
             listener.large_buffers += buffers.worst_case()
         return buffers
+
+    def _reserve_plain(self, listener: _Listener) -> _Refusal | None:
+        """A plain http exchange's buffers (`tunnel_buffers.PLAIN`) from the sandbox's budget,
+        taken before any await, shared with its tunnels."""
+        budget = self.config.tunnel_buffer_budget_bytes
+        over = listener.buffers + PLAIN.worst_case() > budget
+        if over and not self.config.unsafe_unbounded_tunnels:
+            reason = f"the sandbox's open exchanges hold its {budget} bytes of kernel buffers"
+            return _Refusal("too-much-buffer", reason)
+        listener.buffers += PLAIN.worst_case()
+        return None
 
     def _release_tunnel(self, listener: _Listener, buffers: TunnelBuffers) -> None:
         listener.tunnels -= 1
@@ -714,7 +739,8 @@ class ProxyServer:
             )
         )
 
-    async def _dial(self, allowed: Allowed, buffers: TunnelBuffers | None = None) -> Conn:
+    async def _dial(self, allowed: Allowed, buffers: TunnelBuffers = PLAIN) -> Conn:
+        """A new origin connection with fixed buffers: a tunnel's, else plain http's."""
         timeout = self.config.connect_timeout_s
         return Conn(await dial(allowed.address, allowed.port, timeout, buffers))
 

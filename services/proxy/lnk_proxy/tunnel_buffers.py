@@ -18,10 +18,16 @@ socket's receive and send buffers and the proxy's end of the unix socket's send 
 twice the size asked (`socket(7)`: the kernel doubles the value for its bookkeeping), and one
 pipe per direction full.
 
+Plain http exchanges get `PLAIN`: their origin sockets (new ones and the pool's, all dialed with
+it) have fixed sizes too, and each exchange reserves `PLAIN.worst_case()` from the same budget
+while it runs (`too-much-buffer` past it).
+
 Does NOT bound: the bytes a sandbox sent that wait in the proxy's unix receive queue (they are
-charged to the sandbox's own socket's send buffer, in its own cgroup, and freed with it); plain
-http exchanges (a pooled 1 MiB user-space buffer per direction in flight, `conn.BufferPool`, and
-the kernel's defaults for their sockets; capped per sandbox by `max_connections_per_sandbox`);
+charged to the sandbox's own socket's send buffer, in its own cgroup, and freed with it); a
+plain http exchange's pooled 1 MiB user-space buffer per direction (`conn.BufferPool`, capped
+for the whole proxy); idle pooled origin connections (no reservation: at most
+`upstream_pool.PER_SANDBOX` per sandbox, an origin may fill each one's receive buffer, 512 KiB
+as the kernel counts, until it is taken and dropped as unusable);
 pages a spliced skb pins beyond the bytes it carries; the machine's total (sandboxes times
 `BUDGET`, with the descriptor cap of `descriptors` bounding how many tunnels exist at all).
 """
@@ -30,11 +36,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BUDGET", "LARGE", "LARGE_SHARE", "SMALL", "TunnelBuffers", "buffers_for"]
+__all__ = ["BUDGET", "LARGE", "LARGE_SHARE", "PLAIN", "SMALL", "TunnelBuffers", "buffers_for"]
 
 KERNEL_DOUBLES = 2  # socket(7): SO_RCVBUF/SO_SNDBUF's value is doubled for the kernel's overhead
 MiB = 1024 * 1024
 KiB = 1024
+UNIX_DEFAULT_SEND = 212_992  # net.core.wmem_default: a unix socket's send buffer, as counted
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,11 @@ class TunnelBuffers:
 LARGE = TunnelBuffers("large", 1 * MiB, 1 * MiB, 1 * MiB, 1 * MiB)  # 8 MiB at worst
 # 64 KiB each: the kernel's default pipe, a few round trips on a LAN; 512 KiB at worst.
 SMALL = TunnelBuffers("small", 64 * KiB, 64 * KiB, 64 * KiB, 64 * KiB)
+# A plain http exchange's origin socket: 256 KiB each way (a window for ~20 MB/s at 10 ms of
+# round trip; bodies go through a user-space buffer, not splice: no pipe); the sandbox side is
+# not set, so the kernel's default send buffer is counted (wmem_default, 208 KiB as it counts
+# it). 1.2 MiB at worst.
+PLAIN = TunnelBuffers("plain", 256 * KiB, 256 * KiB, UNIX_DEFAULT_SEND // KERNEL_DOUBLES, 0)
 # A sandbox's tunnels together: 16 large ones (64 MiB) and 384 small ones could use it, more
 # than `max_tunnels_per_sandbox` (256) lets it open; ten sandboxes at their budget pin 2.5 GiB
 # where one alone pinned 8-10 GiB before.

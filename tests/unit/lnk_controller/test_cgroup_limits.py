@@ -170,3 +170,16 @@ def test_the_real_v2_tree_gets_the_limits_it_offers_and_no_others() -> None:
             group.rmdir()
     finally:
         parent.rmdir()
+
+
+def test_all_sandboxes_together_are_weighed_below_a_service(tmp_path: Path) -> None:
+    v2_parent, v1_parent = tmp_path / "v2" / "lnk.sandboxes", tmp_path / "v1" / "lnk.sandboxes"
+    v2_parent.mkdir(parents=True)
+    v1_parent.parent.mkdir()  # the controller's own v1 cpu group: lnk.sandboxes is made in it
+    cgroup_limits.weigh_all(v2_parent, v1_parent)
+    assert (v2_parent / "cpu.weight").read_text() == str(cgroup_limits.SANDBOXES_CPU_WEIGHT)
+    assert (v1_parent / "cpu.shares").read_text() == str(cgroup_limits.SANDBOXES_CPU_SHARES)
+    # below the kernel's default for a group (v2) and for a nice-0 task (v1)
+    assert cgroup_limits.SANDBOXES_CPU_WEIGHT < 100
+    assert cgroup_limits.SANDBOXES_CPU_SHARES < 1024
+    cgroup_limits.weigh_all(None, None)  # neither offered: nothing written, nothing raised

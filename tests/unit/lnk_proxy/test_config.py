@@ -133,3 +133,14 @@ def test_the_model_is_frozen() -> None:
     cfg = ProxyConfig()
     with pytest.raises(ValueError, match="frozen"):
         cfg.controller_uid = 1000
+
+
+@pytest.mark.parametrize("name", ["unsafe_unbounded_tunnels", "unsafe_log_every_refusal"])
+def test_the_caps_switches_are_off_by_default_and_warn_when_set(
+    env: dict[str, str], config_dir: Path, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    assert getattr(load_config(env), name) is False
+    write(config_dir, f"{name} = true\n")
+    with caplog.at_level(logging.WARNING, logger="lnk_proxy.config"):
+        assert getattr(load_config(env), name) is True
+    assert name in caplog.text and "never on a real box" in caplog.text

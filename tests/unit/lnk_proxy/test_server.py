@@ -319,3 +319,42 @@ def test_a_sandbox_at_its_buffer_budget_is_refused_and_another_keeps_its_own(bas
     assert body(again) == b"lnk: refused (no-address)\n"
     assert log_rules(config, "sbx-a")[0] == "too-much-buffer"
     assert "too-much-buffer" not in log_rules(config, "sbx-b")
+
+
+def test_unsafe_unbounded_tunnels_lets_a_sandbox_past_its_tunnel_cap_and_buffer_budget(
+    base: Path,
+) -> None:
+    """The switch `lnk sandbox check` names when it reports the tunnel class leaked: with a cap
+    of one tunnel and a budget of one small one, three CONNECTs waiting on their lookup are all
+    judged (none refused at the caps), and their reservations are all given back."""
+    config = ProxyConfig(
+        run_dir=base / "run",
+        state_dir=base / "state",
+        max_tunnels_per_sandbox=1,
+        tunnel_buffer_budget_bytes=SMALL.worst_case(),
+        unsafe_unbounded_tunnels=True,
+    )
+    resolver = HeldResolver()
+    grants = ProxyGrants(internet=(parse_host_pattern("*.example.com"),))
+    connect = b"CONNECT a.example.com:443 HTTP/1.1\r\n\r\n"
+
+    async def run() -> tuple[list[bytes], int, int]:
+        server = ProxyServer(config, resolver=resolver)
+        await server.start()
+        path = config.run_dir / "sbx" / "sbx-a.sock"
+        await server.open_listener("sbx-a", path, grants, SECRET)
+        try:
+            held = [asyncio.create_task(exchange(path, connect)) for _ in range(3)]
+            while resolver.waiting < 3:  # all three reached their lookup: none was refused
+                await asyncio.sleep(0.01)
+            resolver.released.set()
+            ended = [await task for task in held]
+            listener = server._listeners["sbx-a"]
+            return ended, listener.tunnels, listener.buffers
+        finally:
+            await server.close()
+
+    ended, tunnels, reserved = asyncio.run(run())
+    assert [body(a) for a in ended] == [b"lnk: refused (no-address)\n"] * 3
+    assert (tunnels, reserved) == (0, 0)
+    assert not {"too-many-tunnels", "too-much-buffer"} & set(log_rules(config, "sbx-a"))

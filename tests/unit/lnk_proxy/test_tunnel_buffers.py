@@ -8,6 +8,7 @@ from lnk_proxy.tunnel_buffers import (
     BUDGET,
     LARGE,
     LARGE_SHARE,
+    PLAIN,
     SMALL,
     TunnelBuffers,
     buffers_for,
@@ -56,3 +57,9 @@ def test_the_default_budget_opens_the_default_tunnel_cap() -> None:
         reserved_large += sizes.worst_case() if sizes is LARGE else 0
     assert kinds.count("large") == BUDGET // LARGE_SHARE // L == 8
     assert reserved <= BUDGET
+
+
+def test_plain_http_counts_its_fixed_origin_buffers_and_the_kernels_default_unix_send() -> None:
+    assert PLAIN.pipe == 0  # bodies go through a user-space buffer: no splice pipe
+    assert PLAIN.worst_case() == 2 * (256 + 256) * 1024 + 212_992
+    assert PLAIN.worst_case() < LARGE.worst_case()

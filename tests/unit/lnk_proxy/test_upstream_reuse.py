@@ -7,7 +7,9 @@ request without a body."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,10 @@ import pytest
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
+from lnk_proxy.tunnel_buffers import PLAIN
 
 SECRET = "x" * 40
+WAIT_S = 10.0  # the proxy's reservations change within this even on a loaded machine
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
 
 
@@ -138,3 +142,75 @@ def test_a_request_that_may_not_be_repeated_is_never_sent_twice(base: Path, seco
     assert answers[0].startswith(b"HTTP/1.1 200")
     assert answers[1].startswith(b"HTTP/1.1 502")
     assert origin.connections == 1 and len(origin.requests) == 2
+
+
+def test_plain_http_reserves_fixed_buffers_from_the_budget_and_is_refused_past_it(
+    base: Path,
+) -> None:
+    """The attack: plain http exchanges whose sandbox never reads pinned autotuned origin
+    buffers that no budget counted. Now an exchange reserves `PLAIN` while it runs: with a
+    budget of two, two held exchanges take it, a third is refused (`too-much-buffer`) at once,
+    and once they end it is free again; the origin socket kept for reuse has PLAIN's sizes."""
+    release = asyncio.Event()
+    get = b"GET http://localhost:PORT/ HTTP/1.1\r\nHost: localhost:PORT\r\n\r\n"
+
+    writers: list[asyncio.StreamWriter] = []
+
+    async def held(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await release.wait()
+                writer.write(OK)
+                await writer.drain()
+        writer.close()
+
+    async def run() -> tuple[list[bytes], bytes, bytes, int, list[int]]:
+        origin = await asyncio.start_server(held, "127.0.0.1", 0)
+        port = str(origin.sockets[0].getsockname()[1]).encode()
+        request = get.replace(b"PORT", port)
+        budget = 2 * PLAIN.worst_case()
+        config = ProxyConfig(
+            run_dir=base / "run", state_dir=base / "state", tunnel_buffer_budget_bytes=budget
+        )
+        proxy = ProxyServer(config)
+        await proxy.start()
+        path = config.run_dir / "sbx" / "sbx-plain.sock"
+        grants = ProxyGrants(localhost_ports=frozenset({int(port)}))
+        await proxy.open_listener("sbx-plain", path, grants, SECRET)
+        listener = proxy._listeners["sbx-plain"]
+        try:
+            waiting = [asyncio.create_task(ask(path, request)) for _ in range(2)]
+            async with asyncio.timeout(WAIT_S):  # both reached the origin, holding the budget
+                while listener.buffers < budget:
+                    await asyncio.sleep(0.01)
+            third = await ask(path, request)
+            release.set()
+            answers = [await task for task in waiting]
+            async with asyncio.timeout(WAIT_S):  # their ends give their reservations back
+                while listener.buffers:
+                    await asyncio.sleep(0.01)
+            again = await ask(path, request)
+            sizes = [
+                conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+                for entries in listener.pool._idle.values()
+                for _, conn in entries
+            ]
+            return answers, third, again, listener.buffers, sizes
+        finally:
+            await proxy.close()
+            origin.close()
+            for writer in writers:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+
+    answers, third, again, reserved, sizes = asyncio.run(run())
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
+    assert third.startswith(b"HTTP/1.1 403")
+    assert again.startswith(b"HTTP/1.1 200")
+    assert reserved == 0
+    assert sizes and set(sizes) == {2 * PLAIN.tcp_receive}  # fixed: the kernel doubles it
+    log = (base / "state" / "wire" / "sbx-plain.log").read_text()
+    assert '"rule":"too-much-buffer"' in log

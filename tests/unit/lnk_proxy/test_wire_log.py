@@ -244,3 +244,22 @@ def test_with_a_scanner_the_folder_is_sized_off_the_event_loop(
     first, after = asyncio.run(run())
     assert (first, after) == (0, box // 2)
     assert threads and threads[0].startswith("scan")
+
+
+def test_unsafe_every_refusal_writes_each_repeat_and_lets_refusals_take_the_whole_log(
+    tmp_path: Path,
+) -> None:
+    # what `lnk sandbox check`'s refusal flood must see reopened (and the default must not)
+    for unsafe, most_lines in ((False, 1), (True, 200)):
+        folder = tmp_path / str(unsafe)
+        folder.mkdir()
+        log = WireLog(folder, max_bytes=64 * 1024, unsafe_every_refusal=unsafe)
+        for _ in range(200):
+            log.write(entry(decision="refused", rule="not-listed"))
+        assert len(lines_of(folder / "sbx-0123abcd.log")) == most_lines
+    (tmp_path / "full").mkdir()
+    log = WireLog(tmp_path / "full", max_bytes=64 * 1024, unsafe_every_refusal=True)
+    for i in range(5000):
+        log.write(entry(decision="refused", rule="not-listed", target=f"h{i}.example:443"))
+    assert (tmp_path / "full" / "sbx-0123abcd.log").stat().st_size > log.max_bytes * 3 // 4
+    assert not log.can_admit("sbx-0123abcd")  # blinded: nothing new may go out
