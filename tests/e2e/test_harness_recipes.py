@@ -122,8 +122,6 @@ def _recipe_spec(running_box: RunningBox, recipe: str, provider_host: str, binar
     text = text.replace(f'"{binary.name}"', f'"{binary}"')
     owner = running_box.owner
     path = owner.home / f"{recipe}.toml"
-    # The API key and base URL go in through `env` until `--env` lands (issue 19).
-    text = text.replace("[commands]\nallow = [", '[commands]\nallow = ["/usr/bin/env", ')
     path.write_text(text)
     os.chown(path, owner.uid, owner.gid)
     project = owner.home / "src" / "project"
@@ -147,12 +145,18 @@ def _agent_home(running_box: RunningBox, name: str) -> Path:
 
 
 def _run_agent(
-    running_box: RunningBox, box: Any, name: str, spec: Path, argv: list[str], state: str
+    running_box: RunningBox,
+    box: Any,
+    name: str,
+    spec: Path,
+    env: dict[str, str],
+    argv: list[str],
+    state: str,
 ) -> subprocess.CompletedProcess[str]:
     """Create agent `name`, make its harness's state folder in its home as the owner would
     (the README's step: a harness's usual `~/.claude` or `~/.codex` is a protected name at the
     top of the agent's folder, so the recipe points the harness at a folder of another name),
-    and run `argv` in it."""
+    and run `argv` in it with `env` (`--env NAME=VALUE`, for this start only)."""
     created = _lnk(running_box, box, "agent", "create", name, "--spec", str(spec))
     assert created.returncode == 0, created.stderr
     owner = running_box.owner
@@ -160,7 +164,16 @@ def _run_agent(
     folder.mkdir()
     os.chown(folder, owner.uid, owner.gid)
     return _lnk(
-        running_box, box, "agent", "start", name, "--yes", "--", *argv, timeout=HARNESS_TIMEOUT_S
+        running_box,
+        box,
+        "agent",
+        "start",
+        name,
+        "--yes",
+        *(f"--env={k}={v}" for k, v in env.items()),
+        "--",
+        *argv,
+        timeout=HARNESS_TIMEOUT_S,
     )
 
 
@@ -175,13 +188,14 @@ def test_claude_code_answers_a_prompt_as_an_agent(
         netbox,
         "claude",
         spec,
+        {
+            "ANTHROPIC_BASE_URL": f"http://{WWW}:{API_PORT}",
+            "ANTHROPIC_API_KEY": API_KEY,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CONFIG_DIR": str(_agent_home(running_box, "claude") / CLAUDE_STATE),
+        },
         [
-            "/usr/bin/env",
-            f"ANTHROPIC_BASE_URL=http://{WWW}:{API_PORT}",
-            f"ANTHROPIC_API_KEY={API_KEY}",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-            "DISABLE_AUTOUPDATER=1",
-            f"CLAUDE_CONFIG_DIR={_agent_home(running_box, 'claude') / CLAUDE_STATE}",
             str(CLAUDE),
             "-p",
             "Answer with the test word.",
@@ -212,10 +226,11 @@ def test_codex_cli_answers_a_prompt_as_an_agent(
         netbox,
         "codex",
         spec,
+        {
+            "OPENAI_API_KEY": API_KEY,
+            "CODEX_HOME": str(_agent_home(running_box, "codex") / CODEX_STATE),
+        },
         [
-            "/usr/bin/env",
-            f"OPENAI_API_KEY={API_KEY}",
-            f"CODEX_HOME={_agent_home(running_box, 'codex') / CODEX_STATE}",
             str(CODEX),
             "exec",
             "--skip-git-repo-check",
