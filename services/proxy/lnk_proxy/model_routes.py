@@ -203,7 +203,7 @@ def judge_model_route(
     route outside the table through, so `lnk sandbox check` can show that class leak."""
     table = ROUTES.get(rule.kind)
     if table is None:
-        raise RequestRefused("model-kind", f"a {rule.kind} rule is not served by this proxy")
+        raise RequestRefused("model-kind", f"the {rule.kind} rule is not served by this proxy")
     path, question, _ = target.partition("?")
     if question:
         raise RequestRefused("model-path", "a query: no model route takes one")

@@ -247,3 +247,43 @@ def test_the_admin_frames_rules_are_read_by_the_spec_models_own_rules() -> None:
         parse_models([{**rule.canonical(), "models": []}])
     with pytest.raises(ValueError, match="at most"):
         parse_models({"kind": "ollama"})
+
+
+@pytest.mark.parametrize("answer", ["127.0.0.1", "::ffff:127.0.0.1", "0.0.0.0", "8.8.8.8"])
+def test_a_network_upstream_named_to_resolve_here_or_public_is_never_dialed(
+    base: Path, answer: str
+) -> None:
+    """A rule naming its runtime by a name (gpu.lan) is a `[lan]` grant of exactly it: a name
+    that resolves to this machine (another of its ports) or to a public address reaches
+    nothing, whatever the rule's port."""
+    runtime = _Runtime()
+
+    async def run() -> bytes:
+        upstream = await asyncio.start_server(runtime.handle, "127.0.0.1", 0)
+        port = upstream.sockets[0].getsockname()[1]
+        table = base / "dns.json"
+        table.write_text(json.dumps({"gpu.lan": [answer]}))
+        config = ProxyConfig(run_dir=base / "run", state_dir=base / "state", unsafe_dns_table=table)
+        server = ProxyServer(config)
+        await server.start()
+        path = config.run_dir / "sbx" / "sbx-1.sock"
+        rule = parse_model_table(
+            {"kind": "ollama", "models": ["llama3.2:3b"], "upstream": f"http://gpu.lan:{port}"},
+            Origin("t", "models"),
+        )
+        assert not rule.on_this_machine
+        await server.open_listener(
+            "sbx-1", path, ProxyGrants(), SECRET, services=ServiceGrant(), models=ModelGrant([rule])
+        )
+        try:
+            return await _send(
+                path, _post("http://127.0.0.1:11434/api/show", b'{"model":"llama3.2:3b"}')
+            )
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+
+    answer_bytes = asyncio.run(run())
+    assert answer_bytes.startswith(b"HTTP/1.1 403 Forbidden"), answer_bytes
+    assert runtime.heads == []
