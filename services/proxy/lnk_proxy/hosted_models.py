@@ -118,29 +118,33 @@ class HostedForward:
 
 
 class IssuedIds:
-    """The OpenAI response ids this sandbox was given, learnt from its answers' bytes."""
+    """The OpenAI response ids this sandbox was given, learnt from its answers' bytes (each
+    answer read on its own by a `reader()`, so two answers at once never mix their bytes)."""
 
     def __init__(self) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
-        self._tail = b""
 
     def __contains__(self, candidate: object) -> bool:
         return isinstance(candidate, str) and candidate in self._ids
 
-    def feed(self, chunk: bytes) -> None:
-        """Learn the ids in one chunk of an answer (and across the previous one's end)."""
-        data = self._tail + chunk
-        for found in _ISSUED_TEXT.finditer(data):
-            ident = found.group(1).decode("ascii")
-            self._ids[ident] = None
-            self._ids.move_to_end(ident)
+    def learn(self, ident: str) -> None:
+        self._ids[ident] = None
+        self._ids.move_to_end(ident)
         while len(self._ids) > MAX_ISSUED_IDS:
             self._ids.popitem(last=False)
-        self._tail = data[-_ISSUED_TAIL:]
 
-    def end(self) -> None:
-        """The answer ended: nothing of it is carried into the next."""
-        self._tail = b""
+    def reader(self) -> Callable[[bytes], None]:
+        """A feed for one answer's pieces, in order (an id cut across two is found)."""
+        tail = b""
+
+        def feed(chunk: bytes) -> None:
+            nonlocal tail
+            data = tail + chunk
+            for found in _ISSUED_TEXT.finditer(data):
+                self.learn(found.group(1).decode("ascii"))
+            tail = data[-_ISSUED_TAIL:]
+
+        return feed
 
 
 def judge_route(kind: str, method: str, target: str, issued: IssuedIds) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from lnk_proxy.http_request import RequestRefused
 P = "lnk-secret-claude"
 SECRET = b"sk-ant-api03-" + b"A" * 40
 ISSUED = IssuedIds()
-ISSUED.feed(b'{"id":"resp_mine","object":"response"}')
+ISSUED.reader()(b'{"id":"resp_mine","object":"response"}')
 
 
 @pytest.mark.parametrize(
@@ -199,12 +199,18 @@ def test_a_get_with_a_body_is_refused() -> None:
 def test_response_ids_are_learnt_across_chunks_and_bounded() -> None:
     issued = IssuedIds()
     event = b'data: {"type":"response.created","response":{"id":"resp_abc123","x":1}}\n\n'
+    feed = issued.reader()
     for i in range(0, len(event), 7):
-        issued.feed(event[i : i + 7])
+        feed(event[i : i + 7])
     assert "resp_abc123" in issued
     # Inside a string the quotes are escaped: the model's text cannot teach an id.
-    issued.feed(b'{"text":"\\"id\\":\\"resp_forged\\""}')
+    issued.reader()(b'{"text":"\\"id\\":\\"resp_forged\\""}')
     assert "resp_forged" not in issued
+    # Two answers at once: the end of one and the start of the other make no id.
+    first, second = issued.reader(), issued.reader()
+    first(b'{"id":"resp_')
+    second(b'spliced"}')
+    assert "resp_spliced" not in issued
     for n in range(MAX_ISSUED_IDS + 1):
-        issued.feed(b'{"id":"resp_%d"}' % n)
+        issued.reader()(b'{"id":"resp_%d"}' % n)
     assert "resp_0" not in issued and f"resp_{MAX_ISSUED_IDS}" in issued
