@@ -420,4 +420,5 @@ def resolve_spec(spec: Spec, ctx: JudgeContext, *, path_env: str = DEFAULT_PATH)
         with_fds=_resolve_fds(spec, home),
         store_driver=spec.store_driver,
         services=spec.services,
+        models=spec.models,
     )

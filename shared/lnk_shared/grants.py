@@ -16,6 +16,7 @@ from typing import Any
 
 from lnk_shared.hosts import HostPattern
 from lnk_shared.spec import LanEntry
+from lnk_shared.spec_models import ModelRule
 from lnk_shared.spec_services import ServiceRule
 
 __all__ = [
@@ -93,6 +94,7 @@ class ResolvedSpec:
     with_fds: tuple[ResolvedFd, ...]
     store_driver: str | None = None
     services: tuple[ServiceRule, ...] = ()
+    models: tuple[ModelRule, ...] = ()
 
     @property
     def has_proxy(self) -> bool:
@@ -104,6 +106,7 @@ class ResolvedSpec:
             or self.lan
             or self.ports
             or self.services
+            or self.models
         )
 
 
@@ -152,6 +155,8 @@ class Grants:
             **({"store": s.store_driver} if s.store_driver else {}),
             # Likewise only when named: each rule's kind, host, secret (by name) and allow.
             **({"services": [r.canonical() for r in s.services]} if s.services else {}),
+            # And each model rule: kind, upstream, models, secret (by name), port, variable.
+            **({"models": [r.canonical() for r in s.models]} if s.models else {}),
         }
 
     def canonical_json(self) -> str:

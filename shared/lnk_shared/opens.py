@@ -10,6 +10,7 @@ from typing import Any
 
 from lnk_shared.display import shown
 from lnk_shared.grants import Grants, ResolvedPath
+from lnk_shared.spec_models import ModelRule, base_url_value, is_cloud_model
 from lnk_shared.spec_services import ServiceRule
 
 __all__ = ["describe", "describe_changes", "grants_document"]
@@ -27,6 +28,7 @@ _SECTION_TITLES = {
     "hidden": "hidden inside",
     "store": "store",
     "services": "service",
+    "models": "model",
 }
 
 
@@ -69,6 +71,7 @@ def describe(grants: Grants) -> list[str]:
             "kept outside by the box's store bridge)"
         )
     lines += [_service_line(r) for r in s.services]
+    lines += [_model_line(r) for r in s.models]
     lines += [f"  {'hidden inside':<15} {shown(h)}" for h in grants.hidden]
     if not lines:
         lines.append("  nothing: no folders, no network, no programs but the one it runs")
@@ -94,6 +97,35 @@ def _service_line(rule: ServiceRule) -> str:
         f"  {'':<15}   {what}: {allowed}{refused}\n"
         f"  {'':<15}   (a client sends plain http to the proxy; a CONNECT to this host is refused)"
     )
+
+
+def _model_line(rule: ModelRule) -> str:
+    """A model rule: where it goes, which models, which secret (by name), where it is served."""
+    if rule.local:
+        where = "this machine" if rule.on_this_machine else "your network"
+        what = "its inference only; its admin API (pull, create, delete, ...) refused"
+    else:
+        where = "the provider"
+        what = "its inference only; server-side tools removed, URLs it would fetch refused"
+    key = (
+        f"the secret {shown(rule.secret)} added outside (a client's own key dropped)"
+        if rule.secret
+        else "no key"
+    )
+    models = ", ".join(shown(m) for m in rule.models)
+    cloud = [m for m in rule.models if rule.kind == "ollama" and is_cloud_model(m)]
+    lines = [
+        f"  {'model':<15} {rule.kind} {shown(rule.upstream)} ({where}), {what}",
+        f"  {'':<15}   models: {models}",
+        f"  {'':<15}   served inside on 127.0.0.1:{rule.port} ({rule.env}="
+        f"{base_url_value(rule)}), {key}",
+    ]
+    if cloud:
+        lines.append(
+            f"  {'':<15}   cloud models {', '.join(shown(m) for m in cloud)} run at ollama.com "
+            "under the identity its runtime is signed in with"
+        )
+    return "\n".join(lines)
 
 
 def grants_document(grants: Grants) -> dict[str, Any]:
@@ -153,6 +185,12 @@ def _items(value: Any) -> list[str]:
 def _item(value: Any) -> str:
     if isinstance(value, list):
         return " ".join(map(str, value))
+    if isinstance(value, dict) and "models" in value:  # a model rule: likewise every field
+        models = ",".join(map(str, value.get("models", [])))
+        return (
+            f"{value.get('kind')} {value.get('upstream')} models {models} secret "
+            f"{value.get('secret')} port {value.get('port')} {value.get('env')}"
+        )
     if isinstance(value, dict):  # a service rule: every field, so a change in any one shows
         allow = ",".join(map(str, value.get("allow", [])))
         return f"{value.get('kind')} {value.get('host')} secret {value.get('secret')} {allow}"

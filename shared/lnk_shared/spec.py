@@ -28,6 +28,7 @@ from lnk_shared.limit_requests import limit_value
 # typing.TYPE_CHECKING without importing typing (see spec_flags): only the annotation needs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from lnk_shared.spec_models import ModelRule
     from lnk_shared.spec_services import ServiceRule
 
 __all__ = [
@@ -118,6 +119,8 @@ class Spec:
     limits: tuple[tuple[str, int], ...] = ()
     # [[services]]: a service reached through the proxy with a secret added outside
     services: tuple[ServiceRule, ...] = ()
+    # [[models]]: a model runtime or provider reached through the proxy, its inference only
+    models: tuple[ModelRule, ...] = ()
 
     @property
     def has_proxy(self) -> bool:
@@ -129,6 +132,7 @@ class Spec:
             or self.lan
             or self.ports
             or self.services
+            or self.models
         )
 
 
@@ -174,6 +178,7 @@ class SpecBuilder:
     _store_driver: str | None = None
     _limits: dict[str, int] = field(default_factory=dict)
     _services: list[ServiceRule] = field(default_factory=list)
+    _models: list[ModelRule] = field(default_factory=list)
     _counts: dict[str, int] = field(default_factory=dict)
 
     def _count(self, origin: Origin) -> None:
@@ -267,6 +272,24 @@ class SpecBuilder:
             )
         self._services.append(rule)
 
+    def add_model(self, rule: ModelRule, origin: Origin) -> None:
+        """A `[[models]]` entry or `--model` flag, checked by `lnk_shared.spec_models`; its port
+        inside the sandbox and its base-URL variable are its own (`build` checks the ports
+        against `[localhost]`)."""
+        self._count(origin)
+        for other in self._models:
+            if other.port == rule.port:
+                raise origin.error(
+                    f"port: a second model rule on port {rule.port} inside the sandbox (a "
+                    f"{other.kind} rule has it): give one another `port`"
+                )
+            if other.env == rule.env:
+                raise origin.error(
+                    f"env: a second model rule setting {rule.env} (a {other.kind} rule sets "
+                    f"it): give one another `env`"
+                )
+        self._models.append(rule)
+
     def set_limit(self, key: str, value: object, origin: Origin) -> None:
         """A `[limits]` key or a limit flag; a flag after the file's key replaces it."""
         try:
@@ -320,7 +343,22 @@ class SpecBuilder:
             store_driver=self._store_driver,
             limits=tuple(sorted(self._limits.items())),
             services=tuple(sorted(self._services)),
+            models=self._checked_models(),
         )
+
+    def _checked_models(self) -> tuple[ModelRule, ...]:
+        """The model rules, each port inside the sandbox not also a `[localhost]` port (one
+        port serves one thing there: choose the model's `port`, or drop the grant)."""
+        for rule in self._models:
+            if rule.port in self._ports:
+                raise SpecError(
+                    f"a {rule.kind} model rule and [localhost] both take port {rule.port} "
+                    "inside the sandbox: set the model rule's `port` to another (a [localhost] "
+                    "grant of the runtime's port opens its whole API, pull and delete included)",
+                    source=self.source,
+                    key="[[models]] port",
+                )
+        return tuple(sorted(self._models))
 
 
 def _lan_entry(text: str, origin: Origin) -> LanEntry:

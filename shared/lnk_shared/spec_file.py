@@ -17,6 +17,7 @@ from typing import Any
 from lnk_shared.errors import SpecError
 from lnk_shared.limit_requests import LIMIT_KEYS
 from lnk_shared.spec import ANY, Origin, SpecBuilder
+from lnk_shared.spec_models import MODEL_KEYS, parse_model_table
 from lnk_shared.spec_services import SERVICE_KEYS, parse_service_table
 from lnk_shared.spec_size import MAX_SPEC_BYTES, spec_too_large
 
@@ -45,6 +46,7 @@ SECTIONS: dict[str, dict[str, str]] = {
 # Sections that are arrays of tables, each table checked by its own module.
 ARRAY_SECTIONS: dict[str, dict[str, str]] = {
     "services": SERVICE_KEYS,  # [[services]] (lnk_shared.spec_services)
+    "models": MODEL_KEYS,  # [[models]] (lnk_shared.spec_models)
 }
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_\-\"'. ]+?)\s*\]")  # [table] or [[array]]
@@ -158,6 +160,9 @@ def parse_spec_text(
         if section == "services":
             _add_services(builder, body, where)
             continue
+        if section == "models":
+            _add_models(builder, body, where)
+            continue
         if section not in SECTIONS:
             known = ", ".join(
                 [*(f"[{name}]" for name in SECTIONS), *(f"[[{name}]]" for name in ARRAY_SECTIONS)]
@@ -221,6 +226,13 @@ def _add_services(builder: SpecBuilder, body: object, where: Origin) -> None:
         raise where.error("expected [[services]] tables (an array of tables), not [services]")
     for table in body:
         builder.add_service(parse_service_table(table, where), where)
+
+
+def _add_models(builder: SpecBuilder, body: object, where: Origin) -> None:
+    if not isinstance(body, list):
+        raise where.error("expected [[models]] tables (an array of tables), not [models]")
+    for table in body:
+        builder.add_model(parse_model_table(table, where), where)
 
 
 def _add_port(builder: SpecBuilder, item: object, origin: Origin, expected: str) -> None:

@@ -90,6 +90,14 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         help="[[services]]: e.g. telegram:bot:getMe,sendMessage (the secret by name only)",
     )
     group.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="KIND=MODEL,...[;KEY=VALUE]",
+        help="[[models]]: e.g. ollama=llama3.2:3b (its inference only; keys upstream, secret, "
+        "port, env)",
+    )
+    group.add_argument(
         "--command",
         action="append",
         default=[],
@@ -150,6 +158,11 @@ def spec_from_arguments(
 
         for text in args.service:
             builder.add_service(parse_service_flag(text, origin("--service")), origin("--service"))
+    if args.model:
+        from lnk_shared.spec_models import parse_model_flag
+
+        for text in args.model:
+            builder.add_model(parse_model_flag(text, origin("--model")), origin("--model"))
     for text in args.command:
         builder.add_command(text, cwd, origin("--command"))
     for text in args.with_fd:
@@ -179,6 +192,7 @@ FLAG_NAMES = (
     "port",
     "store_driver",
     "service",
+    "model",
     "command",
     "with_fd",
     *LIMIT_NAMES,

@@ -250,6 +250,12 @@ class Launcher:
             self._check_store(grants.spec.store_driver, agent)
         if not request.dry:  # a rule's secret missing: refused, named, before anything starts
             secret_grants.check_present(self.secrets, owner_uid, grants.spec.services)
+        if grants.spec.models and not request.dry:
+            raise LaunchRefused(
+                "[[models]]",
+                "this box's proxy does not yet serve a model rule, so a sandbox with one is not "
+                "started (it is shown and may be approved: `lnk spec show`, `lnk spec approve`)",
+            )
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
             raise LaunchRefused(
                 "an agent's spec",

@@ -59,8 +59,8 @@
    no_flags); the unit test compares the whole request with Python's, so a new flag is caught. */
 #define NO_FLAGS                                                                                   \
     "{\"read\":[],\"write\":[],\"internet_host\":[],\"network_mode\":null,\"lan_host\":[],"        \
-    "\"browser_host\":[],\"port\":[],\"store_driver\":[],\"service\":[],\"command\":[],"           \
-    "\"with_fd\":[],"                                                                              \
+    "\"browser_host\":[],\"port\":[],\"store_driver\":[],\"service\":[],\"model\":[],"             \
+    "\"command\":[],\"with_fd\":[],"                                                               \
     "\"processes\":[],\"memory\":[],\"cpu\":[],\"open_files\":[]}"
 
 extern char **environ;
