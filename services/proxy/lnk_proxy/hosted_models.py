@@ -2,7 +2,7 @@
 which requests go to the provider, the one head and body that go there with the owner's key,
 and which responses this sandbox was given (so only those can be fetched again).
 
-Pure: no I/O, no secret store, no sockets. The caller (`model_relay`) reads the request's body
+Pure: no I/O, no secret store, no sockets. The caller (`hosted_relay`) reads the request's body
 whole (at most `strict_json.MAX_BODY_BYTES`), calls `judge_hosted`, fetches the secret for the
 rule from the controller's grant (fail closed when it is gone), sends `upstream_head` and
 `forward.body` over verified TLS to the provider, and streams the answer back through a

@@ -1,4 +1,4 @@
-"""lnk_proxy.model_relay against a real TLS server on loopback (a CA made here): the judged body
+"""lnk_proxy.hosted_relay against a real TLS server on loopback (a CA made here): the judged body
 and the owner's key go upstream, a streamed answer's first event reaches the sandbox while the
 provider still holds the rest (the first byte is not held back), the key is scrubbed from what
 comes back, and the response id it carried is learnt for this sandbox only."""
@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 from lnk_proxy.conn import Conn
 from lnk_proxy.hosted_models import IssuedIds, judge_hosted
 from lnk_proxy.http_request import parse_request_head
-from lnk_proxy.model_relay import exchange, read_body
+from lnk_proxy.hosted_relay import exchange, read_body
 from lnk_proxy.service_relay import tls_context
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
 
