@@ -84,21 +84,30 @@ def judge_body(
     body: dict[str, Any],
     allows_model: Callable[[str], bool],
     issued: Container[str],
+    *,
+    keep_tools: bool = False,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """(the body to forward, what was removed) for `endpoint` ("messages", "count_tokens",
-    "chat", "responses", "embeddings"); BodyRefused naming the first thing refused."""
-    model = body.get("model")
-    if not isinstance(model, str) or not allows_model(model):
-        shown = _shown(model) if isinstance(model, str) else "no model"
-        raise BodyRefused(f"{shown} is not in the rule's models", "model-name")
+    "chat", "responses", "embeddings"); BodyRefused naming the first thing refused.
+    `keep_tools` (the proxy's `unsafe_keep_server_tools`, tests only) keeps every tool, so
+    `lnk sandbox check` can show that class leak."""
     out = dict(body)
     removed = [f"dropped {key}" for key in DROPPED_KEYS if out.pop(key, None) is not None]
     _refuse_references(kind, out, issued)
     for key in _CONTENT_KEYS:
         if key in out:
             _refuse_fetches(out[key])
-    if "tools" in out:
+    if "tools" in out and keep_tools:
+        removed.append("kept every tool: unsafe_keep_server_tools")
+    elif "tools" in out:
         removed += _filter_tools(kind, endpoint, out)
+    # Last, and naming what was removed: `lnk sandbox check` sends a model no rule lists, so
+    # nothing is ever forwarded, and reads in this refusal that the body was judged whole.
+    model = out.get("model")
+    if not isinstance(model, str) or not allows_model(model):
+        shown = _shown(model) if isinstance(model, str) else "no model"
+        after = f" (judged: {'; '.join(removed)})" if removed else ""
+        raise BodyRefused(f"{shown} is not in the rule's models{after}", "model-name")
     return out, tuple(removed)
 
 

@@ -219,6 +219,7 @@ def judge_hosted(
     headers: Headers,
     untrusted_body: bytes,
     issued: IssuedIds,
+    keep_tools: bool = False,
 ) -> HostedForward:
     """The whole judgement of one request to a hosted model rule (see the module's docstring)."""
     endpoint, path = judge_route(kind, method, target, issued)
@@ -228,7 +229,7 @@ def judge_hosted(
             raise RequestRefused("model-body", f"a body on {method} {path}")
         return HostedForward(kind, method, path, kept, b"", dropped)
     value = strict_json.loads(untrusted_body)
-    judged, removed = judge_body(kind, endpoint, value, allows_model, issued)
+    judged, removed = judge_body(kind, endpoint, value, allows_model, issued, keep_tools=keep_tools)
     body = strict_json.dumps(judged)
     return HostedForward(kind, method, path, kept, body, dropped + removed)
 

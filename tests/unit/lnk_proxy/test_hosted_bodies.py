@@ -466,3 +466,25 @@ def test_a_model_the_rule_does_not_list_is_refused(model: object) -> None:
     with pytest.raises(BodyRefused) as caught:
         _judge("openai", "chat", {"model": model, "messages": []})
     assert caught.value.rule == "model-name"
+
+
+def test_the_model_is_judged_last_and_its_refusal_names_what_was_removed() -> None:
+    """What `lnk sandbox check` relies on: a model no rule lists is never forwarded, and the
+    refusal shows the server tool was removed first (and a URL refused before it)."""
+    body = {"model": "lnk-check-not-a-model", "tools": [{"type": "web_search_20250305"}]}
+    with pytest.raises(BodyRefused) as caught:
+        _judge("anthropic", "messages", body)
+    assert caught.value.rule == "model-name"
+    assert "removed tool 'web_search_20250305'" in caught.value.reason
+    with pytest.raises(BodyRefused) as caught:
+        _judge("anthropic", "messages", {**body, "system": [IMAGE_URL]})
+    assert caught.value.rule == "model-fetch"
+
+
+def test_the_unsafe_switch_keeps_every_tool_and_says_so() -> None:
+    body = {"model": "gpt-x", "tools": [{"type": "web_search"}]}
+    out, removed = judge_body(
+        "openai", "responses", body, MODELS.__contains__, NONE_ISSUED, keep_tools=True
+    )
+    assert out["tools"] == [{"type": "web_search"}]
+    assert removed == ("kept every tool: unsafe_keep_server_tools",)
