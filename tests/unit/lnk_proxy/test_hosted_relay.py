@@ -21,8 +21,8 @@ from cryptography.x509.oid import NameOID
 
 from lnk_proxy.conn import Conn
 from lnk_proxy.hosted_models import IssuedIds, judge_hosted
-from lnk_proxy.http_request import parse_request_head
 from lnk_proxy.hosted_relay import exchange, read_body
+from lnk_proxy.http_request import parse_request_head
 from lnk_proxy.service_relay import tls_context
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
 
