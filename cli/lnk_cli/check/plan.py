@@ -79,6 +79,8 @@ class Evidence:
     marked     `path`'s mtime is the probe's mark (`value` = the mtime before, to restore)
     server     the bait server accepted a connection carrying the probe's id (or none)
     wire       the proxy's wire log holds an allowed decision for `value` (a target)
+    wire-said  no refusal in the wire log for `value[0]` (a target) says `value[1]`: the
+               request was not judged as it must be (a hosted model's body, `plan_hosted`)
     abstract   the abstract socket accepted a connection
     confiner   the confiner's folder changed (`value` = its state before)
     privilege  the status the probe read shows privilege, or the owner's uid (`value`)

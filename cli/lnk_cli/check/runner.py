@@ -50,6 +50,7 @@ from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
 from lnk_cli.check.login_path import login_path_findings
 from lnk_cli.check.outside_look import look
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
+from lnk_cli.check.plan_hosted import hosted_probes
 from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.plan_services import service_probes
 from lnk_cli.check.probes import MARKER_TIME
@@ -93,12 +94,14 @@ def _confiner_dir() -> str | None:
     return os.path.join(os.path.dirname(os.path.realpath(found.origin)), "native")
 
 
-def _wire_allowed(sandbox_id: str) -> frozenset[str]:
-    """The targets the proxy allowed for this sandbox, from its wire log (outside)."""
+def _wire(sandbox_id: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(the targets the proxy allowed, `TARGET RULE: REASON` of each refusal) for this
+    sandbox, from its wire log (outside)."""
     from lnk_shared.api_client import api_request
 
     run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
     allowed: set[str] = set()
+    refused: set[str] = set()
     offset = 0
     for _ in range(WIRE_PAGES):
         url = f"/v1/sandboxes/{sandbox_id}/wire?offset={offset}"
@@ -108,13 +111,15 @@ def _wire_allowed(sandbox_id: str) -> frozenset[str]:
         for raw in doc.get("lines", []):
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 line = json.loads(raw)
+                target = str(line.get("target", ""))
                 if line.get("decision") == "allowed":
-                    target = str(line.get("target", ""))
                     allowed |= {_target_key(target), target}  # a service probe's: the URL
+                elif line.get("decision") == "refused":
+                    refused.add(f"{target} {line.get('rule', '')}: {line.get('reason', '')}")
         if not doc.get("lines"):
             break
         offset = int(doc.get("offset", offset))
-    return frozenset(allowed)
+    return frozenset(allowed), frozenset(refused)
 
 
 def _target_key(target: str) -> str:
@@ -169,12 +174,15 @@ def _outside(
         raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()
     output = (run.stdout + b"\n" + run.stderr).decode("latin-1")
+    nothing: frozenset[str] = frozenset()
+    wire = _wire(run.sandbox_id) if proxy and run.sandbox_id else (nothing, nothing)
     return Outside(
         exists=exists,
         mtimes=mtimes,
         accepted=tuple(a.line for a in log if a.label != "abstract"),
         abstract_accepts=sum(1 for a in log if a.label == "abstract"),
-        wire_allowed=_wire_allowed(run.sandbox_id) if proxy and run.sandbox_id else frozenset(),
+        wire_allowed=wire[0],
+        wire_refused=wire[1],
         confiner_after=confiner,
         output=output,
         appended_kept=appended_kept,
@@ -218,6 +226,7 @@ def check(args: argparse.Namespace) -> int:
             probes += caller_probes(caller, write_folders(grants), bait.home, nonce)
             probes += wall_probes(grants, nonce + secrets.token_hex(2))
             probes += service_probes(grants)
+            probes += hosted_probes(grants)
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:

@@ -71,6 +71,7 @@ class Outside:
     accepted: Sequence[str] = ()  # the first line of each bait-server connection
     abstract_accepts: int = 0
     wire_allowed: frozenset[str] = frozenset()
+    wire_refused: frozenset[str] = frozenset()  # `TARGET RULE: REASON` of each refusal
     confiner_after: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""  # everything the sandbox printed
     appended_kept: bool = True  # the append-only stderr still starts with what was there
@@ -132,6 +133,15 @@ def _mode_left(e: Evidence, outside: Outside) -> str | None:
     return None
 
 
+def _unsaid(value: tuple[str, str], outside: Outside) -> str | None:
+    """None when a refusal of `value[0]` (a target) in the wire log says `value[1]`."""
+    target, said = value
+    lines = [r for r in outside.wire_refused if r.startswith(f"{target} ")]
+    if any(said in r for r in lines):
+        return None
+    return f"the proxy's refusal does not say {said!r} (it was not judged so)"
+
+
 def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
     """What the outside saw get through for this piece of evidence, or None."""
     kind = e.kind
@@ -161,6 +171,8 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return None
     if kind == "wire":
         return "the proxy's log shows it allowed" if e.value in outside.wire_allowed else None
+    if kind == "wire-said":
+        return _unsaid(e.value, outside)
     if kind == "abstract":
         return "the socket accepted a connection" if outside.abstract_accepts else None
     if kind == "confiner":
