@@ -54,6 +54,7 @@ _OPENAI_RESPONSES_TOOLS = frozenset({"function", "custom", "local_shell", "apply
 _CONTENT_KEYS = ("messages", "system", "input", "instructions")
 # Blocks whose `input`/`arguments` are the model's own call: judged by the sandbox, not here.
 _CALL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+_CONTAINERS = (dict, list)  # what the parse makes
 _MAX_NAME_SHOWN = 64  # a removed tool's type or name in the wire log
 
 
@@ -62,6 +63,8 @@ def kept_tool(kind: str, endpoint: str, tool: object) -> bool:
     if not isinstance(tool, dict):
         return False
     shape = tool.get("type")
+    if shape is not None and not isinstance(shape, str):
+        return False  # a list or an object where a name goes: no client tool's shape
     if kind == "anthropic":
         return shape in (None, "custom") or (
             isinstance(shape, str) and _ANTHROPIC_CLIENT_TOOL.fullmatch(shape) is not None
@@ -132,18 +135,19 @@ def _refuse_fetches(content: object) -> None:
     stack = [content]
     while stack:
         item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
+        if type(item) is list:
+            stack += [v for v in item if type(v) is dict or type(v) is list]
             continue
-        if not isinstance(item, dict):
+        if type(item) is not dict:
             continue
         shape = item.get("type")
         _judge_block(shape, item)
-        for key, value in item.items():
-            if shape in _CALL_BLOCKS and key == "input":
-                continue  # the model's own call's arguments: not content it fetches
-            if isinstance(value, dict | list):
-                stack.append(value)
+        if (
+            type(shape) is str and shape in _CALL_BLOCKS
+        ):  # the model's own call's arguments: not content it fetches
+            stack += [v for k, v in item.items() if k != "input" and type(v) in _CONTAINERS]
+        else:
+            stack += [v for v in item.values() if type(v) is dict or type(v) is list]
 
 
 def _judge_block(shape: object, block: dict[str, Any]) -> None:

@@ -95,16 +95,20 @@ def dumps(value: dict[str, Any]) -> bytes:
 
 
 def _check_depth(value: object) -> None:
-    """BodyRefused when containers nest past MAX_DEPTH (iterative: no recursion here)."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise BodyRefused(f"nested past {MAX_DEPTH} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
+    """BodyRefused when containers nest past MAX_DEPTH (iterative: no recursion here). The
+    parse makes only dict and list containers, so their exact types are compared (fast)."""
+    level: list[object] = [value]
+    for _ in range(MAX_DEPTH):
+        below: list[object] = []
+        for item in level:
+            if type(item) is dict:
+                below += [v for v in item.values() if type(v) is dict or type(v) is list]
+            else:
+                below += [v for v in item if type(v) is dict or type(v) is list]  # type: ignore[attr-defined]
+        if not below:
+            return
+        level = below
+    raise BodyRefused(f"nested past {MAX_DEPTH} levels")
 
 
 def _shown(key: str) -> str:

@@ -66,6 +66,8 @@ def _judge(
         ("openai", "responses", {"type": "image_generation"}, False),
         ("openai", "responses", {"type": "tool_search"}, False),
         ("openai", "responses", {"name": "f"}, False),
+        ("openai", "chat", {"type": ["function"]}, False),  # unhashable where a name goes
+        ("anthropic", "messages", {"type": {"bash_20250124": 1}}, False),
     ],
 )
 def test_tools_are_kept_by_shape_only(kind: str, endpoint: str, tool: object, kept: bool) -> None:
@@ -488,3 +490,11 @@ def test_the_unsafe_switch_keeps_every_tool_and_says_so() -> None:
     )
     assert out["tools"] == [{"type": "web_search"}]
     assert removed == ("kept every tool: unsafe_keep_server_tools",)
+
+
+def test_a_type_that_is_not_a_name_is_judged_not_crashed_on() -> None:
+    body = {"model": "gpt-x", "input": [{"type": ["tool_use"], "input": {"file_id": "f"}}]}
+    with pytest.raises(BodyRefused):  # not a call block: its `input` is content, and judged
+        _judge("openai", "responses", body)
+    out, _ = _judge("openai", "responses", {"model": "gpt-x", "input": [{"type": {"a": 1}}]})
+    assert out["input"] == [{"type": {"a": 1}}]
