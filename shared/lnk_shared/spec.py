@@ -349,6 +349,13 @@ class SpecBuilder:
     def _checked_models(self) -> tuple[ModelRule, ...]:
         """The model rules, each port inside the sandbox not also a `[localhost]` port (one
         port serves one thing there: choose the model's `port`, or drop the grant)."""
+        if self._models and self._network_host:
+            raise SpecError(
+                '[[models]] is served by the proxy, and [network] mode = "host" has none (its '
+                "program reaches this machine's ports, every runtime's whole API): drop one",
+                source=self.source,
+                key="[[models]]",
+            )
         for rule in self._models:
             if rule.port in self._ports:
                 raise SpecError(

@@ -52,6 +52,7 @@ from lnk_cli.check.outside_look import look
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.plan_hosted import hosted_probes
 from lnk_cli.check.plan_left import wall_probes
+from lnk_cli.check.plan_models import model_probes
 from lnk_cli.check.plan_services import service_probes
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
@@ -226,6 +227,7 @@ def check(args: argparse.Namespace) -> int:
             probes += caller_probes(caller, write_folders(grants), bait.home, nonce)
             probes += wall_probes(grants, nonce + secrets.token_hex(2))
             probes += service_probes(grants)
+            probes += model_probes(grants)
             probes += hosted_probes(grants)
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]

@@ -94,6 +94,7 @@ from lnk_shared.refusals import check_self_widening, find_refusals, inside, judg
 from lnk_shared.spec import FdGrant, Spec, SpecBuilder
 from lnk_shared.spec_file import parse_spec_text, read_spec_text
 from lnk_shared.spec_flags import spec_from_arguments
+from lnk_shared.spec_models import base_url_value
 
 __all__ = ["Judged", "Launcher", "Running"]
 
@@ -248,19 +249,28 @@ class Launcher:
             check_self_widening(agent_home, "the agent's home", ctx)
         if grants.spec.store_driver is not None:
             self._check_store(grants.spec.store_driver, agent)
-        if not request.dry:  # a rule's secret missing: refused, named, before anything starts
-            secret_grants.check_present(self.secrets, owner_uid, grants.spec.services)
-        if grants.spec.models and not request.dry:
+        hosted = [m.kind for m in grants.spec.models if not m.local]
+        if hosted and not request.dry:
             raise LaunchRefused(
-                "[[models]]",
-                "this box's proxy does not yet serve a model rule, so a sandbox with one is not "
-                "started (it is shown and may be approved: `lnk spec show`, `lnk spec approve`)",
+                f"[[models]] kind {hosted[0]}",
+                "this box's proxy does not yet serve a hosted model rule, so a sandbox with one "
+                "is not started (it is shown and may be approved: `lnk spec show`, "
+                "`lnk spec approve`); local kinds (ollama, llamacpp, vllm, openai-compatible) are",
+            )
+        if not request.dry:  # a rule's secret missing: refused, named, before anything starts
+            secret_grants.check_present(
+                self.secrets, owner_uid, grants.spec.services, grants.spec.models
             )
         if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
             raise LaunchRefused(
                 "an agent's spec",
                 f"[network] mode = host, or [localhost] port {BRIDGE_PORT}, would put its "
                 "bridge's relay on this machine's loopback: not for an agent",
+            )
+        if agent is not None and BRIDGE_PORT in {m.port for m in grants.spec.models}:
+            raise LaunchRefused(
+                "an agent's spec",
+                f"a [[models]] rule on port {BRIDGE_PORT}, the agent's bridge's: give it another",
             )
 
         execute: set[str] = set()
@@ -575,7 +585,7 @@ class Launcher:
         if grants.spec.has_proxy:
             self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
             services = secret_grants.service_fields(
-                self.secrets, row.owner_uid, grants.spec.services
+                self.secrets, row.owner_uid, grants.spec.services, grants.spec.models
             )
             listener = proxy_link.open_listener(cfg, row.id, grants, services)
             staged_socket = Path(row.staging_dir) / "proxy.sock"
@@ -584,8 +594,9 @@ class Launcher:
             binds.append(Bind(str(staged_socket), proxy_link.PROXY_SOCKET_INSIDE, False))
             relay = {
                 "relay_socket": proxy_link.PROXY_SOCKET_INSIDE,
-                "relay_port": proxy_link.relay_port(grants.spec.ports),
-                "relay_localhost": list(grants.spec.ports),
+                "relay_port": proxy_link.relay_port(_inside_ports(grants)),
+                # a model rule's port too: the proxy serves the model there, never raw
+                "relay_localhost": list(_inside_ports(grants)),
             }
         agent_env: dict[str, str] = {}
         if judged.agent is not None and self.agents is not None:
@@ -611,8 +622,9 @@ class Launcher:
             "TMPDIR": "/tmp",
             "LNK_SANDBOX_ID": row.id,
             **request.env,
-            **(proxy_link.proxy_env(proxy_link.relay_port(grants.spec.ports)) if relay else {}),
+            **(proxy_link.proxy_env(proxy_link.relay_port(_inside_ports(grants))) if relay else {}),
             **secret_grants.placeholder_env(grants.spec.services),
+            **{m.env: base_url_value(m) for m in grants.spec.models},  # the box's, not the caller's
             **agent_env,
         }
         granted_writes = [b.dest for b in staged.binds if b.write]
@@ -771,3 +783,8 @@ class Launcher:
             self._release(sandbox_id)
             with self._active_guard:
                 self._active.discard(sandbox_id)
+
+
+def _inside_ports(grants: Grants) -> tuple[int, ...]:
+    """The loopback ports the relay serves inside the sandbox: `[localhost]` and model rules'."""
+    return (*grants.spec.ports, *(m.port for m in grants.spec.models))

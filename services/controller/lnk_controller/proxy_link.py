@@ -219,6 +219,15 @@ def held_services(sandbox_id: str) -> list[dict[str, Any]]:
     return list(kept[1].get("services", [])) if kept is not None else []
 
 
+def held_secret_names(sandbox_id: str) -> set[str]:
+    """The secrets the sandbox's service and model rules name (empty if none or not held)."""
+    kept = HELD.snapshot().get(sandbox_id)
+    if kept is None:
+        return set()
+    rules = [*kept[1].get("services", []), *kept[1].get("models", [])]
+    return {r["secret"] for r in rules if r.get("secret")}
+
+
 def send_secrets(cfg: ControllerConfig, sandbox_id: str, values: dict[str, str]) -> None:
     """The sandbox's service secrets now (one left out: refused from its next request). Kept
     first with the listener, so a proxy restarted meanwhile adopts it with these."""
@@ -272,7 +281,8 @@ def clear_flags(cfg: ControllerConfig, sandbox_id: str) -> None:
 
 
 def relay_port(localhost_ports: tuple[int, ...]) -> int:
-    """The relay's port: PROXY_PORT unless a `[localhost]` port takes it, then the next free."""
+    """The relay's port: PROXY_PORT unless a `[localhost]` (or a model rule's) port takes it,
+    then the next free."""
     port = PROXY_PORT
     while port in localhost_ports:
         port += 1

@@ -27,6 +27,7 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_shared.errors import LaunchRefused, StateError
+from lnk_shared.spec_models import ModelRule
 from lnk_shared.spec_services import ServiceRule, service_placeholder
 
 __all__ = ["check_present", "placeholder_env", "secret_changed", "service_fields"]
@@ -46,36 +47,51 @@ def placeholder_env(rules: Sequence[ServiceRule]) -> dict[str, str]:
 
 
 def check_present(
-    secrets: SecretStore | None, owner_uid: int, rules: Sequence[ServiceRule]
+    secrets: SecretStore | None,
+    owner_uid: int,
+    rules: Sequence[ServiceRule],
+    models: Sequence[ModelRule] = (),
 ) -> None:
     """LaunchRefused naming the first secret a rule names that the owner does not keep."""
-    if not rules:
+    named = [("[[services]]", r.kind, r.secret) for r in rules]
+    named += [("[[models]]", m.kind, m.secret) for m in models if m.secret is not None]
+    if not named:
         return
     kept = {s.name for s in secrets.list_for(owner_uid)} if secrets is not None else set()
-    for rule in rules:
-        if rule.secret not in kept:
+    for section, kind, name in named:
+        if name not in kept:
             raise LaunchRefused(
-                f"[[services]] secret {rule.secret!r}",
-                f"you keep no secret named {rule.secret!r} for this {rule.kind} rule: set it "
-                f"with `lnk secret set {rule.secret}` (the value on standard input), then run "
+                f"{section} secret {name!r}",
+                f"you keep no secret named {name!r} for this {kind} rule: set it "
+                f"with `lnk secret set {name}` (the value on standard input), then run "
                 "it again",
             )
 
 
 def service_fields(
-    secrets: SecretStore | None, owner_uid: int, rules: Sequence[ServiceRule]
+    secrets: SecretStore | None,
+    owner_uid: int,
+    rules: Sequence[ServiceRule],
+    models: Sequence[ModelRule] = (),
 ) -> dict[str, Any]:
-    """The admin frame's `services` and `service_secrets` for the sandbox's rules ({} with
-    none); LaunchRefused when a secret is missing or does not open (named, never a value)."""
-    if not rules:
-        return {}
-    check_present(secrets, owner_uid, rules)
+    """The admin frame's `services`, `models` and `service_secrets` (the values of the secrets
+    either names) for the sandbox's rules ({} with none); LaunchRefused when a secret is
+    missing or does not open (named, never a value)."""
+    fields: dict[str, Any] = {}
+    if models:
+        fields["models"] = [m.canonical() for m in models]
+    names = sorted({r.secret for r in rules} | {m.secret for m in models if m.secret})
+    if rules:
+        fields["services"] = [r.canonical() for r in rules]
+    if not names:
+        return fields
+    check_present(secrets, owner_uid, rules, models)
     assert secrets is not None  # check_present refuses every rule without a store
     try:
-        values = _values(secrets, owner_uid, rules)
+        values = {n: secrets.reveal(owner_uid, n).decode("ascii") for n in names}
     except StateError as exc:
-        raise LaunchRefused("[[services]]", str(exc)) from None
-    return {"services": [r.canonical() for r in rules], "service_secrets": values}
+        raise LaunchRefused("[[services]]" if rules else "[[models]]", str(exc)) from None
+    return {**fields, "service_secrets": values}
 
 
 def secret_changed(
@@ -92,7 +108,7 @@ def secret_changed(
         row = store.get(sandbox_id)
         if row is None or row.owner_uid != owner_uid:
             continue
-        names = {r["secret"] for r in proxy_link.held_services(sandbox_id)}
+        names = proxy_link.held_secret_names(sandbox_id)
         values = {}
         for each in sorted(names):
             try:
@@ -110,12 +126,8 @@ def _held_using(name: str) -> list[str]:
     return [
         sandbox_id
         for sandbox_id in proxy_link.HELD.snapshot()
-        if any(r.get("secret") == name for r in proxy_link.held_services(sandbox_id))
+        if name in proxy_link.held_secret_names(sandbox_id)
     ]
-
-
-def _values(secrets: SecretStore, owner_uid: int, rules: Sequence[ServiceRule]) -> dict[str, str]:
-    return {r.secret: secrets.reveal(owner_uid, r.secret).decode("ascii") for r in rules}
 
 
 def _env_name(secret: str) -> str:

@@ -15,7 +15,9 @@ reply per command:
     {"op": "ping"}
 
 `open` and `adopt` may also carry `"services": [RULE, ...]` (`[[services]]` tables, read by the
-spec model's own rules) and `"service_secrets": {NAME: VALUE}` (`service_relay`); `secrets`
+spec model's own rules), `"models": [RULE, ...]` (`[[models]]` tables, likewise: `model_relay`)
+and `"service_secrets": {NAME: VALUE}` (`service_relay`: the values of the secrets either kind
+of rule names); `secrets`
 replaces a sandbox's values (a name left out: its rule refuses from its next request). No reply
 or log line holds a value. The reply is `{"ok": true}` or `{"ok": false, "error": "..."}`. The
 reply to `open` carries the new listener's descriptor (SCM_RIGHTS): the controller keeps it, so
@@ -48,12 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from lnk_proxy.config import ProxyConfig
+from lnk_proxy.model_relay import ModelGrant, parse_models
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
 from lnk_proxy.service_relay import ServiceGrant, parse_service_secrets, parse_services
 from lnk_proxy.wire_log import SANDBOX_ID
 from lnk_shared.errors import SpecError
 from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
+from lnk_shared.spec_models import ModelRule
 from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
 
 __all__ = [
@@ -101,6 +105,7 @@ class OpenCommand:
     secret: str
     adopt: bool = False  # serve the listening socket sent with the command, bind nothing
     services: ServiceGrant = field(default_factory=ServiceGrant)
+    models: ModelGrant = field(default_factory=ModelGrant)
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ class ListCommand:
 
 
 Command = OpenCommand | CloseCommand | PingCommand | ListCommand | SecretsCommand
-_SERVICE_KEYS = ("services", "service_secrets")  # optional in open and adopt
+_SERVICE_KEYS = ("services", "service_secrets", "models")  # optional in open and adopt
 
 
 def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
@@ -149,20 +154,24 @@ def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
     secret = untrusted["secret"]
     if not isinstance(secret, str) or not SECRET.fullmatch(secret):
         raise ValueError("secret must be 32 to 256 URL-safe base64 characters")
+    models = parse_models(optional.get("models", []))
     return OpenCommand(
         sandbox=sandbox,
         socket=_socket_path(untrusted["socket"], run_dir),
         grants=parse_grants(untrusted["grants"]),
         secret=secret,
         adopt=op == "adopt",
-        services=_services(optional),
+        services=_services(optional, models),
+        models=ModelGrant(models),
     )
 
 
-def _services(optional: dict[str, Any]) -> ServiceGrant:
+def _services(optional: dict[str, Any], models: tuple[ModelRule, ...]) -> ServiceGrant:
+    """The service rules and the secrets' values, for them and for the model rules' keys."""
     rules = parse_services(optional.get("services", []))
-    values = parse_service_secrets(optional.get("service_secrets", {}), rules)
-    return ServiceGrant(rules, values)
+    names = [m.secret for m in models if m.secret is not None]
+    values = parse_service_secrets(optional.get("service_secrets", {}), rules, names)
+    return ServiceGrant(rules, values, also_names=names)
 
 
 def _socket_path(untrusted: object, run_dir: Path) -> Path:
@@ -235,6 +244,7 @@ async def _run_command(
                 command.secret,
                 adopted,
                 services=command.services,
+                models=command.models,
             )
             adopted = None  # the server's now
         elif isinstance(command, OpenCommand):
@@ -244,6 +254,7 @@ async def _run_command(
                 command.grants,
                 command.secret,
                 services=command.services,
+                models=command.models,
             )
             return {"ok": True}, [server.listener_fd(command.sandbox)]
         elif isinstance(command, CloseCommand):

@@ -14,7 +14,9 @@ names from a JSON file instead of this machine's resolver; `unsafe_skip_route_ch
 kernel's route judgement (`route_check`), so `lnk sandbox check` can show that class leak;
 `unsafe_service_ca` makes a service rule's upstream verified against this CA file alone instead
 of the system's roots (the test internet's CA); `unsafe_skip_service_method_check` forwards a
-service rule's request whatever its method or route (`lnk sandbox check` shows that leak).
+service rule's request whatever its method or route (`lnk sandbox check` shows that leak);
+`unsafe_skip_model_route_check` likewise a model rule's request whatever its route (its
+runtime's admin API).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class ProxyConfig(BaseModel):
     unsafe_skip_route_check: bool = False  # tests of `lnk sandbox check` only: reopens a leak
     unsafe_service_ca: Path | None = Field(default=None, strict=False)  # the test internet's
     unsafe_skip_service_method_check: bool = False  # tests of `lnk sandbox check` only
+    unsafe_skip_model_route_check: bool = False  # likewise: a model's admin API let through
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -121,6 +124,12 @@ class ProxyConfig(BaseModel):
                 "unsafe_service_ca=%s: service rules' upstreams are verified against this CA "
                 "only, not the system's roots (a test setting; never on a real box)",
                 self.unsafe_service_ca,
+            )
+        if self.unsafe_skip_model_route_check:
+            log.warning(
+                "unsafe_skip_model_route_check: a model rule's request reaches its runtime "
+                "whatever its route, the admin API's included (a test setting; never on a "
+                "real box)"
             )
         if self.unsafe_skip_service_method_check:
             log.warning(

@@ -96,6 +96,7 @@ class Rule(enum.StrEnum):
     ALLOWED_INTERNET = "allowed-internet"
     ALLOWED_LAN = "allowed-lan"
     ALLOWED_LOCALHOST_PORT = "allowed-localhost-port"
+    ALLOWED_MODEL = "allowed-model"  # a [[models]] rule's runtime on this machine (model_relay)
     BAD_HOST = "bad-host"
     BAD_PORT = "bad-port"
     NOT_LISTED = "not-listed"

@@ -73,11 +73,20 @@ from lnk_proxy.http_request import (
     refusal_response,
 )
 from lnk_proxy.machine_watch import MachineWatch
+from lnk_proxy.model_relay import (
+    CONNECT_OK,
+    ModelGrant,
+    judge_model_request,
+    loopback_address,
+    read_tunneled_head,
+    relay_model,
+)
 from lnk_proxy.policy import (
     Allowed,
     MachineView,
     ProxyGrants,
     Refused,
+    Rule,
     judge_localhost,
 )
 from lnk_proxy.policy_memo import PolicyMemo
@@ -88,6 +97,7 @@ from lnk_proxy.tunnel_buffers import LARGE, TunnelBuffers, buffers_for
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
+from lnk_shared.spec_models import ModelRule
 
 __all__ = ["FLAG_POLL_S", "HEAD_TIMEOUT_S", "IO_TIMEOUT_S", "LISTENER_MODE", "ProxyServer"]
 
@@ -134,6 +144,7 @@ class _Listener:
     flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
     watch: Conn | None = None  # the listening socket's readiness, for the accept loop
     services: ServiceGrant = field(default_factory=ServiceGrant)  # its rules, their secrets
+    models: ModelGrant = field(default_factory=ModelGrant)  # its [[models]] rules
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
@@ -251,13 +262,17 @@ class ProxyServer:
         socket_path: Path,
         grants: ProxyGrants,
         secret: str,
+        *,
         services: ServiceGrant | None = None,
+        models: ModelGrant | None = None,
     ) -> None:
         """Bind `socket_path` (mode 0666) and serve `sandbox` there with `grants`.
         ValueError for a bad id, an id already open, or a path that is not a fresh socket."""
         self._check_new(sandbox)
         sock = bind_listener(socket_path, LISTENER_MODE)
-        self._serve_listener(sandbox, socket_path, grants, secret, sock, services=services)
+        self._serve_listener(
+            sandbox, socket_path, grants, secret, sock, services=services, models=models
+        )
 
     async def adopt_listener(
         self,
@@ -268,6 +283,7 @@ class ProxyServer:
         sock: socket.socket,
         *,
         services: ServiceGrant | None = None,
+        models: ModelGrant | None = None,
     ) -> None:
         """Serve `sandbox` on `sock`, a listening socket a previous proxy bound at `socket_path`
         (the controller kept it). ValueError when it is anything else: it is never served."""
@@ -281,7 +297,9 @@ class ProxyServer:
             raise ValueError(f"the socket handed over for {sandbox} is not a listening unix socket")
         if bound != str(socket_path):
             raise ValueError(f"the socket handed over for {sandbox} is bound at {bound!r}")
-        self._serve_listener(sandbox, socket_path, grants, secret, sock, services=services)
+        self._serve_listener(
+            sandbox, socket_path, grants, secret, sock, services=services, models=models
+        )
 
     def _check_new(self, sandbox: str) -> None:
         if not SANDBOX_ID.fullmatch(sandbox):
@@ -298,9 +316,11 @@ class ProxyServer:
         sock: socket.socket,
         *,
         services: ServiceGrant | None,
+        models: ModelGrant | None = None,
     ) -> None:
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
         listener.services = services or ServiceGrant()
+        listener.models = models or ModelGrant()
         listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
@@ -428,6 +448,8 @@ class ProxyServer:
         target = _shown_target(request)
         if listener.services.rule_for(request) is not None:  # a rule's host: never elsewhere
             return await self._service(listener, client, request, target, consumed)
+        if listener.models.rule_for(request) is not None:  # a model rule's port in the sandbox
+            return await self._model(listener, client, request, target, consumed)
         buffers: TunnelBuffers | None = None
         if request.kind == "connect":  # reserved now, before any await: no cap is passed
             reserved = self._reserve_tunnel(listener)
@@ -517,6 +539,97 @@ class ProxyServer:
         finally:
             self._allowed(exchange, error)
         return False
+
+    async def _model(
+        self, listener: _Listener, client: Conn, request: ProxyRequest, target: str, consumed: int
+    ) -> bool:
+        """A request to a model rule's port (`model_relay`): the relay's CONNECT answered and
+        its one request read, judged (route, then body), then the runtime dialed at the rule's
+        own address; the connection ends with the answer."""
+        rule = listener.models.rule_for(request)
+        assert rule is not None  # the caller's check
+        if request.kind == "connect":
+            gate = self._gate(listener)
+            if gate is not None:
+                await self._refuse(listener, client, request.method, target, gate)
+                return False
+            await client.send(CONNECT_OK)
+            try:
+                tunneled = await read_tunneled_head(client, rule.port, HEAD_TIMEOUT_S)
+            except TimeoutError:
+                return False
+            except RequestRefused as exc:
+                await self._refuse(listener, client, "", target, _Refusal(exc.rule, exc.reason))
+                return False
+            if tunneled is None:
+                return False
+            consumed = client.received - len(client.buffer)
+            request, target = tunneled, _shown_target(tunneled)
+        try:
+            check = not self.config.unsafe_skip_model_route_check
+            judged = await judge_model_request(rule, request, client, check_route=check)
+        except RequestRefused as exc:
+            await self._refuse(
+                listener, client, request.method, target, _Refusal(exc.rule, exc.reason)
+            )
+            return False
+        secret = listener.services.secret(rule.secret) if rule.secret else None
+        if rule.secret and secret is None:
+            reason = f"the secret {rule.secret} is not set: `lnk secret set {rule.secret}`"
+            refusal = _Refusal("model-secret-gone", reason)
+            await self._refuse(listener, client, request.method, target, refusal)
+            return False
+        verdict = await self._decide_model(listener, request, rule)
+        if not isinstance(verdict, Allowed):
+            await self._refuse(listener, client, request.method, target, verdict)
+            return False
+        exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
+        client.timeout = IO_TIMEOUT_S
+        error = ""
+        try:
+            await relay_model(
+                judged,
+                request,
+                client,
+                verdict.address,
+                secret,
+                connect_timeout_s=self.config.connect_timeout_s,
+                io_timeout_s=IO_TIMEOUT_S,
+            )
+        except asyncio.CancelledError:
+            error = "closed: the sandbox was stopped or its listener closed"
+            raise
+        except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
+            error = f"ended: {exc!r}" if secret is None else scrub_text(f"ended: {exc!r}", secret)
+            if client.sent == exchange.sent:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await client.send(BAD_GATEWAY)
+        finally:
+            self._allowed(exchange, error)
+        return False
+
+    def _gate(self, listener: _Listener) -> _Refusal | None:
+        """What refuses every request before its host is judged: no room in the wire's log,
+        the stop or pause flag."""
+        if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
+            reason = "no room for its line in the sandbox's wire log or in the box's wire logs"
+            return _Refusal("log-full", reason)
+        return self._flags(listener)
+
+    async def _decide_model(
+        self, listener: _Listener, request: ProxyRequest, rule: ModelRule
+    ) -> Allowed | _Refusal:
+        """A runtime on this machine: its loopback address and port, by the rule (the one
+        exception to "never this machine"); elsewhere: the rule's host judged as a `[lan]`
+        grant of exactly it (a private address), as the kernel routes it."""
+        if not rule.on_this_machine:
+            upstream = replace(request, host=rule.host)
+            return await self._decide(listener, upstream, listener.models.memo, rule.upstream_port)
+        gate = self._gate(listener)
+        if gate is not None:
+            return gate
+        reason = f"[[models]] {rule.kind} on this machine's {rule.upstream}"
+        return Allowed(loopback_address(rule), rule.upstream_port, Rule.ALLOWED_MODEL, reason)
 
     async def _decide(
         self,

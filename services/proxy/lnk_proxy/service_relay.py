@@ -78,9 +78,15 @@ class ServiceGrant:
     """One sandbox's service rules and the values of the secrets they name (memory only)."""
 
     def __init__(
-        self, rules: Sequence[ServiceRule] = (), secrets: Mapping[str, bytes] | None = None
+        self,
+        rules: Sequence[ServiceRule] = (),
+        secrets: Mapping[str, bytes] | None = None,
+        *,
+        also_names: Sequence[str] = (),
     ) -> None:
         self.rules = tuple(rules)
+        # Secrets other rules of the sandbox name (`[[models]]` keys): kept and replaced here too.
+        self.also_names = frozenset(also_names)
         self._secrets: dict[str, bytes] = {}
         # The rule hosts, judged for their addresses as an [internet] grant of exactly them
         # would be: the relay dials only an address the policy vetted (never this machine).
@@ -100,11 +106,15 @@ class ServiceGrant:
 
     def replace_secrets(self, secrets: Mapping[str, bytes]) -> None:
         """The controller's current values: a name left out is removed (its rule refuses)."""
-        names = {r.secret for r in self.rules}
+        names = {r.secret for r in self.rules} | self.also_names
         unknown = set(secrets) - names
         if unknown:
             raise ValueError(f"service_secrets names no rule's secret: {sorted(unknown)}")
         self._secrets = dict(secrets)
+
+    def secret(self, name: str) -> bytes | None:
+        """The value of the secret `name` now (None: removed, or never given)."""
+        return self._secrets.get(name)
 
     def rule_for(self, request: ProxyRequest) -> ServiceRule | None:
         """The rule whose host the request names, or None (then it is an ordinary request)."""
@@ -144,7 +154,7 @@ def parse_services(untrusted: object) -> tuple[ServiceRule, ...]:
 
 
 def parse_service_secrets(
-    untrusted: object, rules: Sequence[ServiceRule] | None
+    untrusted: object, rules: Sequence[ServiceRule] | None, also_names: Sequence[str] = ()
 ) -> dict[str, bytes]:
     """`{name: value}` for the rules' secrets (any secret's name when `rules` is None: the
     listener checks them). The errors name a secret, never its value."""
@@ -156,7 +166,7 @@ def parse_service_secrets(
             check_secret_name(name)
         except (TypeError, UsageError):
             raise ValueError("service_secrets: a key is not a secret's name") from None
-        if rules is not None and name not in {r.secret for r in rules}:
+        if rules is not None and name not in {r.secret for r in rules} | set(also_names):
             raise ValueError(f"service_secrets.{name}: no rule of this sandbox uses it")
         if not isinstance(value, str):
             raise ValueError(f"service_secrets.{name}: expected a string")

@@ -1,0 +1,284 @@
+"""A sandbox's local model rules at work: which requests are a model rule's, the judged request
+read whole from the sandbox, and the one exchange with the runtime.
+
+A request is a model rule's when it names the sandbox's loopback (`localhost`, `127.0.0.1`,
+`::1`) on a rule's port inside the sandbox (`ModelGrant.rule_for`): either the relay's
+`CONNECT localhost:PORT` for a connection a program made to that port (the proxy answers 200,
+then reads one origin-form request from it: `read_tunneled_head`), or an absolute-form
+`http://127.0.0.1:PORT/...` a program sent through `HTTP_PROXY`. Both are judged the same:
+`model_routes.judge_model_route`, then the body read whole (bounded by
+`model_bodies.MAX_MODEL_BODY_BYTES`, before anything is dialed) and judged and re-serialised by
+`model_bodies.judge_model_body`. Only then is the runtime dialed: on this machine at the rule's
+loopback address and port only (the one exception to "never this machine", by this rule),
+elsewhere at the address the policy vetted for the rule's host as a `[lan]` grant of exactly it
+(a private address only). One request per connection: `Connection: close` both ways; the answer
+is streamed back as it comes (NDJSON and SSE chunk by chunk), close-delimited, with the rule's
+key (vllm, openai-compatible) scrubbed from it.
+
+Security limitations: this does NOT serve the hosted kinds (anthropic, openai: TLS upstream, the
+key forced, server tools removed; `hosted_models`), bound an answer's size or total time (each
+read's and write's idle time only), nor stop whatever else reaches the runtime's port on this
+machine (a `[localhost]` grant of it, another user) from using its whole API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import Sequence
+
+from lnk_proxy.conn import Conn, dial
+from lnk_proxy.forward import (
+    MAX_CHUNK_LINE,
+    MAX_RESPONSE_HEAD_BYTES,
+    BadResponse,
+    parse_chunk_size,
+    parse_response_head,
+)
+from lnk_proxy.http_request import (
+    ProxyRequest,
+    RequestRefused,
+    find_head_end,
+    parse_request_head,
+)
+from lnk_proxy.model_bodies import MAX_MODEL_BODY_BYTES, judge_model_body
+from lnk_proxy.model_routes import (
+    ModelRoute,
+    judge_model_route,
+    model_upstream_head,
+    origin_form_as_proxy_head,
+)
+from lnk_proxy.policy import LOCALHOST_FORMS, ProxyGrants
+from lnk_proxy.policy_memo import PolicyMemo
+from lnk_proxy.services import SecretScrubber
+from lnk_shared.addresses import IPAddress
+from lnk_shared.errors import SpecError
+from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
+from lnk_shared.spec_models import ModelRule, parse_model_table
+
+__all__ = [
+    "ModelGrant",
+    "ModelRequest",
+    "judge_model_request",
+    "loopback_address",
+    "parse_models",
+    "read_body",
+    "read_tunneled_head",
+    "relay_model",
+]
+
+READ_SIZE = 64 * 1024  # one read of the answer's body
+CONNECT_OK = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+
+
+class ModelGrant:
+    """One sandbox's model rules; the LAN upstreams judged as `[lan]` grants of exactly them."""
+
+    def __init__(self, rules: Sequence[ModelRule] = ()) -> None:
+        self.rules = tuple(rules)
+        builder = SpecBuilder(source="admin")
+        for rule in self.rules:
+            if not rule.on_this_machine:
+                builder.add_lan(rule.host, Origin("admin", "models.upstream"))
+        self.memo = PolicyMemo(ProxyGrants(lan=builder.build().lan))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ModelGrant):
+            return NotImplemented
+        return self.rules == other.rules
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ModelGrant(rules={len(self.rules)})"
+
+    def rule_for(self, request: ProxyRequest) -> ModelRule | None:
+        """The rule served on the sandbox's loopback port the request names, or None."""
+        if not self.rules or LOCALHOST_FORMS.get(request.host.lower().rstrip(".")) is None:
+            return None
+        return next((r for r in self.rules if r.port == request.port), None)
+
+
+class ModelRequest:
+    """A judged model request: its route, the body to forward, and how to log it."""
+
+    def __init__(self, rule: ModelRule, route: ModelRoute, body: bytes | None) -> None:
+        self.rule, self.route, self.body = rule, route, body
+
+    @property
+    def shown(self) -> str:
+        return f"{self.rule.upstream}{self.route.path}"
+
+
+def parse_models(untrusted: object) -> tuple[ModelRule, ...]:
+    """The rules of an admin command, each read by the spec model's own rules."""
+    if not isinstance(untrusted, list) or len(untrusted) > MAX_ENTRIES:
+        raise ValueError(f"models must be a list of at most {MAX_ENTRIES} rules")
+    rules = []
+    for index, table in enumerate(untrusted):
+        try:
+            rules.append(parse_model_table(table, Origin("admin", f"models[{index}]")))
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+    if len({r.port for r in rules}) != len(rules):
+        raise ValueError("models: two rules on one port")
+    return tuple(rules)
+
+
+async def read_tunneled_head(client: Conn, port: int, timeout_s: float) -> ProxyRequest | None:
+    """After the relay's CONNECT to a model port: the one origin-form request on it, parsed as
+    the proxy parses any (None: the program closed without one). RequestRefused if malformed."""
+    async with asyncio.timeout(timeout_s):
+        head = await client.read_head(find_head_end)
+    if head is None:
+        return None
+    return parse_request_head(origin_form_as_proxy_head(head, port))
+
+
+async def read_body(request: ProxyRequest, client: Conn) -> bytes:
+    """The request's whole body as framed, at most MAX_MODEL_BODY_BYTES (RequestRefused past)."""
+    framing = request.framing
+    if framing.kind == "length" and framing.length:
+        if framing.length > MAX_MODEL_BODY_BYTES:
+            raise RequestRefused("model-body", f"a body over {MAX_MODEL_BODY_BYTES} bytes")
+        return await client.read_exact(framing.length)
+    if framing.kind != "chunked":
+        return b""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        size = parse_chunk_size(await client.read_line(MAX_CHUNK_LINE))
+        if size == 0:
+            while await client.read_line(MAX_CHUNK_LINE) != b"\r\n":
+                pass  # trailers: read and dropped
+            return b"".join(parts)
+        total += size
+        if total > MAX_MODEL_BODY_BYTES:
+            raise RequestRefused("model-body", f"a body over {MAX_MODEL_BODY_BYTES} bytes")
+        parts.append(await client.read_exact(size))
+        if await client.read_exact(2) != b"\r\n":
+            raise RequestRefused("bad-chunk", "a chunk not followed by CRLF")
+
+
+async def judge_model_request(
+    rule: ModelRule, request: ProxyRequest, client: Conn, *, check_route: bool = True
+) -> ModelRequest:
+    """The route (judged before a byte of the body is read), the body read whole, judged and
+    re-serialised; RequestRefused naming why not (`model_routes`, `model_bodies`)."""
+    path = request.path
+    route = judge_model_route(rule, request.method, path, check_route=check_route)
+    return ModelRequest(
+        rule, route, judge_model_body(rule, route, await read_body(request, client))
+    )
+
+
+def loopback_address(rule: ModelRule) -> IPAddress:
+    """The runtime's address on this machine (a rule whose upstream is its loopback)."""
+    return ipaddress.ip_address(rule.host)
+
+
+async def relay_model(
+    judged: ModelRequest,
+    request: ProxyRequest,
+    client: Conn,
+    address: IPAddress,
+    secret: bytes | None,
+    *,
+    connect_timeout_s: float,
+    io_timeout_s: float,
+) -> None:
+    """The exchange with the runtime at `address`; the answer goes to `client` as it comes,
+    close-delimited. OSError, TimeoutError or BadResponse when it cannot be completed."""
+    rule = judged.rule
+    sock = await dial(address, rule.upstream_port, connect_timeout_s)
+    try:
+        reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_RESPONSE_HEAD_BYTES)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        body = judged.body
+        head = model_upstream_head(
+            rule,
+            judged.route,
+            request.headers,
+            version=request.version,
+            body_length=None if body is None else len(body),
+            secret=secret,
+        )
+        writer.write(head + (body or b""))
+        async with asyncio.timeout(io_timeout_s):
+            await writer.drain()
+        await _answer(request, reader, client, secret, io_timeout_s)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(writer.wait_closed(), io_timeout_s)
+
+
+async def _answer(
+    request: ProxyRequest,
+    reader: asyncio.StreamReader,
+    client: Conn,
+    secret: bytes | None,
+    io_timeout_s: float,
+) -> None:
+    """The answer's head (interim ones too), then its body on its framing, chunk by chunk."""
+    replacement = b"<secret>"
+    scrubber = SecretScrubber(secret, replacement) if secret else None
+
+    def scrub(data: bytes) -> bytes:
+        return scrubber.feed(data) if scrubber is not None else data
+
+    while True:
+        async with asyncio.timeout(io_timeout_s):
+            try:
+                raw = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                raise BadResponse("the runtime closed without answering") from None
+            except asyncio.LimitOverrunError:
+                raise BadResponse("an answer's head past its limit") from None
+        response = parse_response_head(raw, request.method)
+        if response.interim:
+            await client.send(b"\r\n".join(response.head_lines) + b"\r\n\r\n")
+            continue
+        kept = [
+            line
+            for line in response.head_lines
+            if not line.lower().startswith((b"content-length:", b"transfer-encoding:"))
+        ]
+        head = b"\r\n".join((*kept, b"Connection: close")) + b"\r\n\r\n"
+        if secret:
+            head = head.replace(secret, replacement)
+        await client.send(head)
+        break
+    if response.framing == "length" and response.length:
+        remaining = response.length
+        while remaining:
+            async with asyncio.timeout(io_timeout_s):
+                data = await reader.read(min(remaining, READ_SIZE))
+            if not data:
+                raise BadResponse("the runtime's answer ended early")
+            remaining -= len(data)
+            await client.send(scrub(data))
+    elif response.framing == "chunked":
+        while True:
+            async with asyncio.timeout(io_timeout_s):
+                size = parse_chunk_size(await reader.readuntil(b"\r\n"))
+                if size == 0:
+                    break
+                data = await reader.readexactly(size)
+                if await reader.readexactly(2) != b"\r\n":
+                    raise BadResponse("a chunk not followed by CRLF")
+            await client.send(scrub(data))  # one chunk as it came: a token, an NDJSON line
+    elif response.framing == "close":
+        while True:
+            async with asyncio.timeout(io_timeout_s):
+                data = await reader.read(READ_SIZE)
+            if not data:
+                break
+            await client.send(scrub(data))
+    if scrubber is not None:
+        await client.send(scrubber.flush())
+    client.shutdown_write()

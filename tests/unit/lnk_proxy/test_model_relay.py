@@ -1,0 +1,165 @@
+"""The server in-process with a model rule and a runtime of Ollama's shape on this machine's
+loopback: an inference request reaches it (both ways a sandbox sends one: the relay's CONNECT
+to the model port and a request through HTTP_PROXY), re-serialised, with the runtime's own
+Host and no client credential; an admin route or a bad body is refused with nothing arriving;
+an answer streams through chunk by chunk; the runtime's other ports stay closed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lnk_proxy.config import ProxyConfig
+from lnk_proxy.model_relay import ModelGrant
+from lnk_proxy.policy import ProxyGrants
+from lnk_proxy.server import ProxyServer
+from lnk_proxy.service_relay import ServiceGrant
+from lnk_shared.spec import Origin
+from lnk_shared.spec_models import ModelRule, parse_model_table
+
+SECRET = "x" * 40
+TIMEOUT_S = 10.0
+
+
+class _Runtime:
+    """Answers every request with its path; `/api/chat` streams two chunks, the second only
+    once `release` is set (so a client that sees the first saw it before the answer ended)."""
+
+    def __init__(self) -> None:
+        self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.release = asyncio.Event()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.heads.append(head)
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        self.bodies.append(await reader.readexactly(length))
+        if b" /api/chat " in head:
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            first = b'{"done":false}\n'
+            writer.write(b"%x\r\n%s\r\n" % (len(first), first))
+            await writer.drain()
+            await self.release.wait()
+            last = b'{"done":true}\n'
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last))
+        else:
+            body = b'{"path": "' + head.split(b" ")[1] + b'"}'
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="lnkmod", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _rule(port: int) -> ModelRule:
+    table = {"kind": "ollama", "models": ["llama3.2:3b"], "upstream": f"http://127.0.0.1:{port}"}
+    return parse_model_table(table, Origin("t", "models"))
+
+
+async def _served(base: Path, runtime: _Runtime) -> tuple[ProxyServer, Path, int, asyncio.Server]:
+    upstream = await asyncio.start_server(runtime.handle, "127.0.0.1", 0)
+    port = upstream.sockets[0].getsockname()[1]
+    config = ProxyConfig(run_dir=base / "run", state_dir=base / "state")
+    server = ProxyServer(config)
+    await server.start()
+    path = config.run_dir / "sbx" / "sbx-1.sock"
+    models = ModelGrant([_rule(port)])
+    await server.open_listener(
+        "sbx-1", path, ProxyGrants(), SECRET, services=ServiceGrant(), models=models
+    )
+    return server, path, port, upstream
+
+
+async def _send(path: Path, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(data)
+    answer = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+    writer.close()
+    return answer
+
+
+def _post(target: str, body: bytes, host: str = "127.0.0.1:11434", *extra: str) -> bytes:
+    lines = [f"POST {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def test_inference_reaches_the_runtime_both_ways_and_admin_never_does(base: Path) -> None:
+    runtime = _Runtime()
+
+    async def run() -> list[bytes]:
+        server, path, port, upstream = await _served(base, runtime)
+        try:
+            body = b'{ "model": "llama3.2:3b", "prompt": "hi" }'
+            tunneled = b"CONNECT localhost:11434 HTTP/1.1\r\nHost: localhost:11434\r\n\r\n"
+            answers = [
+                await _send(path, tunneled + _post("/api/generate", body, "x", "Authorization: k")),
+                await _send(path, _post("http://127.0.0.1:11434/api/generate", body)),
+                await _send(path, tunneled + _post("/api/pull", b'{"model": "llama3.2:3b"}')),
+                await _send(path, _post("http://127.0.0.1:11434/api/delete", b"{}")),
+                await _send(path, tunneled + _post("/api/generate", b'{"model": "other:1b"}')),
+                await _send(
+                    path, _post(f"http://127.0.0.1:{port}/api/tags", b"", f"127.0.0.1:{port}")
+                ),
+                await _send(path, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode()),
+            ]
+        finally:
+            await server.close()
+            upstream.close()
+        return answers
+
+    answers = asyncio.run(run())
+    assert answers[0].startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK")
+    assert answers[0].endswith(b'{"path": "/api/generate"}')
+    assert answers[1].startswith(b"HTTP/1.1 200 OK") and b'"/api/generate"' in answers[1]
+    assert answers[2].endswith(b"lnk: refused (model-admin)\n")
+    assert answers[3].endswith(b"lnk: refused (model-admin)\n")
+    assert answers[4].endswith(b"lnk: refused (model-not-allowed)\n")
+    assert answers[5].endswith(b"lnk: refused (never-loopback)\n")  # its own port: never
+    assert answers[6].endswith(b"lnk: refused (never-loopback)\n")
+    assert len(runtime.heads) == 2  # the two allowed; nothing else arrived
+    for head in runtime.heads:
+        assert head.startswith(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1:")
+        assert b"Authorization" not in head
+    assert runtime.bodies == [b'{"model":"llama3.2:3b","prompt":"hi"}'] * 2
+
+
+def test_a_streamed_answer_comes_through_chunk_by_chunk(base: Path) -> None:
+    runtime = _Runtime()
+
+    async def run() -> tuple[bytes, bytes]:
+        server, path, _, upstream = await _served(base, runtime)
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_post("http://127.0.0.1:11434/api/chat", b'{"model":"llama3.2:3b"}'))
+            first = await asyncio.wait_for(reader.readuntil(b'{"done":false}\n'), TIMEOUT_S)
+            runtime.release.set()  # only now does the runtime send the rest
+            rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+            writer.close()
+        finally:
+            await server.close()
+            upstream.close()
+        return first, rest
+
+    first, rest = asyncio.run(run())
+    assert first.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in first
+    assert rest == b'{"done":true}\n'
+    assert json.loads(rest) == {"done": True}
