@@ -16,7 +16,8 @@ kernel's route judgement (`route_check`), so `lnk sandbox check` can show that c
 of the system's roots (the test internet's CA); `unsafe_skip_service_method_check` forwards a
 service rule's request whatever its method or route (`lnk sandbox check` shows that leak);
 `unsafe_skip_model_route_check` likewise a model rule's request whatever its route (its
-runtime's admin API).
+runtime's admin API); `unsafe_keep_server_tools` sends a hosted model rule's request with every
+tool it names, the provider's server tools included (`lnk sandbox check` shows that leak).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class ProxyConfig(BaseModel):
     unsafe_service_ca: Path | None = Field(default=None, strict=False)  # the test internet's
     unsafe_skip_service_method_check: bool = False  # tests of `lnk sandbox check` only
     unsafe_skip_model_route_check: bool = False  # likewise: a model's admin API let through
+    unsafe_keep_server_tools: bool = False  # likewise: a hosted model's server tools kept
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -124,6 +126,12 @@ class ProxyConfig(BaseModel):
                 "unsafe_service_ca=%s: service rules' upstreams are verified against this CA "
                 "only, not the system's roots (a test setting; never on a real box)",
                 self.unsafe_service_ca,
+            )
+        if self.unsafe_keep_server_tools:
+            log.warning(
+                "unsafe_keep_server_tools: a hosted model rule's request goes to the provider "
+                "with its server tools (web search, web fetch, code execution, MCP...) kept (a "
+                "test setting; never on a real box)"
             )
         if self.unsafe_skip_model_route_check:
             log.warning(

@@ -22,15 +22,9 @@ from lnk_proxy.http_request import ProxyRequest, RequestRefused
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.policy_memo import PolicyMemo
 from lnk_shared.hosts import normalize_name, parse_host_pattern
-from lnk_shared.spec_models import HOSTED_KINDS, ModelRule
+from lnk_shared.spec_models import HOSTED_KINDS, ModelRule, hosted_placeholder
 
 __all__ = ["HostedGrant", "hosted_placeholder"]
-
-
-def hosted_placeholder(rule: ModelRule) -> str:
-    """The key the sandbox's program holds for a hosted rule (`ANTHROPIC_API_KEY`,
-    `OPENAI_API_KEY`); the proxy replaces it with the owner's."""
-    return f"lnk-secret-{rule.secret}"
 
 
 class HostedGrant:
