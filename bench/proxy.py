@@ -50,7 +50,10 @@ Each must allow www and refuse `other.test-public.example` before anything is me
 (d) fairness (`proxy_fairness`): one sandbox's c=1 latency alone and while another sandbox
     floods the same proxy with lookups, tunnels and refusals;
 (e) a hosted model rule's body filter (`proxy_hosted`): its cost over the bytes as they came,
-    at 1 KiB to 1 MiB (also alone: `python bench/proxy_hosted.py`).
+    at 1 KiB to 1 MiB (also alone: `python bench/proxy_hosted.py`);
+(f) a hosted model request through its rule against the same request through a plain
+    `[internet]` CONNECT to the same test upstream, and a streamed answer's first event
+    (`proxy_hosted_path`, also alone).
 
 The client is asyncio protocols over raw sockets.
 Prints figures and the issue's targets; everything started is stopped and removed at the end.
@@ -73,6 +76,7 @@ from pathlib import Path
 from proxy_client import IDLE_TUNNELS, check_allowlist, idle_tunnel_memory
 from proxy_fairness import bench_fairness
 from proxy_hosted import bench_filter
+from proxy_hosted_path import bench_path
 from proxy_peers import Peer, start_peers
 from proxy_procs import (
     TestInternet,
@@ -86,7 +90,7 @@ from proxy_procs import (
 from proxy_rows import Bench, bench_small, bench_transfers, verdict
 
 TUNNEL_KIB_TARGET = 64
-HOSTED_RUNS = 200  # samples of each body filter row (e): a few seconds in all
+HOSTED_RUNS = 200  # samples of each row of (e) and (f): a minute or two in all
 
 
 def main() -> int:
@@ -146,6 +150,7 @@ def main() -> int:
         )
         bench_fairness(stack, bench, base)
         bench_filter(HOSTED_RUNS)
+        bench_path(HOSTED_RUNS)
         print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     return 0
 
