@@ -8,9 +8,11 @@ and every server tool past the rule.
 The rules' keys are not here: they live with the sandbox's other secrets (`ServiceGrant`),
 replaced when the owner sets or removes one, so a removed key refuses the next request.
 
-Security limitations: this does NOT stop a sandbox whose `[internet]` lists a provider's host
-from sending plain `http://` to it outside the rule (the proxy sends every request naming a
-rule's host to the rule); nor does it know other hosts of the same provider (a rule names one).
+Security limitations: the CONNECT refusal is by name. It does NOT stop a sandbox whose
+`[internet]` reaches the provider another way from using a key of its own there: a CONNECT to
+the provider's address written as a literal, to another of its names, or to a front sharing its
+CDN with the provider's name inside the tunnel's TLS (the proxy never looks inside a tunnel).
+Only an `[internet]` that does not reach the provider closes those.
 """
 
 from __future__ import annotations
