@@ -99,11 +99,20 @@ def _service_line(rule: ServiceRule) -> str:
     )
 
 
+# What each local kind's admin API holds, as the approval names it (lnk_proxy.model_routes).
+_ADMIN_SHOWN = {
+    "ollama": "pull, create, delete",
+    "llamacpp": "slots, props, LoRA, model loading",
+    "vllm": "pause, sleep, weights, LoRA",
+    "openai-compatible": "files, fine-tuning, batches",
+}
+
+
 def _model_line(rule: ModelRule) -> str:
     """A model rule: where it goes, which models, which secret (by name), where it is served."""
     if rule.local:
         where = "this machine" if rule.on_this_machine else "your network"
-        what = "its inference only; its admin API (pull, create, delete, ...) refused"
+        what = f"its inference only; its admin API ({_ADMIN_SHOWN[rule.kind]}, ...) refused"
     else:
         where = "the provider"
         what = "its inference only; server-side tools removed, URLs it would fetch refused"

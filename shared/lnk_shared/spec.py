@@ -280,12 +280,12 @@ class SpecBuilder:
         for other in self._models:
             if other.port == rule.port:
                 raise origin.error(
-                    f"port: a second model rule on port {rule.port} inside the sandbox (a "
+                    f"port: a second model rule on port {rule.port} inside the sandbox (the "
                     f"{other.kind} rule has it): give one another `port`"
                 )
             if other.env == rule.env:
                 raise origin.error(
-                    f"env: a second model rule setting {rule.env} (a {other.kind} rule sets "
+                    f"env: a second model rule setting {rule.env} (the {other.kind} rule sets "
                     f"it): give one another `env`"
                 )
         self._models.append(rule)
@@ -359,7 +359,7 @@ class SpecBuilder:
         for rule in self._models:
             if rule.port in self._ports:
                 raise SpecError(
-                    f"a {rule.kind} model rule and [localhost] both take port {rule.port} "
+                    f"the {rule.kind} model rule and [localhost] both take port {rule.port} "
                     "inside the sandbox: set the model rule's `port` to another (a [localhost] "
                     "grant of the runtime's port opens its whole API, pull and delete included)",
                     source=self.source,

@@ -287,7 +287,7 @@ def _upstream(kind: str, text: object, origin: Origin) -> tuple[str, str, int]:
     if not sep or scheme.lower() != want:
         where = "this machine or your network, spoken to" if want == "http" else "the provider,"
         raise origin.error(
-            f"upstream: {_shown(text)}: a {kind} rule's upstream is {where} over {want}:// "
+            f"upstream: {_shown(text)}: the {kind} rule's upstream is {where} over {want}:// "
             f"(e.g. {KIND_DEFAULTS[kind].upstream})"
         )
     if "@" in rest:
@@ -302,6 +302,9 @@ def _upstream(kind: str, text: object, origin: Origin) -> tuple[str, str, int]:
         )
     host_text, port = _split_authority(authority, _SCHEMES[want], origin)
     host = _upstream_host(kind, host_text, origin)
+    loopback = parse_host_address(host)
+    if port == MAIN_PROXY_PORT and loopback is not None and loopback.is_loopback:
+        raise origin.error(f"upstream: port {port} of this machine is the box's main proxy's")
     return want, host, port
 
 
@@ -351,7 +354,7 @@ def _upstream_host(kind: str, text: str, origin: Origin) -> str:
 
 def _refuse_local_hosted(kind: str, origin: Origin) -> str:
     raise origin.error(
-        f"upstream: a {kind} rule goes to the provider's public host; a runtime on this "
+        f"upstream: the {kind} rule goes to the provider's public host; a runtime on this "
         "machine or your network is kind ollama, llamacpp, vllm or openai-compatible"
     )
 
@@ -360,12 +363,12 @@ def _secret(kind: str, secret: object, takes: str, origin: Origin) -> str | None
     if secret is None:
         if takes == "required":
             raise origin.error(
-                f"secret: a {kind} rule names the secret its key is kept as (`lnk secret set "
+                f"secret: the {kind} rule names the secret its key is kept as (`lnk secret set "
                 'NAME`, then secret = "NAME"): the key is added outside, never in the sandbox'
             )
         return None
     if takes == "none":
-        raise origin.error(f"secret: a {kind} runtime takes no key; leave secret out")
+        raise origin.error(f"secret: the {kind} runtime takes no key; leave secret out")
     if not isinstance(secret, str):
         raise origin.error("secret: expected the name of a secret (`lnk secret list`)")
     try:

@@ -103,6 +103,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(request)
             else:
                 self._json({"model": request.get("model"), "done": True, "echo": request})
+        elif path.startswith("/v1/"):  # OpenAI-shaped; it echoes the key it got, as a careless
+            # runtime might in an error (the proxy must scrub it from the answer)
+            auth = self.headers.get("Authorization", "")
+            self._json({"object": "chat.completion", "authorization_seen": auth})
         else:  # an admin route: done, as Ollama would (the test asserts none arrives)
             self._json({"status": "success"})
 

@@ -10,6 +10,7 @@ this machine, stays closed."""
 from __future__ import annotations
 
 import queue
+import secrets
 import shlex
 import subprocess
 import threading
@@ -211,3 +212,52 @@ def test_a_hosted_model_rule_whose_key_is_not_kept_is_not_started(running_box: R
     assert "'anthropic-key'" in ran.stderr and "lnk secret set anthropic-key" in ran.stderr
     assert "anthropic rule" in ran.stderr and "Traceback" not in ran.stderr
     assert not marker.exists()
+
+
+def test_a_vllm_rules_key_is_forced_scrubbed_and_refused_once_removed(
+    running_box: RunningBox, runtime: OllamaShaped
+) -> None:
+    key = "sk-" + secrets.token_urlsafe(30)
+    kept = running_box.as_owner("secret", "set", "vllm-key", input=key + "\n")
+    assert kept.returncode == 0, kept.stderr
+    url = '"$OPENAI_BASE_URL/chat/completions"'
+    call = f"{CURL} -H 'Authorization: Bearer own-key' -w ' %{{http_code}}\\n' {url} -d "
+    call += shlex.quote('{"model": "m1"}')
+    script = f"{call}; read go; {call}"
+    rule = f"--model=vllm=m1;upstream=http://127.0.0.1:{runtime.port};secret=vllm-key"
+    argv = as_user(
+        running_box.owner.uid,
+        running_box.owner.gid,
+        LNK,
+        *("sandbox", "run", "--yes", "--command=curl", rule, "--", "/bin/sh", "-c", script),
+    )
+    before = len(runtime.seen())
+    removed = None
+    with subprocess.Popen(
+        argv,
+        env=running_box.owner_env(),
+        cwd=str(running_box.owner.home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as sandbox:
+        try:
+            assert sandbox.stdout is not None
+            first = sandbox.stdout.readline()
+            assert first.endswith(" 200\n"), first
+            arrived = runtime.seen()[before:]
+            removed = running_box.as_owner("secret", "remove", "vllm-key")
+            out, err = sandbox.communicate("go\n", timeout=90)
+        finally:
+            if sandbox.poll() is None:
+                sandbox.kill()
+                sandbox.wait()
+    assert removed is not None and removed.returncode == 0, removed
+    # The runtime got the rule's key, never the client's; the sandbox saw it scrubbed.
+    assert [s.headers.get("authorization") for s in arrived] == [f"Bearer {key}"]
+    assert '"authorization_seen": "Bearer <secret>"' in first
+    assert key not in first + out + err
+    # Removed while it ran: its next request is refused, and nothing more arrives.
+    assert "lnk: refused (model-secret-gone)" in out and out.endswith(" 403\n"), out
+    assert len(runtime.seen()) == before + 1

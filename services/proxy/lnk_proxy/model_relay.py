@@ -70,6 +70,7 @@ __all__ = [
 
 READ_SIZE = 64 * 1024  # one read of the answer's body
 CONNECT_OK = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"  # the proxy reads the body itself, to judge it
 
 
 class ModelGrant:
@@ -137,8 +138,13 @@ async def read_tunneled_head(client: Conn, port: int, timeout_s: float) -> Proxy
 
 
 async def read_body(request: ProxyRequest, client: Conn) -> bytes:
-    """The request's whole body as framed, at most MAX_MODEL_BODY_BYTES (RequestRefused past)."""
+    """The request's whole body as framed, at most MAX_MODEL_BODY_BYTES (RequestRefused past).
+    A client waiting on `Expect: 100-continue` (curl, past 1 KiB) is told to go on first."""
     framing = request.framing
+    expects = any(v.strip().lower() == "100-continue" for v in request.header_values("expect"))
+    fits = framing.kind == "chunked" or (framing.length or 0) <= MAX_MODEL_BODY_BYTES
+    if framing.kind != "none" and expects and fits:
+        await client.send(CONTINUE)
     if framing.kind == "length" and framing.length:
         if framing.length > MAX_MODEL_BODY_BYTES:
             raise RequestRefused("model-body", f"a body over {MAX_MODEL_BODY_BYTES} bytes")

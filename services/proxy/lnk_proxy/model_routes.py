@@ -21,8 +21,9 @@ A path is judged as written: no percent-escape, dot segment, empty segment, `;`,
 (but `/` itself) and no query (no listed route takes one), so nothing decodes elsewhere. The
 head sent upstream is rebuilt from what was judged: the method, the judged path, `Host` the
 runtime's (Ollama's own host check wants `127.0.0.1:PORT` on this machine), the client's
-headers minus hop-by-hop, framing and every credential header (dropped: a local runtime takes
-the rule's key or none), `Content-Length` of the re-serialised body, the rule's key as
+headers minus hop-by-hop, framing, `Content-Encoding`, method- and path-override headers
+(`X-HTTP-Method-Override`, `X-Original-URL`, ...) and every credential header (dropped: a local
+runtime takes the rule's key or none), `Content-Length` of the re-serialised body, the rule's key as
 `Authorization: Bearer` when it names one, `Connection: close`.
 
 Security limitations: this does NOT look at bodies (`model_bodies` does), nor limit what an
@@ -186,6 +187,11 @@ _PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9_~!$&'()*+,=:@.-]+")
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "host"}
     | {"content-length", "proxy-connection", "expect"}
+    # the body sent is the proxy's own serialisation, never an encoding of the client's
+    | {"content-encoding"}
+    # headers some servers read as another method or path than the one judged
+    | {"x-http-method-override", "x-http-method", "x-method-override"}
+    | {"x-original-url", "x-rewrite-url", "x-forwarded-prefix"}
 )
 
 
@@ -197,7 +203,7 @@ def judge_model_route(
     route outside the table through, so `lnk sandbox check` can show that class leak."""
     table = ROUTES.get(rule.kind)
     if table is None:
-        raise RequestRefused("model-kind", f"a {rule.kind} rule is not served by this proxy")
+        raise RequestRefused("model-kind", f"the {rule.kind} rule is not served by this proxy")
     path, question, _ = target.partition("?")
     if question:
         raise RequestRefused("model-path", "a query: no model route takes one")

@@ -11,7 +11,10 @@ is forwarded (`forward`) on an idle keep-alive connection of this sandbox's `Ups
 that same host, port and judged address, or one dialed for it; its connection may carry the
 next request, judged anew. Each refusal is `refusal_response`
 (403, the rule id) and one wire-log line with the reason; each allowed exchange one line when
-it ends.
+it ends. A request naming a service rule's host goes to `_service` (`service_relay`), one naming
+a model rule's loopback port inside the sandbox to `_model` (`model_relay`: the relay's CONNECT
+to that port is answered 200 and its one request read; the runtime is dialed at the rule's own
+address only).
 
 Fairness: a CONNECT takes one of its sandbox's `max_tunnels_per_sandbox` slots as soon as its
 head is read, before any await (lookup, dial), so concurrent CONNECTs cannot pass the cap

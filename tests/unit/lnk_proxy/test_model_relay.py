@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from lnk_proxy.config import ProxyConfig
-from lnk_proxy.model_relay import ModelGrant
+from lnk_proxy.http_request import parse_request_head
+from lnk_proxy.model_relay import ModelGrant, parse_models
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
 from lnk_proxy.service_relay import ServiceGrant
@@ -61,6 +62,7 @@ class _Runtime:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         await writer.drain()
         writer.close()
+        await writer.wait_closed()
 
 
 @pytest.fixture
@@ -94,6 +96,7 @@ async def _send(path: Path, data: bytes) -> bytes:
     writer.write(data)
     answer = await asyncio.wait_for(reader.read(), TIMEOUT_S)
     writer.close()
+    await writer.wait_closed()
     return answer
 
 
@@ -124,6 +127,7 @@ def test_inference_reaches_the_runtime_both_ways_and_admin_never_does(base: Path
         finally:
             await server.close()
             upstream.close()
+            await upstream.wait_closed()
         return answers
 
     answers = asyncio.run(run())
@@ -154,12 +158,132 @@ def test_a_streamed_answer_comes_through_chunk_by_chunk(base: Path) -> None:
             runtime.release.set()  # only now does the runtime send the rest
             rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)
             writer.close()
+            await writer.wait_closed()
         finally:
             await server.close()
             upstream.close()
+            await upstream.wait_closed()
         return first, rest
 
     first, rest = asyncio.run(run())
     assert first.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in first
     assert rest == b'{"done":true}\n'
     assert json.loads(rest) == {"done": True}
+
+
+def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_runtime(base: Path) -> None:
+    runtime = _Runtime()
+
+    async def run() -> bytes:
+        server, path, _, upstream = await _served(base, runtime)
+        try:
+            tunneled = b"CONNECT localhost:11434 HTTP/1.1\r\nHost: localhost:11434\r\n\r\n"
+            allowed = _post("/api/show", b'{"model":"llama3.2:3b"}')
+            smuggled = _post("/api/pull", b'{"model":"llama3.2:3b"}')
+            return await _send(path, tunneled + allowed + smuggled)
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+
+    answer = asyncio.run(run())
+    assert answer.endswith(b'{"path": "/api/show"}')  # one answer, then the connection ends
+    assert [h.split(b" ")[1] for h in runtime.heads] == [b"/api/show"]
+
+
+def test_a_client_waiting_on_100_continue_is_told_to_go_on(base: Path) -> None:
+    runtime = _Runtime()
+
+    async def run() -> tuple[bytes, bytes]:
+        server, path, _, upstream = await _served(base, runtime)
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            body = b'{"model":"llama3.2:3b"}'
+            head = _post(
+                "http://127.0.0.1:11434/api/show", body, "127.0.0.1:11434", "Expect: 100-continue"
+            )
+            writer.write(head[: -len(body)])  # the head alone: the body waits for the 100
+            interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT_S)
+            writer.write(body)
+            rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+        return interim, rest
+
+    interim, rest = asyncio.run(run())
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert rest.endswith(b'{"path": "/api/show"}')
+
+
+@pytest.mark.parametrize(
+    ("target", "served"),
+    [
+        ("CONNECT localhost:11434 HTTP/1.1\r\nHost: localhost:11434", True),
+        ("CONNECT LOCALHOST.:11434 HTTP/1.1\r\nHost: LOCALHOST.:11434", True),
+        ("CONNECT [::1]:11434 HTTP/1.1\r\nHost: [::1]:11434", True),
+        ("GET http://127.0.0.1:11434/api/tags HTTP/1.1\r\nHost: 127.0.0.1:11434", True),
+        ("CONNECT localhost:11435 HTTP/1.1\r\nHost: localhost:11435", False),
+        ("CONNECT 127.0.0.2:11434 HTTP/1.1\r\nHost: 127.0.0.2:11434", False),  # never a model's
+        ("CONNECT ollama.example:11434 HTTP/1.1\r\nHost: ollama.example:11434", False),
+    ],
+)
+def test_a_request_is_a_model_rules_only_on_the_sandboxs_loopback_at_its_port(
+    target: str, served: bool
+) -> None:
+    request = parse_request_head(f"{target}\r\n\r\n".encode())
+    assert (ModelGrant([_rule(1234)]).rule_for(request) is not None) is served
+
+
+def test_the_admin_frames_rules_are_read_by_the_spec_models_own_rules() -> None:
+    rule = _rule(1234)
+    assert parse_models([rule.canonical()]) == (rule,)
+    with pytest.raises(ValueError, match="two rules on one port"):
+        parse_models([rule.canonical(), rule.canonical()])
+    with pytest.raises(ValueError, match="models is empty"):
+        parse_models([{**rule.canonical(), "models": []}])
+    with pytest.raises(ValueError, match="at most"):
+        parse_models({"kind": "ollama"})
+
+
+@pytest.mark.parametrize("answer", ["127.0.0.1", "::ffff:127.0.0.1", "0.0.0.0", "8.8.8.8"])
+def test_a_network_upstream_named_to_resolve_here_or_public_is_never_dialed(
+    base: Path, answer: str
+) -> None:
+    """A rule naming its runtime by a name (gpu.lan) is a `[lan]` grant of exactly it: a name
+    that resolves to this machine (another of its ports) or to a public address reaches
+    nothing, whatever the rule's port."""
+    runtime = _Runtime()
+
+    async def run() -> bytes:
+        upstream = await asyncio.start_server(runtime.handle, "127.0.0.1", 0)
+        port = upstream.sockets[0].getsockname()[1]
+        table = base / "dns.json"
+        table.write_text(json.dumps({"gpu.lan": [answer]}))
+        config = ProxyConfig(run_dir=base / "run", state_dir=base / "state", unsafe_dns_table=table)
+        server = ProxyServer(config)
+        await server.start()
+        path = config.run_dir / "sbx" / "sbx-1.sock"
+        rule = parse_model_table(
+            {"kind": "ollama", "models": ["llama3.2:3b"], "upstream": f"http://gpu.lan:{port}"},
+            Origin("t", "models"),
+        )
+        assert not rule.on_this_machine
+        await server.open_listener(
+            "sbx-1", path, ProxyGrants(), SECRET, services=ServiceGrant(), models=ModelGrant([rule])
+        )
+        try:
+            return await _send(
+                path, _post("http://127.0.0.1:11434/api/show", b'{"model":"llama3.2:3b"}')
+            )
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+
+    answer_bytes = asyncio.run(run())
+    assert answer_bytes.startswith(b"HTTP/1.1 403 Forbidden"), answer_bytes
+    assert runtime.heads == []

@@ -135,13 +135,27 @@ def test_the_upstream_head_is_rebuilt_and_the_credentials_are_the_rules() -> Non
         ("Content-Length", "999"),
         ("Connection", "keep-alive"),
         ("User-Agent", "ollama-python"),
+        ("Content-Encoding", "gzip"),
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("X-Original-URL", "/api/delete"),
     )
     head = model_upstream_head(
         OLLAMA, route, headers, version="HTTP/1.1", body_length=12, secret=None
     ).decode()
     assert head.startswith("POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1:11434\r\n")
     assert "Content-Type: application/json" in head and "User-Agent: ollama-python" in head
-    for gone in ("own", "a=b", "Basic", "evil", "chunked", "999", "keep-alive"):
+    for gone in (
+        "own",
+        "a=b",
+        "Basic",
+        "evil",
+        "chunked",
+        "999",
+        "keep-alive",
+        "gzip",
+        "DELETE",
+        "delete",
+    ):
         assert gone not in head
     assert "Content-Length: 12\r\n" in head and head.endswith("Connection: close\r\n\r\n")
     vllm = _rule("vllm", secret="k", upstream="http://[fd00::5]:9000")

@@ -129,6 +129,8 @@ def test_a_local_upstream_is_this_machine_or_your_network(
         (_table(upstream="http://127.0.0.1:11434?x=1"), "no path or query"),
         (_table(upstream="http://u:p@127.0.0.1:11434"), "a user or password"),
         (_table(upstream="http://127.0.0.1:99999"), "not 1 to 65535"),
+        (_table(upstream="http://127.0.0.1:40781"), "the box's main proxy's"),
+        (_table(upstream="http://localhost:40781"), "the box's main proxy's"),
         (_table(upstream="http://127.0.0.1:x"), "not a number"),
         (_table(upstream="http://ex ample"), "upstream"),
         (_table(upstream=3), "upstream: expected"),
