@@ -14,7 +14,9 @@ next request, judged anew. Each refusal is `refusal_response`
 it ends. A request naming a service rule's host goes to `_service` (`service_relay`), one naming
 a model rule's loopback port inside the sandbox to `_model` (`model_relay`: the relay's CONNECT
 to that port is answered 200 and its one request read; the runtime is dialed at the rule's own
-address only).
+address only); a hosted kind's (anthropic, openai) and an `http://` request naming its
+provider's host go on to `_hosted` (`hosted_relay`: the body judged, the owner's key added, TLS
+to the provider), and a CONNECT to that host is refused.
 
 Fairness: a CONNECT takes one of its sandbox's `max_tunnels_per_sandbox` slots as soon as its
 head is read, before any await (lookup, dial), so concurrent CONNECTs cannot pass the cap
