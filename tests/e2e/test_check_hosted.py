@@ -1,8 +1,9 @@
 """`lnk sandbox check` against a hosted `[[models]]` rule, on a private box whose proxy speaks to
-the test internet's Anthropic-shaped API: a server tool, a URL fetch, a CONNECT to the provider
-and a request with a key of the sandbox's own are each refused, and nothing reaches the provider
-(its own record); with the proxy's test-only `unsafe_keep_server_tools` the server-tool probe is
-reported `leaked`, the others still refused."""
+the test internet's Anthropic-shaped API: a server tool, a URL fetch, the owner's files, a
+CONNECT to the provider and a request with a key of the sandbox's own are each refused, and
+nothing reaches the provider (its own record); with the proxy's test-only
+`unsafe_keep_server_tools` the server-tool probe is reported `leaked`, the others still
+refused."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def test_check_tries_each_hosted_model_attack_with_nothing_reaching_the_provider
     assert verdicts == {
         f"{IDENT}:server-tool": "leaked" if unsafe else "refused",
         f"{IDENT}:url-fetch": "refused",
+        f"{IDENT}:route": "refused",
         f"{IDENT}:connect": "refused",
         f"{IDENT}:own-key": "refused",
     }, done.stderr

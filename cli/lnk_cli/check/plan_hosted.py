@@ -9,6 +9,7 @@ proxy, judged as the relay's connections are):
   is ever forwarded to the provider) must name that removal; the proxy's test-only
   `unsafe_keep_server_tools` keeps it, and the probe is `leaked`;
 - a URL the provider would fetch (an image by URL): refused `model-fetch`;
+- an endpoint that is not inference (the owner's files): refused `model-route`;
 - a `CONNECT` to the rule's host: an opaque tunnel would skip every check and carry a key of
   the sandbox's own;
 - a request carrying a key of its own (`x-api-key` / `Authorization`): refused `model-own-key`
@@ -37,6 +38,7 @@ OTHER_MODELS = ("zz-lnk-check-not-a-model", "0-lnk-check-not-a-model", "Q-lnk-ch
 OWN_KEY = "sk-lnk-check-a-key-of-the-sandbox-own"  # a probe's fake
 SERVER_TOOLS = {"anthropic": "web_search_20250305", "openai": "web_search"}
 _IMAGE_URL = "https://lnk-check.invalid/a.png"
+FILES_PATH = "/v1/files"  # both providers' file store: with the owner's key, the owner's files
 
 
 def hosted_probes(grants: Grants) -> list[Probe]:
@@ -93,16 +95,20 @@ def _rule_probes(rule: ModelRule) -> list[Probe]:
     mine = _key_header(rule, placeholder_key(rule))
     tool = SERVER_TOOLS[rule.kind]
     if model is None:
-        return [_connect(rule, ident)] + [
-            Probe(
-                f"{ident}:{name}",
-                f"{name} through the proxy",
-                REFUSED,
-                None,
-                not_tried="the rule's model prefixes take every name the probe could send",
-            )
-            for name in ("server-tool", "url-fetch", "own-key")
-        ]
+        return (
+            [_connect(rule, ident)]
+            + [
+                Probe(
+                    f"{ident}:{name}",
+                    f"{name} through the proxy",
+                    REFUSED,
+                    None,
+                    not_tried="the rule's model prefixes take every name the probe could send",
+                )
+                for name in ("server-tool", "url-fetch", "own-key")
+            ]
+            + [_route(rule, ident, target, mine)]
+        )
     return [
         _post(
             f"{ident}:server-tool",
@@ -128,6 +134,7 @@ def _rule_probes(rule: ModelRule) -> list[Probe]:
             url,
             "model-fetch",
         ),
+        _route(rule, ident, target, mine),
         _connect(rule, ident),
         _post(
             f"{ident}:own-key",
@@ -142,6 +149,25 @@ def _rule_probes(rule: ModelRule) -> list[Probe]:
             "model-own-key",
         ),
     ]
+
+
+def _route(rule: ModelRule, ident: str, target: str, mine: str) -> Probe:
+    url = f"http://{target}{FILES_PATH}"
+    return Probe(
+        f"{ident}:route",
+        f"GET {url} (the owner's files, not inference) through the proxy",
+        REFUSED,
+        {
+            "id": f"{ident}:route",
+            "kind": "proxy",
+            "method": "GET",
+            "verb": "GET",
+            "target": target,
+            "path": FILES_PATH,
+            "headers": [mine],
+        },
+        (Evidence("wire", url), Evidence("wire-said", (url, "model-route"))),
+    )
 
 
 def _connect(rule: ModelRule, ident: str) -> Probe:

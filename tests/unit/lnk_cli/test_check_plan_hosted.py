@@ -48,6 +48,7 @@ def test_a_hosted_rule_gets_four_refused_probes_that_never_name_its_models(
     assert [p.id for p in probes] == [
         f"{ident}:server-tool",
         f"{ident}:url-fetch",
+        f"{ident}:route",
         f"{ident}:connect",
         f"{ident}:own-key",
     ]
@@ -70,6 +71,12 @@ def test_a_hosted_rule_gets_four_refused_probes_that_never_name_its_models(
     )
     assert evidence["url-fetch"][1] == Evidence("wire-said", (url, "model-fetch"))
     assert evidence["own-key"][1] == Evidence("wire-said", (url, "model-own-key"))
+    files = f"http://127.0.0.1:{port}/v1/files"
+    assert steps["route"]["path"] == "/v1/files" and "body" not in steps["route"]
+    assert evidence["route"] == (
+        Evidence("wire", files),
+        Evidence("wire-said", (files, "model-route")),
+    )
 
 
 def test_a_rule_whose_prefix_would_take_the_probes_model_gets_another() -> None:
@@ -81,7 +88,7 @@ def test_a_rule_whose_prefix_would_take_the_probes_model_gets_another() -> None:
 def test_a_rule_whose_prefixes_take_every_candidate_is_not_tried_but_connect_is() -> None:
     rule = _rule("openai", ["lnk*", "zz*", "0*", "Q*"])
     probes = {p.id.rpartition(":")[2]: p for p in hosted_probes(_grants(rule))}
-    assert probes["connect"].step is not None
+    assert probes["connect"].step is not None and probes["route"].step is not None
     assert all(probes[n].step is None and probes[n].not_tried for n in ("server-tool", "own-key"))
 
 
