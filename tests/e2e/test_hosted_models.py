@@ -2,7 +2,8 @@
 real users and real bwrap: the real `anthropic` and `openai` SDKs inside a sandbox, given only
 what the box sets (the base URL and a placeholder key), reach the test internet's Anthropic- and
 OpenAI-shaped APIs over TLS (its CA trusted only through `unsafe_service_ca`) with the owner's
-key added by the proxy, server tools removed, a streamed answer's first event not held back.
+key added by the proxy (the new one as soon as the owner sets it again), server tools removed,
+a streamed answer's first event not held back.
 Each refusal is asserted twice: the proxy's 403 and the upstream's own record that nothing
 arrived; the key never appears inside the sandbox, in its answers or in the wire log."""
 
@@ -139,6 +140,10 @@ out["chat-stream"] = "".join(
 out["embeddings"] = o.embeddings.create(model="gpt-x", input="a").data[0].embedding
 out["env"] = {k: v for k, v in os.environ.items() if k.startswith(("ANTHROPIC", "OPENAI"))}
 print(json.dumps(out), flush=True)
+sys.stdin.readline()  # the owner sets the key again meanwhile
+again = a.messages.create(
+    model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+print(json.dumps({"after": again.content[0].text}), flush=True)
 """
 
 
@@ -239,14 +244,21 @@ def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_re
             internet.release(tag)
             sandbox.stdin.write("go\n")
             sandbox.stdin.flush()
-            out, err = sandbox.communicate(timeout=TIMEOUT_S)
+            got = _line(sandbox)
+            # The key set again while the sandbox runs: the next request carries the new one.
+            rotated = "sk-ant-api03-" + secrets.token_urlsafe(30)
+            done = _lnk(running_box, box, "secret", "set", "claude", stdin=rotated + "\n")
+            assert done.returncode == 0, done.stderr
+            out, err = sandbox.communicate("go\n", timeout=TIMEOUT_S)
         finally:
             if sandbox.poll() is None:
                 sandbox.kill()
                 sandbox.wait()
         assert sandbox.returncode == 0, err
         wire = _wire(box)
-    got = json.loads(out.splitlines()[-1])
+    assert json.loads(out.splitlines()[-1]) == {
+        "after": f"key={A_PLACEHOLDER} tools= model=claude-x"
+    }
     # The answers: the key the provider got is shown scrubbed, server tools were removed.
     assert got["anthropic"] == f"key={A_PLACEHOLDER} tools=custom model=claude-x"
     assert got["count"] == 7 and got["models"] == ["claude-x"]
@@ -265,7 +277,8 @@ def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_re
     arrived = internet.model_requests()[before:]
     anthropic_calls = [r for r in arrived if r["host"] == ANTHROPIC]
     openai_calls = [r for r in arrived if r["host"] == OPENAI]
-    assert {r["x-api-key"] for r in anthropic_calls} == {a_key}
+    assert {r["x-api-key"] for r in anthropic_calls[:-1]} == {a_key}
+    assert anthropic_calls[-1]["x-api-key"] == rotated  # the old key never again
     assert {r["authorization"] for r in anthropic_calls} == {None}
     assert {r["authorization"] for r in openai_calls} == {f"Bearer {o_key}"}
     first = anthropic_calls[0]
@@ -274,6 +287,6 @@ def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_re
     chat = next(r for r in openai_calls if r["path"] == "/v1/chat/completions")
     assert "web_search_options" not in chat["body"]
     # The key appears nowhere the sandbox or the wire log could show it.
-    for key in (a_key, o_key):
-        assert key not in out + err + wire
+    for key in (a_key, o_key, rotated):
+        assert key not in out + err + wire + json.dumps(got)
     assert "removed tool 'web_search_20250305'" in wire
