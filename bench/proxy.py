@@ -48,7 +48,12 @@ Each must allow www and refuse `other.test-public.example` before anything is me
     `--rounds N` repeats (a) and (b) N times and prints the medians (a shared machine: take 3);
 (c) the proxy's RSS before and after opening 500 idle tunnels (first, on the fresh proxy);
 (d) fairness (`proxy_fairness`): one sandbox's c=1 latency alone and while another sandbox
-    floods the same proxy with lookups, tunnels and refusals.
+    floods the same proxy with lookups, tunnels and refusals;
+(e) a hosted model rule's body filter (`proxy_hosted`): its cost over the bytes as they came,
+    at 1 KiB to 1 MiB (also alone: `python bench/proxy_hosted.py`);
+(f) a hosted model request through its rule against the same request through a plain
+    `[internet]` CONNECT to the same test upstream, and a streamed answer's first event
+    (`proxy_hosted_path`, also alone).
 
 The client is asyncio protocols over raw sockets.
 Prints figures and the issue's targets; everything started is stopped and removed at the end.
@@ -70,6 +75,8 @@ from pathlib import Path
 
 from proxy_client import IDLE_TUNNELS, check_allowlist, idle_tunnel_memory
 from proxy_fairness import bench_fairness
+from proxy_hosted import bench_filter
+from proxy_hosted_path import bench_path
 from proxy_peers import Peer, start_peers
 from proxy_procs import (
     TestInternet,
@@ -83,6 +90,7 @@ from proxy_procs import (
 from proxy_rows import Bench, bench_small, bench_transfers, verdict
 
 TUNNEL_KIB_TARGET = 64
+HOSTED_RUNS = 200  # samples of each row of (e) and (f): a minute or two in all
 
 
 def main() -> int:
@@ -141,6 +149,8 @@ def main() -> int:
             f"  {verdict(per_tunnel <= TUNNEL_KIB_TARGET)}"
         )
         bench_fairness(stack, bench, base)
+        bench_filter(HOSTED_RUNS)
+        bench_path(HOSTED_RUNS)
         print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -56,6 +56,7 @@ from lnk_shared.spec import MAIN_PROXY_PORT, MAX_ENTRIES, Origin
 
 __all__ = [
     "BASE_URL_VARIABLES",
+    "HOSTED_KEY_VARIABLES",
     "HOSTED_KINDS",
     "KINDS",
     "KIND_DEFAULTS",
@@ -64,6 +65,7 @@ __all__ = [
     "KindDefaults",
     "ModelRule",
     "base_url_value",
+    "hosted_placeholder",
     "is_cloud_model",
     "parse_model_flag",
     "parse_model_table",
@@ -163,6 +165,16 @@ def is_cloud_model(name: str) -> bool:
     """An Ollama model that runs at ollama.com (`gpt-oss:120b-cloud`, `…:cloud`)."""
     _, colon, tag = name.rpartition(":")
     return bool(colon) and (tag == "cloud" or tag.endswith("-cloud"))
+
+
+# The variable a hosted kind's SDK reads its key from: the box sets it to the placeholder
+# (`hosted_placeholder`), which the proxy replaces with the owner's key upstream.
+HOSTED_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+
+
+def hosted_placeholder(rule: ModelRule) -> str:
+    """What the sandbox's program holds in a hosted rule's key's place (never a key)."""
+    return f"lnk-secret-{rule.secret}"
 
 
 def base_url_value(rule: ModelRule) -> str:

@@ -83,6 +83,8 @@ MIXED = "mixed.test-public.example"  # answers www and the LAN host
 META = "meta.test-public.example"  # answers the cloud metadata address
 REBIND = "rebind.test-public.example"  # answers www, or the LAN host after net.rebind()
 TELEGRAM = "api.telegram.org"  # answers the other host: a Bot API shape (service rules' tests)
+ANTHROPIC = "api.anthropic.com"  # answers the other host: its /v1/... is net_models.py's API
+OPENAI = "api.openai.com"  # the same, OpenAI's shape
 METADATA_ADDRESS = "169.254.169.254"
 
 
@@ -170,6 +172,18 @@ class TestInternet:
         path = Path(f"{self.host(which).log}.requests")
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
+    def model_requests(self, which: Host | str | None = None) -> list[dict[str, Any]]:
+        """The hosted model API requests that reached `which` (default: the other host, which
+        answers ANTHROPIC and OPENAI), oldest first: its own record (`net_models.py`)."""
+        path = Path(f"{self.host(which or self.other).log}.models")
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def release(self, tag: str) -> None:
+        """Let a streamed answer held on `hold:TAG` go on (`net_models.held`)."""
+        (self.tmp / f"release-{tag}").touch()
+
     def accepted(self, which: Host | str, port: int | None = None) -> int:
         return sum(1 for c in self.connections(which) if port is None or c.port == port)
 
@@ -233,6 +247,8 @@ class TestInternet:
             META: [METADATA_ADDRESS],
             REBIND: [self.www.address],
             TELEGRAM: [self.other.address],
+            ANTHROPIC: [self.other.address],
+            OPENAI: [self.other.address],
         }
         self.dns_file = self.tmp / "dns.json"
         self._write_dns()

@@ -18,6 +18,8 @@ Answers, on every port (plain on `http`, TLS on `https`), with keep-alive:
   every such request, and every `Authorization` header, is recorded as a JSON line
   (`{"method", "path", "authorization"}`) in `<log>.requests`: the upstream's own record of
   what arrived;
+- `/v1/...`: the hosted model APIs of `net_models.py` (an Anthropic-like and an OpenAI-like
+  one, SSE streaming included), each request recorded in `<log>.models`;
 - `POST` (any other path): the request body (Content-Length or chunked);
 - anything else: 404.
 
@@ -30,6 +32,7 @@ import asyncio
 import base64
 import ctypes
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -73,6 +76,18 @@ def _demo_wheel() -> bytes:
     return out.getvalue()
 
 
+def _load_models() -> Any:
+    """net_models.py beside this file (`python -I` puts no script folder on sys.path)."""
+    spec = importlib.util.spec_from_file_location(
+        "net_models", os.path.join(os.path.dirname(os.path.abspath(__file__)), "net_models.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MODELS = _load_models()
 WHEEL_BYTES = _demo_wheel()
 INDEX_PAGES = {
     "/simple/": f'<html><body><a href="/simple/{DEMO_PROJECT}/">{DEMO_PROJECT}</a></body></html>\n',
@@ -93,6 +108,7 @@ def _die_with_parent(parent_pid: int) -> None:
 class Host:
     def __init__(self, name: str, log_path: str) -> None:
         self.name = name
+        self.log_path = log_path
         self.log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self.ended_log = open(log_path + ".ended", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self.requests = open(log_path + ".requests", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -153,6 +169,9 @@ class Host:
                 "authorization": headers.get("authorization"),
             }
             self.requests.write(json.dumps(record) + "\n")
+        if url.path.startswith("/v1/"):
+            await self.model_api(writer, method, target, headers, body, close)
+            return not close
         bot = url.path.split("/")
         if len(bot) == 3 and bot[1].startswith("bot") and method in ("GET", "POST"):
             result = {"method": bot[2], "token": bot[1][3:], "body": body.decode("latin-1")}
@@ -181,6 +200,38 @@ class Host:
             writer.write(_response(404, b"not found\n", close=close))
         await writer.drain()
         return not close
+
+    async def model_api(
+        self,
+        writer: asyncio.StreamWriter,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+        close: bool,
+    ) -> None:
+        """A hosted model API's answer (`net_models`): JSON, or SSE events chunk by chunk."""
+        MODELS.record(self.log_path, method, target, headers, body)
+        status, answer, events = MODELS.answer(method, target, headers, body)
+        json_type = {"Content-Type": "application/json"}
+        if events is None:
+            writer.write(
+                _response(status, json.dumps(answer).encode(), close=close, extra=json_type)
+            )
+            await writer.drain()
+            return
+        lines = [f"HTTP/1.1 {status} OK", "Content-Type: text/event-stream"]
+        lines += ["Transfer-Encoding: chunked", "Cache-Control: no-cache"]
+        if close:
+            lines.append("Connection: close")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        for index, event in enumerate(events):
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            if index == 0:
+                await MODELS.held(os.path.dirname(self.log_path), body)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
 
 
 async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:

@@ -202,12 +202,15 @@ def test_without_localhost_no_other_port_of_this_machine_is_reached(
     assert runtime.accepted() == accepted
 
 
-def test_a_hosted_model_rule_is_not_started_yet_and_says_so(running_box: RunningBox) -> None:
+def test_a_hosted_model_rule_whose_key_is_not_kept_is_not_started(running_box: RunningBox) -> None:
+    """Hosted rules are served (tests/e2e/test_hosted_models.py); one whose key the owner does
+    not keep is refused before anything runs, naming the key and how to set it."""
     marker = running_box.owner.home / "hosted-ran"
     rule = "--model=anthropic=claude-sonnet-4-5;secret=anthropic-key"
     ran = running_box.run("--command=touch", rule, cmd=["touch", str(marker)])
     assert ran.returncode == EXIT_REFUSED, ran.stderr
-    assert "kind anthropic" in ran.stderr and "Traceback" not in ran.stderr
+    assert "'anthropic-key'" in ran.stderr and "lnk secret set anthropic-key" in ran.stderr
+    assert "anthropic rule" in ran.stderr and "Traceback" not in ran.stderr
     assert not marker.exists()
 
 

@@ -224,6 +224,45 @@ def test_a_secret_removed_while_the_sandbox_runs_refuses_its_next_request(
     assert token.split(":")[1] not in out + err + removed.stdout + removed.stderr
 
 
+def test_a_secret_changed_while_the_sandbox_runs_is_used_from_its_next_request(
+    running_box: RunningBox, netbox: Any, internet: Any
+) -> None:
+    """`lnk secret set` again while a sandbox runs: its next request carries the new value
+    upstream, never the old one (a rotated-out key would otherwise go on being used)."""
+    old, new = _token(), _token()
+    _set_secret(running_box, netbox, old)
+    url = f"http://{TELEGRAM}/bot$TELEGRAM_BOT_TOKEN/getMe"
+    script = (
+        f"{CURL} -w ' %{{http_code}}\\n' \"{url}\"; read go; {CURL} -w ' %{{http_code}}' \"{url}\""
+    )
+    sandbox = subprocess.Popen(
+        _sandbox_argv(running_box, script),
+        env=_env(running_box, netbox),
+        cwd=str(running_box.owner.home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sandbox.stdout is not None and sandbox.stdin is not None
+        first = sandbox.stdout.readline()
+        assert first.endswith(" 200\n"), first
+        before = len(internet.requests(internet.other))
+        _set_secret(running_box, netbox, new)
+        out, err = sandbox.communicate("go\n", timeout=90)
+    finally:
+        if sandbox.poll() is None:
+            sandbox.kill()
+            sandbox.wait()
+    assert out.endswith(" 200"), (out, err)
+    assert f'"token": "{PLACEHOLDER}"' in out  # scrubbed: the sandbox sees neither value
+    arrived = internet.requests(internet.other)[before:]
+    assert [r["path"] for r in arrived] == [f"/bot{new}/getMe"]
+    for value in (old, new):
+        assert value.split(":")[1] not in out + err
+
+
 def test_a_sandbox_whose_secret_is_missing_is_not_started(
     running_box: RunningBox, netbox: Any
 ) -> None:

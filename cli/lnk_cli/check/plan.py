@@ -80,6 +80,8 @@ class Evidence:
     server     the bait server accepted a connection carrying the probe's id (or none)
     wire       the proxy's wire log holds an allowed decision for `value` (a target)
     wire-refusals  the wire log holds more refusal lines for `value` than `names[0]`
+    wire-said  no refusal in the wire log for `value[0]` (a target) says `value[1]`: the
+               request was not judged as it must be (a hosted model's body, `plan_hosted`)
     abstract   the abstract socket accepted a connection
     confiner   the confiner's folder changed (`value` = its state before)
     privilege  the status the probe read shows privilege, or the owner's uid (`value`)

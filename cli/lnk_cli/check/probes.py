@@ -215,17 +215,21 @@ def _proxy(step: dict[str, Any]) -> dict[str, Any]:
     if address is None:
         return _stopped("no proxy in this sandbox (HTTP_PROXY unset)")
     target = step["target"]
+    sent = b""
     if step["method"] == "CONNECT":
         head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
-    else:  # a service rule's probe names its verb, path and headers (`plan_services`)
+    else:  # a rule's probe names its verb, path, headers and body (`plan_services`, ...)
         verb, path = step.get("verb", "GET"), step.get("path", "/")
         extra = "".join(f"{line}\r\n" for line in step.get("headers", []))
+        sent = step.get("body", "").encode()
+        if sent:
+            extra += f"Content-Type: application/json\r\nContent-Length: {len(sent)}\r\n"
         head = (
             f"{verb} http://{target}{path} HTTP/1.1\r\nHost: {target}\r\n{extra}"
             "Connection: close\r\n\r\n"
         )
     with socket.create_connection(address, timeout=NET_TIMEOUT_S) as s:
-        s.sendall(head.encode())
+        s.sendall(head.encode() + sent)
         answer = b""
         while b"\r\n\r\n" not in answer and len(answer) < PROXY_HEAD_LIMIT:
             chunk = s.recv(PROXY_HEAD_LIMIT)

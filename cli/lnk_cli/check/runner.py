@@ -53,6 +53,7 @@ from lnk_cli.check.outside_look import look
 from lnk_cli.check.path_links import path_link_findings
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.plan_caps import cap_probes
+from lnk_cli.check.plan_hosted import hosted_probes
 from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.plan_models import model_probes
 from lnk_cli.check.plan_services import service_probes
@@ -97,14 +98,15 @@ def _confiner_dir() -> str | None:
     return os.path.join(os.path.dirname(os.path.realpath(found.origin)), "native")
 
 
-def _wire_seen(sandbox_id: str) -> tuple[frozenset[str], dict[str, int]]:
-    """The targets the proxy allowed for this sandbox, and its refusal lines per target, from
-    its wire log (outside)."""
+def _wire_seen(sandbox_id: str) -> tuple[frozenset[str], dict[str, int], frozenset[str]]:
+    """The targets the proxy allowed for this sandbox, its refusal lines per target, and
+    `TARGET RULE: REASON` of each refusal, from its wire log (outside)."""
     from lnk_shared.api_client import api_request
 
     run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
     allowed: set[str] = set()
     refusals: dict[str, int] = {}
+    refused: set[str] = set()
     offset = 0
     for _ in range(WIRE_PAGES):
         url = f"/v1/sandboxes/{sandbox_id}/wire?offset={offset}"
@@ -114,16 +116,16 @@ def _wire_seen(sandbox_id: str) -> tuple[frozenset[str], dict[str, int]]:
         for raw in doc.get("lines", []):
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 line = json.loads(raw)
+                target = str(line.get("target", ""))
                 if line.get("decision") == "allowed":
-                    target = str(line.get("target", ""))
                     allowed |= {_target_key(target), target}  # a service probe's: the URL
                 elif line.get("decision") == "refused":
-                    target = str(line.get("target", ""))
                     refusals[target] = refusals.get(target, 0) + 1
+                    refused.add(f"{target} {line.get('rule', '')}: {line.get('reason', '')}")
         if not doc.get("lines"):
             break
         offset = int(doc.get("offset", offset))
-    return frozenset(allowed), refusals
+    return frozenset(allowed), refusals, frozenset(refused)
 
 
 def _target_key(target: str) -> str:
@@ -178,7 +180,8 @@ def _outside(
         raise StateError("the bait server is not running: the check is not complete")
     log = bait.server.finish()
     output = (run.stdout + b"\n" + run.stderr).decode("latin-1")
-    wire = _wire_seen(run.sandbox_id) if proxy and run.sandbox_id else (frozenset(), {})
+    nothing: frozenset[str] = frozenset()
+    wire = _wire_seen(run.sandbox_id) if proxy and run.sandbox_id else (nothing, {}, nothing)
     return Outside(
         exists=exists,
         mtimes=mtimes,
@@ -186,6 +189,7 @@ def _outside(
         abstract_accepts=sum(1 for a in log if a.label == "abstract"),
         wire_allowed=wire[0],
         wire_refusals=wire[1],
+        wire_refused=wire[2],
         confiner_after=confiner,
         output=output,
         appended_kept=appended_kept,
@@ -232,6 +236,7 @@ def check(args: argparse.Namespace) -> int:
             probes += model_probes(grants)
             probes += caller_env_probes(env_bait := CallerEnvBait.make())
             probes += cap_probes(grants, tried=bool(getattr(args, "caps", False)))
+            probes += hosted_probes(grants)
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:

@@ -72,6 +72,7 @@ class Outside:
     abstract_accepts: int = 0
     wire_allowed: frozenset[str] = frozenset()
     wire_refusals: Mapping[str, int] = field(default_factory=dict)  # refusal lines per target
+    wire_refused: frozenset[str] = frozenset()  # `TARGET RULE: REASON` of each refusal
     confiner_after: Mapping[str, Any] = field(default_factory=dict)
     output: str = ""  # everything the sandbox printed
     appended_kept: bool = True  # the append-only stderr still starts with what was there
@@ -144,6 +145,15 @@ def _wire_said(e: Evidence, outside: Outside) -> str | None:
     return None
 
 
+def _unsaid(value: tuple[str, str], outside: Outside) -> str | None:
+    """None when a refusal of `value[0]` (a target) in the wire log says `value[1]`."""
+    target, said = value
+    lines = [r for r in outside.wire_refused if r.startswith(f"{target} ")]
+    if any(said in r for r in lines):
+        return None
+    return f"the proxy's refusal does not say {said!r} (it was not judged so)"
+
+
 def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
     """What the outside saw get through for this piece of evidence, or None."""
     kind = e.kind
@@ -173,6 +183,8 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
         return None
     if kind in ("wire", "wire-refusals"):
         return _wire_said(e, outside)
+    if kind == "wire-said":
+        return _unsaid(e.value, outside)
     if kind == "abstract":
         return "the socket accepted a connection" if outside.abstract_accepts else None
     if kind == "confiner":

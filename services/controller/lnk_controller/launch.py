@@ -274,14 +274,6 @@ class Launcher:
             check_self_widening(agent_home, "the agent's home", ctx)
         if grants.spec.store_driver is not None:
             self._check_store(grants.spec.store_driver, agent)
-        hosted = [m.kind for m in grants.spec.models if not m.local]
-        if hosted and not request.dry:
-            raise LaunchRefused(
-                f"[[models]] kind {hosted[0]}",
-                "this box's proxy does not yet serve a hosted model rule, so a sandbox with one "
-                "is not started (it is shown and may be approved: `lnk spec show`, "
-                "`lnk spec approve`); local kinds (ollama, llamacpp, vllm, openai-compatible) are",
-            )
         if not request.dry:  # a rule's secret missing: refused, named, before anything starts
             secret_grants.check_present(
                 self.secrets, owner_uid, grants.spec.services, grants.spec.models
@@ -700,6 +692,7 @@ class Launcher:
                 ),
                 **secret_grants.placeholder_env(grants.spec.services),
                 **{m.env: base_url_value(m) for m in grants.spec.models},  # the box's
+                **secret_grants.hosted_key_env(grants.spec.models),
                 **agent_env,
             },
         )

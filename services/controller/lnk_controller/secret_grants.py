@@ -27,10 +27,10 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_shared.errors import LaunchRefused, StateError
-from lnk_shared.spec_models import ModelRule
+from lnk_shared.spec_models import HOSTED_KEY_VARIABLES, ModelRule, hosted_placeholder
 from lnk_shared.spec_services import ServiceRule, service_placeholder
 
-__all__ = ["check_present", "placeholder_env", "secret_changed", "service_fields"]
+__all__ = ["check_present", "hosted_key_env", "placeholder_env", "secret_changed", "service_fields"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,16 @@ def placeholder_env(rules: Sequence[ServiceRule]) -> dict[str, str]:
     if len(bots) == 1:
         env[TELEGRAM_TOKEN_ENV] = service_placeholder(bots[0])
     return env
+
+
+def hosted_key_env(models: Sequence[ModelRule]) -> dict[str, str]:
+    """`ANTHROPIC_API_KEY` / `OPENAI_API_KEY` = a hosted rule's placeholder (its SDK needs a
+    key to send anything; the proxy puts the owner's in its place)."""
+    return {
+        HOSTED_KEY_VARIABLES[m.kind]: hosted_placeholder(m)
+        for m in models
+        if m.kind in HOSTED_KEY_VARIABLES
+    }
 
 
 def check_present(

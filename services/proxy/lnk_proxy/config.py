@@ -19,7 +19,9 @@ service rule's request whatever its method or route (`lnk sandbox check` shows t
 runtime's admin API);
 `unsafe_unbounded_tunnels` lifts the per-sandbox tunnel cap and tunnel buffer budget, and
 `unsafe_log_every_refusal` turns off the wire log's aggregation of repeated refusals and the
-room it keeps for allowed decisions (`lnk sandbox check` shows each class leak).
+room it keeps for allowed decisions; `unsafe_keep_server_tools` sends a hosted model rule's
+request with every tool it names, the provider's server tools included (`lnk sandbox check`
+shows each class leak).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class ProxyConfig(BaseModel):
     unsafe_skip_model_route_check: bool = False  # likewise: a model's admin API let through
     unsafe_unbounded_tunnels: bool = False  # likewise: no tunnel cap, no buffer budget
     unsafe_log_every_refusal: bool = False  # likewise: no aggregation, no room kept for allowed
+    unsafe_keep_server_tools: bool = False  # likewise: a hosted model's server tools kept
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -129,6 +132,12 @@ class ProxyConfig(BaseModel):
                 "unsafe_service_ca=%s: service rules' upstreams are verified against this CA "
                 "only, not the system's roots (a test setting; never on a real box)",
                 self.unsafe_service_ca,
+            )
+        if self.unsafe_keep_server_tools:
+            log.warning(
+                "unsafe_keep_server_tools: a hosted model rule's request goes to the provider "
+                "with its server tools (web search, web fetch, code execution, MCP...) kept (a "
+                "test setting; never on a real box)"
             )
         if self.unsafe_skip_model_route_check:
             log.warning(

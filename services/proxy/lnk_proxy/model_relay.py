@@ -80,7 +80,7 @@ class ModelGrant:
         self.rules = tuple(rules)
         builder = SpecBuilder(source="admin")
         for rule in self.rules:
-            if not rule.on_this_machine:
+            if rule.local and not rule.on_this_machine:  # hosted ones: `hosted_grant`
                 builder.add_lan(rule.host, Origin("admin", "models.upstream"))
         self.memo = PolicyMemo(ProxyGrants(lan=builder.build().lan))
 

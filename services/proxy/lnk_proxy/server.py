@@ -14,7 +14,9 @@ next request, judged anew. Each refusal is `refusal_response`
 it ends. A request naming a service rule's host goes to `_service` (`service_relay`), one naming
 a model rule's loopback port inside the sandbox to `_model` (`model_relay`: the relay's CONNECT
 to that port is answered 200 and its one request read; the runtime is dialed at the rule's own
-address only).
+address only); a hosted kind's (anthropic, openai) and an `http://` request naming its
+provider's host go on to `_hosted` (`hosted_relay`: the body judged, the owner's key added, TLS
+to the provider), and a CONNECT to that host is refused.
 
 Fairness: a CONNECT takes one of its sandbox's `max_tunnels_per_sandbox` slots as soon as its
 head is read, before any await (lookup, dial), so concurrent CONNECTs cannot pass the cap
@@ -69,7 +71,12 @@ from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
 from lnk_proxy.forward import BadResponse, forward_http
+from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
+from lnk_proxy.hosted_models import judge_hosted
+from lnk_proxy.hosted_relay import exchange as exchange_hosted
+from lnk_proxy.hosted_relay import read_body
 from lnk_proxy.http_request import (
+    HTTP_PORT,
     ProxyRequest,
     RequestRefused,
     find_head_end,
@@ -149,6 +156,7 @@ class _Listener:
     watch: Conn | None = None  # the listening socket's readiness, for the accept loop
     services: ServiceGrant = field(default_factory=ServiceGrant)  # its rules, their secrets
     models: ModelGrant = field(default_factory=ModelGrant)  # its [[models]] rules
+    hosted: HostedGrant = field(default_factory=HostedGrant)  # the hosted ones' providers
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
@@ -327,6 +335,7 @@ class ProxyServer:
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
         listener.services = services or ServiceGrant()
         listener.models = models or ModelGrant()
+        listener.hosted = HostedGrant(listener.models.rules)
         listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
@@ -456,6 +465,21 @@ class ProxyServer:
             return await self._service(listener, client, request, target, consumed)
         if listener.models.rule_for(request) is not None:  # a model rule's port in the sandbox
             return await self._model(listener, client, request, target, consumed)
+        if listener.hosted.rules:  # a hosted provider's host: its rule only, never a tunnel
+            try:
+                listener.hosted.refuse_connect(request)
+            except RequestRefused as exc:
+                refusal = _Refusal(exc.rule, exc.reason)
+                await self._refuse(listener, client, request.method, target, refusal)
+                return False
+            hosted = listener.hosted.rule_for_host(request.host)
+            if hosted is not None and request.port != HTTP_PORT:
+                reason = f"{hosted.host}:{request.port}: a rule is served on http:80"
+                refusal = _Refusal("model-plain-http-only", reason)
+                await self._refuse(listener, client, request.method, target, refusal)
+                return False
+            if hosted is not None:
+                return await self._hosted(listener, client, request, target, consumed, rule=hosted)
         buffers: TunnelBuffers | None = None
         if request.kind == "connect":  # reserved now, before any await: no cap is passed
             reserved = self._reserve_tunnel(listener)
@@ -593,6 +617,8 @@ class ProxyServer:
                 return False
             consumed = client.received - len(client.buffer)
             request, target = tunneled, _shown_target(tunneled)
+        if not rule.local:  # anthropic, openai: the provider over TLS, the key forced
+            return await self._hosted(listener, client, request, target, consumed, rule=rule)
         try:
             check = not self.config.unsafe_skip_model_route_check
             judged = await judge_model_request(rule, request, client, check_route=check)
@@ -629,6 +655,83 @@ class ProxyServer:
             raise
         except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
             error = f"ended: {exc!r}" if secret is None else scrub_text(f"ended: {exc!r}", secret)
+            if client.sent == exchange.sent:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await client.send(BAD_GATEWAY)
+        finally:
+            self._allowed(exchange, error)
+        return False
+
+    async def _hosted(
+        self,
+        listener: _Listener,
+        client: Conn,
+        request: ProxyRequest,
+        target: str,
+        consumed: int,
+        *,
+        rule: ModelRule,
+    ) -> bool:
+        """A request to a hosted model rule (`hosted_relay`): its body read whole and judged,
+        the proxy's serialisation sent to the provider with the owner's key over TLS at the
+        vetted address; the answer streamed back; the connection ends with it."""
+        hosted = listener.hosted
+        placeholder = hosted_placeholder(rule)
+        try:
+            untrusted = await read_body(request, client)
+            forward = judge_hosted(
+                rule.kind,
+                placeholder,
+                rule.allows_model,
+                method=request.method,
+                target=request.path,
+                headers=request.headers,
+                untrusted_body=untrusted,
+                issued=hosted.issued(rule),
+                keep_tools=self.config.unsafe_keep_server_tools,
+            )
+        except RequestRefused as exc:
+            await self._refuse(
+                listener, client, request.method, target, _Refusal(exc.rule, exc.reason)
+            )
+            return False
+        secret = listener.services.secret(rule.secret) if rule.secret else None
+        if secret is None:
+            reason = f"the secret {rule.secret} is not set: `lnk secret set {rule.secret}`"
+            await self._refuse(
+                listener, client, request.method, target, _Refusal("model-secret-gone", reason)
+            )
+            return False
+        upstream = replace(request, host=rule.host)
+        verdict = await self._decide(listener, upstream, hosted.memo, rule.upstream_port)
+        if not isinstance(verdict, Allowed):
+            await self._refuse(listener, client, request.method, target, verdict)
+            return False
+        why = "; ".join(forward.removed)
+        shown = replace(verdict, reason=f"{verdict.reason}; {why}" if why else verdict.reason)
+        exchange = _Exchange(listener, client, request, shown, target, consumed, client.sent)
+        client.timeout = IO_TIMEOUT_S
+        error = ""
+        try:
+            await exchange_hosted(
+                forward,
+                rule.host,
+                secret,
+                placeholder=placeholder,
+                request=request,
+                client=client,
+                address=verdict.address,
+                issued=hosted.issued(rule),
+                context=self.service_tls,
+                connect_timeout_s=self.config.connect_timeout_s,
+                io_timeout_s=IO_TIMEOUT_S,
+                port=rule.upstream_port,
+            )
+        except asyncio.CancelledError:
+            error = "closed: the sandbox was stopped or its listener closed"
+            raise
+        except (OSError, EOFError, TimeoutError, ssl.SSLError, BadResponse, RequestRefused) as exc:
+            error = scrub_text(f"ended: {exc!r}", secret)
             if client.sent == exchange.sent:
                 with contextlib.suppress(OSError, TimeoutError):
                     await client.send(BAD_GATEWAY)

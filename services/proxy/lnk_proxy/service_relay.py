@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lnk_proxy.conn import Conn, dial
@@ -63,6 +63,7 @@ __all__ = [
     "parse_services",
     "relay",
     "scrub_text",
+    "stream_answer",
     "tls_context",
 ]
 
@@ -218,7 +219,7 @@ async def relay(
         writer.write(upstream_head(forward, secret, framing))
         await _send_body(request, client, writer, io_timeout_s)
         replacement = placeholder(forward.rule).encode()
-        await _answer(request, reader, client, (secret, replacement), io_timeout_s)
+        await stream_answer(request, reader, client, (secret, replacement), io_timeout_s)
     finally:
         writer.close()
         with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
@@ -260,15 +261,25 @@ async def _copy(client: Conn, writer: asyncio.StreamWriter, count: int) -> None:
         await writer.drain()
 
 
-async def _answer(
+async def stream_answer(
     request: ProxyRequest,
     reader: asyncio.StreamReader,
     client: Conn,
     scrubbing: tuple[bytes, bytes],
     io_timeout_s: float,
+    *,
+    observe: Callable[[bytes], None] | None = None,
 ) -> None:
-    """The answer's head (interim ones too), then its body on its framing, scrubbed."""
+    """The answer's head (interim ones too), then its body on its framing, scrubbed; each
+    piece of the body goes to the client as it arrives (never held for the next one), and
+    to `observe` as it came (a hosted model's response ids are learnt there)."""
     scrubber = SecretScrubber(*scrubbing)
+
+    def feed(data: bytes) -> bytes:
+        if observe is not None:
+            observe(data)
+        return scrubber.feed(data)
+
     while True:
         async with asyncio.timeout(io_timeout_s):
             try:
@@ -297,7 +308,7 @@ async def _answer(
             if not data:
                 raise BadResponse("the service's answer ended early")
             remaining -= len(data)
-            await client.send(scrubber.feed(data))
+            await client.send(feed(data))
     elif response.framing == "chunked":
         while True:
             async with asyncio.timeout(io_timeout_s):
@@ -307,14 +318,14 @@ async def _answer(
                 data = await reader.readexactly(size)
                 if await reader.readexactly(2) != b"\r\n":
                     raise BadResponse("a chunk not followed by CRLF")
-            await client.send(scrubber.feed(data))
+            await client.send(feed(data))
     elif response.framing == "close":
         while True:
             async with asyncio.timeout(io_timeout_s):
                 data = await reader.read(READ_SIZE)
             if not data:
                 break
-            await client.send(scrubber.feed(data))
+            await client.send(feed(data))
     await client.send(scrubber.flush())
     client.shutdown_write()
 

@@ -223,7 +223,9 @@ def upstream_head(forward: ServiceForward, secret: bytes, framing: Headers = ())
 
 class SecretScrubber:
     """Replaces the secret (and its `:` percent-escaped, as URLs carry it) in a stream of
-    chunks, across chunk boundaries: holds back at most the longest form's length - 1 bytes."""
+    chunks, across chunk boundaries: holds back only a chunk's end that could begin a form
+    (at most the longest form's length - 1 bytes), so a streamed event ending in anything
+    else (an SSE event's blank line) goes out with its chunk, never behind the next one."""
 
     def __init__(self, secret: bytes, replacement: bytes) -> None:
         forms = {secret, secret.replace(b":", b"%3A"), secret.replace(b":", b"%3a")}
@@ -237,13 +239,21 @@ class SecretScrubber:
         if self._keep == 0:
             self._held = b""
             return data
-        cut = max(0, len(data) - self._keep)
+        cut = len(data) - self._partial(data)
         out, self._held = data[:cut], data[cut:]
         return out
 
     def flush(self) -> bytes:
         data, self._held = self._scrub(self._held), b""
         return data
+
+    def _partial(self, data: bytes) -> int:
+        """The length of the longest end of `data` that some form begins with (0: none)."""
+        for size in range(min(self._keep, len(data)), 0, -1):
+            tail = data[-size:]
+            if any(form.startswith(tail) for form in self._forms):
+                return size
+        return 0
 
     def _scrub(self, data: bytes) -> bytes:
         for form in self._forms:

@@ -227,3 +227,16 @@ def test_what_the_outside_saw_while_it_ran_decides(kind: str) -> None:
 def test_a_look_that_did_not_happen_is_an_incomplete_check() -> None:
     with pytest.raises(ProbesFailed, match="did not look"):
         judge_probe(probe("staging"), STOPPED, Outside())
+
+
+def test_a_refusal_that_does_not_say_what_was_judged_is_a_leak() -> None:
+    """A hosted model's probe (`plan_hosted`): refused, but its refusal must name the removal."""
+    url = "http://127.0.0.1:4001/v1/messages"
+    p = probe("wire-said", value=(url, "removed tool 'web_search_20250305'"))
+    said = f"{url} model-name: 'm' is not in the rule's models (judged: removed tool "
+    judged = Outside(wire_refused=frozenset({said + "'web_search_20250305')"}))
+    assert judge_probe(p, STOPPED, judged).verdict == REFUSED
+    kept = Outside(wire_refused=frozenset({f"{url} model-name: kept every tool"}))
+    assert judge_probe(p, STOPPED, kept).verdict == LEAKED
+    other = Outside(wire_refused=frozenset({said.replace("4001", "4000") + "'web_search_2"}))
+    assert judge_probe(p, STOPPED, other).verdict == LEAKED

@@ -12,9 +12,16 @@ import pytest
 
 from lnk_controller import proxy_link
 from lnk_controller.db import open_database
-from lnk_controller.secret_grants import check_present, placeholder_env, service_fields
+from lnk_controller.secret_grants import (
+    check_present,
+    hosted_key_env,
+    placeholder_env,
+    service_fields,
+)
 from lnk_controller.secret_store import SecretStore
 from lnk_shared.errors import LaunchRefused
+from lnk_shared.spec import Origin
+from lnk_shared.spec_models import parse_model_table
 from lnk_shared.spec_services import TELEGRAM_HOST, ServiceRule
 
 BOT = ServiceRule("telegram", TELEGRAM_HOST, "telegram-bot", ("getMe",))
@@ -77,3 +84,17 @@ def test_a_changed_secret_is_kept_with_the_held_listener() -> None:
     finally:
         proxy_link.HELD.drop("sbx-held")
     assert proxy_link.held_services("sbx-held") == []
+
+
+def test_a_hosted_rules_key_variable_holds_its_placeholder_never_a_value() -> None:
+    origin = Origin("spec.toml", "models[0]", 1)
+    rules = [
+        parse_model_table({"kind": "anthropic", "models": ["claude-x"], "secret": "c"}, origin),
+        parse_model_table({"kind": "openai", "models": ["gpt-x"], "secret": "o"}, origin),
+        parse_model_table({"kind": "vllm", "models": ["q"], "secret": "v"}, origin),
+    ]
+    assert hosted_key_env(rules) == {
+        "ANTHROPIC_API_KEY": "lnk-secret-c",
+        "OPENAI_API_KEY": "lnk-secret-o",
+    }
+    assert hosted_key_env([]) == {}

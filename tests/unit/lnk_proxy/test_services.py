@@ -171,3 +171,14 @@ def test_the_secret_is_scrubbed_across_every_chunk_boundary(size: int) -> None:
     assert SECRET not in out and SECRET.replace(b":", b"%3A") not in out
     assert out.count(P.encode()) == 2
     assert out.startswith(b'{"url":"https://x/file/bot') and out.endswith(b'"}')
+
+
+def test_a_chunk_ending_in_nothing_like_the_secret_is_sent_whole() -> None:
+    """A streamed event (SSE's blank line at its end) is never held behind the next chunk."""
+    scrubber = SecretScrubber(SECRET, P.encode())
+    event = b'event: delta\ndata: {"text":"hi"}\n\n'
+    assert scrubber.feed(event) == event
+    # Only an end that could begin the secret waits for what follows.
+    assert scrubber.feed(b"data: " + SECRET[:5]) == b"data: "
+    assert scrubber.feed(SECRET[5:] + b"\n\n") == P.encode() + b"\n\n"
+    assert scrubber.flush() == b""

@@ -1,0 +1,186 @@
+"""(f) A hosted model request through its rule against the same request through a plain
+`[internet]` CONNECT to the same test upstream (the OpenAI-shaped API of the test internet's
+other host, TLS with its test CA), interleaved in one run, one client, one request at a time:
+added p50 and p99 of the whole request, and of a streamed answer's first event.
+
+    sudo /opt/lnk/venv/bin/python bench/proxy_hosted_path.py [--requests 200]
+
+One lnk_proxy from this checkout (as nobody, `unsafe_dns_table` naming the test hosts,
+`unsafe_service_ca` its CA) with two listeners: sandbox `rule` holding an openai `[[models]]`
+rule and its key, sandbox `plain` with `[internet] hosts = [api.openai.com]` and no rule. Through
+the rule the client sends `POST http://api.openai.com/v1/chat/completions` with the placeholder
+key and the proxy does the TLS; through the tunnel the client does the TLS itself. Either way
+one TLS handshake per request (the rule never pools upstream connections; nor does the client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import ssl
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from proxy_procs import (
+    CHECKOUT,
+    NOBODY,
+    SECRET,
+    SOURCES,
+    Lnk,
+    TestInternet,
+    start_confined,
+    wait_until,
+)
+
+OPENAI = "api.openai.com"
+KEY = "sk-proj-bench-" + "k" * 40
+PLACEHOLDER = "lnk-secret-bench-key"
+IO_TIMEOUT_S = 30.0
+BODY = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
+STREAM = json.dumps(
+    {"model": "gpt-x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+)
+TARGET_FIRST_BYTE_MS = 1.0  # streaming's first event not delayed beyond this (issue 18)
+
+
+def _start(stack: ExitStack, base: Path, net: TestInternet) -> Lnk:
+    (base / "etc").mkdir()
+    (base / "etc" / "proxy.toml").write_text(
+        f'unsafe_public_networks = ["198.18.0.0/15"]\ncontroller_uid = 0\n'
+        f'unsafe_dns_table = "{net.dns_file}"\nunsafe_service_ca = "{net.ca_file}"\n'
+    )
+    for name in ("run", "state"):
+        (base / name).mkdir(mode=0o755)
+        os.chown(base / name, NOBODY, NOBODY)
+    (base / "run" / "flags").mkdir(mode=0o755)
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": os.pathsep.join(str(CHECKOUT / s) for s in SOURCES),
+        "LNK_CONFIG_DIR": str(base / "etc"),
+        "LNK_RUN_DIR": str(base / "run"),
+        "LNK_STATE_DIR": str(base / "state"),
+    }
+    argv = [sys.executable, "-m", "lnk_proxy"]
+    process = start_confined(stack, argv, env, [], base / "lnk_proxy.out")
+    lnk = Lnk(process, base / "run" / "proxy" / "admin.sock", base / "run" / "proxy" / "r.sock")
+    wait_until(lnk.admin_socket.exists, process, "lnk_proxy")
+    none = {"internet_any": False, "internet": [], "lan_any": False, "lan": []}
+    rule = {"kind": "openai", "models": ["gpt-x"], "secret": "bench-key"}
+    for sandbox, grants, extra in (
+        ("rule", none, {"models": [rule], "service_secrets": {"bench-key": KEY}}),
+        ("plain", {**none, "internet": [OPENAI]}, {}),
+    ):
+        command = {
+            "op": "open",
+            "sandbox": sandbox,
+            "socket": str(base / "run" / "proxy" / f"{sandbox}.sock"),
+        }
+        reply = lnk.admin({**command, "grants": grants, "secret": SECRET, **extra})
+        if reply != {"ok": True}:
+            raise RuntimeError(f"lnk_proxy did not open {sandbox}: {reply}")
+    return lnk
+
+
+def _request(body: str, path_prefix: str, key: str) -> bytes:
+    return (
+        f"POST {path_prefix}/v1/chat/completions HTTP/1.1\r\nHost: {OPENAI}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+    ).encode()
+
+
+def _timed(sock: socket.socket | ssl.SSLSocket, start: float, marker: bytes) -> tuple[float, float]:
+    """(ms to the first `marker` of the answer, ms to its end) from `start`."""
+    answer, first = b"", 0.0
+    while chunk := sock.recv(65536):
+        answer += chunk
+        if not first and marker in answer:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    if b" 200 " not in answer.split(b"\r\n", 1)[0]:
+        raise RuntimeError(f"not a 200: {answer[:200]!r}")
+    return (first - start) * 1000, (end - start) * 1000
+
+
+def _through_rule(base: Path, body: str, marker: bytes) -> tuple[float, float]:
+    start = time.perf_counter()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(IO_TIMEOUT_S)
+        sock.connect(str(base / "run" / "proxy" / "rule.sock"))
+        sock.sendall(_request(body, f"http://{OPENAI}", PLACEHOLDER))
+        return _timed(sock, start, marker)
+
+
+def _through_tunnel(
+    base: Path, tls: ssl.SSLContext, body: str, marker: bytes
+) -> tuple[float, float]:
+    start = time.perf_counter()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+        raw.settimeout(IO_TIMEOUT_S)
+        raw.connect(str(base / "run" / "proxy" / "plain.sock"))
+        raw.sendall(f"CONNECT {OPENAI}:443 HTTP/1.1\r\nHost: {OPENAI}:443\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += raw.recv(1)
+        if b" 200 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"CONNECT refused: {head!r}")
+        with tls.wrap_socket(raw, server_hostname=OPENAI) as sock:
+            sock.sendall(_request(body, "", KEY))
+            return _timed(sock, start, marker)
+
+
+def _quantiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, len(ordered) * 99 // 100)]
+
+
+def bench_path(requests: int) -> None:
+    with ExitStack() as stack:
+        net = stack.enter_context(TestInternet())
+        base = Path(tempfile.mkdtemp(prefix="lnkh", dir="/tmp"))
+        stack.callback(shutil.rmtree, base, ignore_errors=True)
+        base.chmod(0o755)
+        _start(stack, base, net)
+        tls = ssl.create_default_context(cafile=str(net.ca_file))
+        print(f"\n(f) hosted model request, load average {os.getloadavg()[0]:.2f}, {requests} each")
+        for name, body, marker in (
+            ("whole request", BODY, b"chat.completion"),
+            ("stream first event", STREAM, b"data: "),
+        ):
+            rule: list[float] = []
+            plain: list[float] = []
+            for _ in range(requests):  # interleaved: the same load on both
+                first, whole = _through_rule(base, body, marker)
+                rule.append(first if marker == b"data: " else whole)
+                first, whole = _through_tunnel(base, tls, body, marker)
+                plain.append(first if marker == b"data: " else whole)
+            r50, r99 = _quantiles(rule)
+            p50, p99 = _quantiles(plain)
+            print(
+                f"  {name:<20} rule p50 {r50:7.2f} ms p99 {r99:7.2f} ms | CONNECT p50 "
+                f"{p50:7.2f} ms p99 {p99:7.2f} ms | added p50 {r50 - p50:+.2f} ms "
+                f"p99 {r99 - p99:+.2f} ms"
+            )
+        print(f"  load average at the end {os.getloadavg()[0]:.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=200, help="requests per path and row")
+    if os.geteuid() != 0:
+        print(
+            "run as root: sudo /opt/lnk/venv/bin/python bench/proxy_hosted_path.py", file=sys.stderr
+        )
+        return 2
+    bench_path(max(10, parser.parse_args().requests))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""A hosted model rule at work (`[[models]]` kinds `anthropic`, `openai`): the request's body read
+whole and judged (`hosted_models.judge_hosted`), the proxy's own serialisation sent to the
+provider over verified TLS with the owner's key, and the answer streamed back piece by piece as
+it arrives (SSE events are never held for the next one) with the key scrubbed from it and, for
+OpenAI, its response ids learnt (`IssuedIds`: only those may be fetched or continued later).
+
+`read_body` takes the body as the client framed it, at most `strict_json.MAX_BODY_BYTES`
+(refused before reading when a Content-Length says more); `exchange` makes one request on one
+connection (`Connection: close` both ways, never pooled), dialed at the address the policy
+vetted, with SNI and the certificate checked against the rule's host.
+
+Security limitations: this does NOT bound an answer's size or total time (only each read's and
+write's idle time), follow redirects, or look at the answer beyond the key and response ids.
+The body is held in memory whole while it is judged: a sandbox may hold up to
+`MAX_BODY_BYTES` (and its parse, a few times that) per request in flight, bounded in number
+only by the proxy's per-sandbox connection cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+
+from lnk_proxy.conn import Conn, dial
+from lnk_proxy.forward import MAX_CHUNK_LINE, MAX_RESPONSE_HEAD_BYTES, parse_chunk_size
+from lnk_proxy.hosted_models import HostedForward, IssuedIds, upstream_head
+from lnk_proxy.http_request import ProxyRequest, RequestRefused
+from lnk_proxy.service_relay import CLOSE_WAIT_S, HTTPS_PORT, stream_answer
+from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
+from lnk_shared.addresses import IPAddress
+
+__all__ = ["exchange", "read_body"]
+
+
+async def read_body(request: ProxyRequest, client: Conn) -> bytes:
+    """The request's body as the client framed it; BodyRefused past MAX_BODY_BYTES."""
+    framing = request.framing
+    if framing.kind == "length":
+        length = framing.length or 0
+        if length > MAX_BODY_BYTES:
+            raise BodyRefused(f"a body of {length} B past the {MAX_BODY_BYTES} B a model takes")
+        return await _take(client, length)
+    if framing.kind != "chunked":
+        return b""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        size = parse_chunk_size(await client.read_line(MAX_CHUNK_LINE))
+        if size == 0:
+            while await client.read_line(MAX_CHUNK_LINE) != b"\r\n":
+                pass  # trailers: read and dropped
+            return b"".join(parts)
+        total += size
+        if total > MAX_BODY_BYTES:
+            raise BodyRefused(f"a chunked body past the {MAX_BODY_BYTES} B a model takes")
+        parts.append(await _take(client, size))
+        if await client.read_exact(2) != b"\r\n":
+            raise RequestRefused("bad-chunk", "a chunk not followed by CRLF")
+
+
+async def _take(client: Conn, count: int) -> bytes:
+    out = bytearray()
+    while len(out) < count:
+        if not client.buffer and not await client.recv_some():
+            raise EOFError("the client's body ended early")
+        part = client.buffer[: count - len(out)]
+        out += part
+        del client.buffer[: len(part)]
+    return bytes(out)
+
+
+async def exchange(
+    forward: HostedForward,
+    host: str,
+    secret: bytes,
+    *,
+    placeholder: str,
+    request: ProxyRequest,
+    client: Conn,
+    address: IPAddress,
+    issued: IssuedIds,
+    context: ssl.SSLContext,
+    connect_timeout_s: float,
+    io_timeout_s: float,
+    port: int = HTTPS_PORT,
+) -> None:
+    """One exchange with the provider at the vetted `address`; the answer, scrubbed, goes to
+    `client` close-delimited. OSError, TimeoutError, ssl.SSLError or BadResponse when it
+    cannot be completed (their texts never hold the key: the caller scrubs its log line)."""
+    sock = await dial(address, port, connect_timeout_s)
+    try:
+        async with asyncio.timeout(connect_timeout_s):
+            reader, writer = await asyncio.open_connection(
+                sock=sock, ssl=context, server_hostname=host, limit=MAX_RESPONSE_HEAD_BYTES
+            )
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        writer.write(upstream_head(forward, host, secret) + forward.body)
+        async with asyncio.timeout(io_timeout_s):
+            await writer.drain()
+        observe = issued.reader() if forward.kind == "openai" else None
+        scrubbing = (secret, placeholder.encode())
+        await stream_answer(request, reader, client, scrubbing, io_timeout_s, observe=observe)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
+            await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)

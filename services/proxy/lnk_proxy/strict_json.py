@@ -1,0 +1,115 @@
+"""A request body from the sandbox as JSON, read strictly and written back by the proxy: what the
+upstream parses is the proxy's own serialisation of exactly what was judged, never the client's
+bytes, so no difference between two JSON parsers can carry a field past a check.
+
+Refused (`BodyRefused`, rule `model-body`): a body past `MAX_BODY_BYTES`, bytes that are not
+UTF-8 (a BOM included), a top level that is not an object, `NaN`/`Infinity` or a number too
+large for a double (Python reads `1e400` as infinity, which no JSON can carry back), a key given
+twice in one object (parsers disagree on which one wins), nesting past `MAX_DEPTH`, a lone
+surrogate escape (`"\\ud800"`, which other parsers replace or refuse) and an integer past
+Python's digit limit.
+
+Pure: bytes in, a value or bytes out. Security limitations: this does NOT judge what the value
+means (`hosted_models` does), and bounds memory only by `MAX_BODY_BYTES` (the parse of an
+allowed body holds a few times its size).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from lnk_proxy.http_request import RequestRefused
+
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "BodyRefused", "dumps", "loads"]
+
+# Anthropic's Messages API takes requests up to 32 MB (its documented request size limit);
+# OpenAI's are smaller. A body past this is refused before it is read whole.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+# Messages, content blocks, tool results and JSON Schemas nest a dozen or two deep in real
+# requests; far below Python's recursion limit, so no parse or walk can exhaust the stack.
+MAX_DEPTH = 64
+
+
+class BodyRefused(RequestRefused):
+    """A body the proxy will not forward (`rule` to the sandbox, `reason` to the wire's log)."""
+
+    def __init__(self, reason: str, rule: str = "model-body") -> None:
+        super().__init__(rule, reason)
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BodyRefused(f"the key {_shown(key)} twice in one object")
+            seen.add(key)
+    return out
+
+
+def _constant(name: str) -> Any:
+    raise BodyRefused(f"{name} is not JSON")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BodyRefused("a number too large for a double")
+    return value
+
+
+def loads(untrusted: bytes) -> dict[str, Any]:
+    """The body as a JSON object, read strictly (see the module's docstring)."""
+    if len(untrusted) > MAX_BODY_BYTES:
+        raise BodyRefused(f"{len(untrusted)} B past the {MAX_BODY_BYTES} B a model request takes")
+    try:
+        text = untrusted.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyRefused("a body that is not UTF-8") from None
+    try:
+        value = json.loads(
+            text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float
+        )
+    except RecursionError:
+        raise BodyRefused(f"nested past {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, and an integer past the digit limit
+        if isinstance(exc, BodyRefused):
+            raise
+        raise BodyRefused(f"not JSON: {str(exc)[:120]}") from None
+    if not isinstance(value, dict):
+        raise BodyRefused("the top level is not a JSON object")
+    _check_depth(value)
+    return value
+
+
+def dumps(value: dict[str, Any]) -> bytes:
+    """The proxy's own serialisation: compact, UTF-8, no NaN; a lone surrogate refuses."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BodyRefused("a lone surrogate escape in a string") from None
+
+
+def _check_depth(value: object) -> None:
+    """BodyRefused when containers nest past MAX_DEPTH (iterative: no recursion here). The
+    parse makes only dict and list containers, so their exact types are compared (fast)."""
+    level: list[object] = [value]
+    for _ in range(MAX_DEPTH):
+        below: list[object] = []
+        for item in level:
+            if type(item) is dict:
+                below += [v for v in item.values() if type(v) is dict or type(v) is list]
+            else:
+                below += [v for v in item if type(v) is dict or type(v) is list]  # type: ignore[attr-defined]
+        if not below:
+            return
+        level = below
+    raise BodyRefused(f"nested past {MAX_DEPTH} levels")
+
+
+def _shown(key: str) -> str:
+    return repr(key[:40]) if key.isprintable() else "(a key with control characters)"

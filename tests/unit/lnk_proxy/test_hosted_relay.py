@@ -1,0 +1,183 @@
+"""lnk_proxy.hosted_relay against a real TLS server on loopback (a CA made here): the judged body
+and the owner's key go upstream, a streamed answer's first event reaches the sandbox while the
+provider still holds the rest (the first byte is not held back), the key is scrubbed from what
+comes back, and the response id it carried is learnt for this sandbox only."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import json
+import socket
+import ssl
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from lnk_proxy.conn import Conn
+from lnk_proxy.hosted_models import IssuedIds, judge_hosted
+from lnk_proxy.hosted_relay import exchange, read_body
+from lnk_proxy.http_request import parse_request_head
+from lnk_proxy.service_relay import tls_context
+from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
+
+HOST = "api.openai.com"
+SECRET = b"sk-proj-" + b"Q" * 40
+PLACEHOLDER = "lnk-secret-openai"
+LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
+TIMEOUT_S = 10.0
+
+
+def _certs(folder: Path) -> tuple[Path, Path, Path]:
+    """(CA file, leaf cert, leaf key) for HOST."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "model relay test CA")])
+
+    def build(subject: x509.Name, public: object) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(name)
+            .public_key(public)  # type: ignore[arg-type]
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(hours=1))
+        )
+
+    ca = build(name, ca_key.public_key()).add_extension(
+        x509.BasicConstraints(ca=True, path_length=None), critical=True
+    )
+    leaf = build(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)]), key.public_key())
+    leaf = leaf.add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
+    paths = folder / "ca.pem", folder / "leaf.pem", folder / "key.pem"
+    paths[0].write_bytes(ca.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(
+        leaf.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    )
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return paths
+
+
+async def _stream_through(folder: Path) -> dict[str, object]:
+    ca, leaf, key = _certs(folder)
+    seen: dict[str, object] = {}
+    first_arrived = asyncio.Event()
+
+    async def provider(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        seen["head"], seen["body"] = head, await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        first = b'data: {"type":"response.created","response":{"id":"resp_given"}}\n\n'
+        writer.write(b"%x\r\n%s\r\n" % (len(first), first))
+        await writer.drain()
+        # The rest only once the sandbox has the first event: were it held, this would hang.
+        await asyncio.wait_for(first_arrived.wait(), TIMEOUT_S)
+        rest = b'data: {"echo":"' + SECRET + b'"}\n\n'
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+        await writer.drain()
+        writer.close()
+
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(str(leaf), str(key))
+    server = await asyncio.start_server(provider, "127.0.0.1", 0, ssl=server_tls)
+    port = server.sockets[0].getsockname()[1]
+    body = json.dumps(
+        {"model": "gpt-x", "input": "hi", "stream": True, "tools": [{"type": "web_search"}]}
+    ).encode()
+    head = (
+        f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+        f"Authorization: Bearer {PLACEHOLDER}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    client = Conn(ours)
+    request = parse_request_head(head)
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(theirs, body)
+    untrusted = await read_body(request, client)
+    issued = IssuedIds()
+    forward = judge_hosted(
+        "openai",
+        PLACEHOLDER,
+        {"gpt-x"}.__contains__,
+        method="POST",
+        target="/v1/responses",
+        headers=request.headers,
+        untrusted_body=untrusted,
+        issued=issued,
+    )
+    relaying = asyncio.create_task(
+        exchange(
+            forward,
+            HOST,
+            SECRET,
+            placeholder=PLACEHOLDER,
+            request=request,
+            client=client,
+            address=LOOPBACK,
+            issued=issued,
+            context=tls_context(ca),
+            connect_timeout_s=TIMEOUT_S,
+            io_timeout_s=TIMEOUT_S,
+            port=port,
+        )
+    )
+    answer = b""
+    try:
+        while b"resp_given" not in answer:
+            answer += await asyncio.wait_for(loop.sock_recv(theirs, 65536), TIMEOUT_S)
+        first_arrived.set()
+        await asyncio.wait_for(relaying, TIMEOUT_S)
+        while chunk := await asyncio.wait_for(loop.sock_recv(theirs, 65536), TIMEOUT_S):
+            answer += chunk
+    finally:
+        relaying.cancel()
+        client.close()
+        theirs.close()
+        server.close()
+        await server.wait_closed()
+    seen["answer"], seen["issued"] = answer, issued
+    return seen
+
+
+def test_a_streamed_answer_goes_through_event_by_event_with_the_key_scrubbed(
+    tmp_path: Path,
+) -> None:
+    seen = asyncio.run(_stream_through(tmp_path))
+    head, answer = seen["head"], seen["answer"]
+    assert isinstance(head, bytes) and isinstance(answer, bytes)
+    assert head.startswith(b"POST /v1/responses HTTP/1.1\r\nHost: api.openai.com\r\n")
+    assert b"Authorization: Bearer " + SECRET + b"\r\n" in head
+    assert PLACEHOLDER.encode() not in head
+    assert json.loads(seen["body"]) == {"model": "gpt-x", "input": "hi", "stream": True}  # type: ignore[arg-type]
+    assert SECRET not in answer
+    assert b'data: {"echo":"' + PLACEHOLDER.encode() + b'"}' in answer
+    assert "resp_given" in seen["issued"]  # type: ignore[operator]
+
+
+def test_a_body_past_the_bound_is_refused_before_it_is_read() -> None:
+    head = (
+        f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+        f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n"
+    ).encode()
+    ours, theirs = socket.socketpair()
+
+    async def read() -> bytes:
+        return await read_body(parse_request_head(head), Conn(ours))
+
+    with ours, theirs, pytest.raises(BodyRefused):
+        asyncio.run(read())
