@@ -87,6 +87,10 @@ def test_the_approval_and_spec_show_say_the_box_grants_lnk(running_box: Any, age
     assert shown.returncode == 0, shown.stderr
     assert "lnk (granted by the box in an agent's sandbox" in shown.stdout, shown.stdout
     assert CLIENT in shown.stdout
+    as_json = box.as_owner(
+        "spec", "show", "--json", "--spec", str(box.owner.home / "lnk-inside.toml")
+    )
+    assert json.loads(as_json.stdout)["granted_by_the_box"]["agents"][0] == CLIENT
     forgot = box.as_owner("spec", "forget", str(box.owner.home / "lnk-inside.toml"))
     assert forgot.returncode == 0, forgot.stderr
     asked = box.as_owner("agent", "start", agent, "--", "/bin/sh", "-c", "true")
