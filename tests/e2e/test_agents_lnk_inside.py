@@ -1,10 +1,11 @@
-"""`lnk` inside an agent's sandbox: on its PATH and runnable under a finite `[commands]` list
-without a grant of the user's (the box grants its client and the Python it runs), shown as
-granted by the box, not writable, and nothing else ungranted runs beside it.
+"""`lnk` inside an agent's sandbox: on its PATH under any `[commands]` list (the box grants its
+client), shown as granted by the box, not writable, and nothing else ungranted runs beside it.
+The Python the client runs for a bridge call is granted only where the list lets it run already
+(box_client.py): the box never adds an interpreter to a finite list.
 
 Attacks: replace or shadow the box's `lnk` inside (its folder is the read-only root's); run an
-ungranted program beside it (still refused by the loader guarantee); the gap it opens (the
-granted Python runs Python code) is pinned as a gap."""
+ungranted program beside it (still refused by the loader guarantee); run Python code under a
+list that names no Python (refused: the client's Python is not granted for it)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def agent(running_box: Any) -> Iterator[str]:
     box = running_box
     owner = box.owner
     spec = owner.home / "lnk-inside.toml"
-    spec.write_text('# a finite list: the shell only\n[commands]\nallow = ["/bin/sh"]\n')
+    spec.write_text(
+        '# a finite list: the shell and Python\n[commands]\nallow = ["/bin/sh", "python3"]\n'
+    )
     os.chown(spec, owner.uid, owner.gid)
     name = f"li-{os.urandom(2).hex()}"
     made = box.as_owner("agent", "create", name, "--spec", str(spec))
@@ -98,17 +101,35 @@ def test_the_approval_and_spec_show_say_the_box_grants_lnk(running_box: Any, age
     assert "lnk (granted by the box: its bridges' client" in asked.stderr, asked.stderr
 
 
-def test_gap_the_python_the_box_grants_for_lnk_runs_python_code(
-    running_box: Any, agent: str
+def test_under_a_list_without_python_no_python_runs_and_lnk_says_what_to_grant(
+    running_box: Any,
 ) -> None:
-    """A granted interpreter runs what it likes (box_client.py): under the shell-only list, the
-    agent's sandbox can still run Python code through the box's Python. Pinned until the C
-    client does the bridge calls itself."""
+    """The box grants its client, never the interpreter behind it, to a finite list that does
+    not name one: Python code does not run (exit 126), and a bridge call names the grant."""
+    box = running_box
+    owner = box.owner
+    spec = owner.home / "lnk-inside-sh.toml"
+    spec.write_text('# a finite list: the shell only\n[commands]\nallow = ["/bin/sh"]\n')
+    os.chown(spec, owner.uid, owner.gid)
+    name = f"ls-{os.urandom(2).hex()}"
+    made = box.as_owner("agent", "create", name, "--spec", str(spec))
+    assert made.returncode == 0, made.stderr
     python = PREFIX / "venv" / "bin" / "python3"
-    run = running_box.as_owner(
-        "agent", "start", agent, "--yes", "--", "/bin/sh", "-c", f"{python} -c 'print(6 * 7)'"
+    script = (
+        f"{python} -c 'print(6 * 7)' 2>/dev/null; echo \"python: $?\"; "
+        'command -v lnk; lnk bridge inbox read; echo "lnk: $?"'
     )
-    assert (run.returncode, run.stdout) == (0, "42\n"), run.stderr
+    try:
+        run = box.as_owner("agent", "start", name, "--yes", "--", "/bin/sh", "-c", script)
+    finally:
+        box.as_owner("agent", "remove", name)
+        spec.unlink()
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "python: 126", run.stdout
+    assert lines[1] == "/run/lnk-box/bin/lnk", run.stdout
+    assert lines[2] != "lnk: 0", run.stdout
+    assert 'add "python3" to it' in run.stderr, run.stderr
 
 
 def test_a_plain_sandbox_has_no_lnk_on_its_path(running_box: Any) -> None:

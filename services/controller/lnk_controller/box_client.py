@@ -1,23 +1,22 @@
 """`lnk` inside a sandbox that may call a bridge (an agent's: the only sandboxes with a bridge
-grant): the box grants its own client and the Python that client runs, whatever the spec's
-`[commands]` list says, and puts `lnk` on the sandbox's PATH.
+grant): the box grants its own client and puts `lnk` on the sandbox's PATH, whatever the spec's
+`[commands]` list says; the Python that client runs for a bridge call only where the list
+already lets that Python run (`*`, or `python3` in it).
 
 How: the client is the install's `bin/lnk` (the static C client, native/lnk_client.c), which
 runs `python3` beside it (the install's venv, Debian's /usr/bin/python3.11) for every bridge
 call: signing a call with the agent's Ed25519 key is done by `lnk_shared.proof_client`, in
-Python. Both are added to what Landlock lets the sandbox execute (their real paths) and are
+Python. What is granted is added to what Landlock lets the sandbox execute (real paths) and is
 bound as the very files judged, like any granted program (`bound.py`); the prefix they live in
 is root's and read-only inside. PATH inside starts with `BOX_BIN_INSIDE`, a folder of bwrap's
 read-only root holding one link, `lnk`, to the client: nothing else of the venv (its pip, its
 `python`) is put on PATH. Shown as "granted by the box" in the approval and `lnk spec show`.
 
-What this does NOT stop: the granted Python is an interpreter, and an interpreter runs what it
-likes (`python3 -c ...`, as with any granted interpreter: `exec_mounts.py`); so under a finite
-`[commands]` list an agent's sandbox can run Python code, and with it any code it can write to
-anonymous executable memory. It stays inside the sandbox's walls (Landlock's file and network
-rules, seccomp, the proxy): what the list no longer limits is which code runs, not what that
-code reaches. Doing the bridge calls in the C client alone (Ed25519 in static C) would close
-it; until then this is a known gap, stated in the README's known gaps.
+Why not the Python too, under every list: an interpreter runs what it likes (`python3 -c ...`),
+so granting it would let a finite list's sandbox run any code, which the list exists to stop
+(the loader guarantee). Under a finite list without Python, `lnk` inside starts, and a bridge
+call fails naming the grant it needs. What this does NOT do: bridge calls under such a list;
+doing them in the C client alone (Ed25519 in static C) would, and is what is left to build.
 """
 
 from __future__ import annotations

@@ -412,12 +412,14 @@ class Launcher:
                 agent_home = resolve_path(agent.home, base="/", home=ctx.home)
             except PathNotFound:
                 raise LaunchRefused(agent.home, "the agent's folder is missing") from None
-        box_programs = self._box_programs(ctx) if agent is not None else ()
+        box_programs = self._box_programs(ctx, resolved) if agent is not None else ()
         return ctx, resolved, program, interp, agent_home, box_programs
 
-    def _box_programs(self, ctx: JudgeContext) -> tuple[ResolvedPath, ...]:
-        """The box's client and the Python it runs, resolved (the install is root's and
-        world-readable: the caller reaches it as anyone does)."""
+    def _box_programs(self, ctx: JudgeContext, resolved: ResolvedSpec) -> tuple[ResolvedPath, ...]:
+        """The box's client, resolved (the install is root's and world-readable: the caller
+        reaches it as anyone does), and the Python it runs for a bridge call only where the
+        spec already lets that Python run (`*`, or the same program in its list): the box never
+        adds an interpreter to a finite list (box_client.py)."""
         out = []
         for name in (CLIENT_NAME, CLIENT_PYTHON):
             path = str(self.cfg.python.parent / name)
@@ -427,7 +429,10 @@ class Launcher:
                 raise LaunchRefused(
                     "the box's client", f"{path} is missing: reinstall lnk"
                 ) from None
-        return tuple(out)
+        client, python = out
+        if resolved.commands_any or any(c.real == python.real for c in resolved.commands):
+            return (client, python)
+        return (client,)
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own

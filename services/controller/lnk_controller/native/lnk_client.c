@@ -135,10 +135,14 @@ __attribute__((noreturn)) static void run_python_cli(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         args[i + 3] = argv[i];
     execv(python, args);
+    int err = errno;
     struct text m = message_start();
     text_str(&m, "cannot run the Python CLI (");
     text_printable_bytes(&m, python, strlen(python));
-    text_format(&m, "): %s", strerror(errno));
+    text_format(&m, "): %s", strerror(err));
+    if (err == EACCES && getenv("LNK_AGENT") != NULL) /* box_client.py: not granted */
+        text_str(&m, " (this agent's [commands] list does not grant the box's Python, which "
+                     "lnk runs for a bridge call: add \"python3\" to it, or use \"*\")");
     message_exit(&m, failed);
 }
 
