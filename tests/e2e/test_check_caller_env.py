@@ -1,7 +1,11 @@
 """`lnk sandbox check` tries the caller's environment: a variable of the check's own, named by no
 `--env` and also sent among the request's terminal variables as a careless client would, must
-not reach the sandbox (refused on the closed wall, with `--env` given too); with controller.toml's
-`unsafe_caller_env_unfiltered` on, check fails naming exactly that probe as leaked."""
+not reach the sandbox; and `--env LD_PRELOAD=…` and `--env BASH_ENV=…`, sent past the client's
+own judgement, must be refused by the controller. All refused on the closed wall (with `--env`
+given too); on a box with controller.toml's `unsafe_caller_env_unfiltered` and
+`unsafe_env_names_unjudged` on (one box for both: each is a box start, and the suite's time is
+short), check fails naming exactly those probes as leaked. Which switch opens which probe is
+tested apart in tests/unit (launch_request, spec, sandbox_env)."""
 
 from __future__ import annotations
 
@@ -40,16 +44,21 @@ def _check(box: RunningBox, private: Any | None = None) -> tuple[int, dict[str, 
     return result.returncode, {p["id"]: p["verdict"] for p in doc["probes"]}, result.stderr
 
 
-def test_the_callers_environment_is_refused_then_leaked_with_the_switch(
+ENV_PROBES = {"caller-env", "env-name:LD_PRELOAD", "env-name:BASH_ENV"}
+SWITCHES = ("unsafe_caller_env_unfiltered", "unsafe_env_names_unjudged")
+
+
+def test_the_environment_classes_are_refused_then_leaked_with_their_switches(
     running_box: RunningBox, private_box: Any
 ) -> None:
     status, closed, stderr = _check(running_box)
     assert status == 0, (closed, stderr)
-    assert closed["caller-env"] == "refused"
-    with private_box("unsafe_caller_env_unfiltered = true") as box:
+    assert {closed[p] for p in ENV_PROBES} == {"refused"}
+    with private_box("\n".join(f"{s} = true" for s in SWITCHES)) as box:
         status, verdicts, _ = _check(running_box, private=box)
         log = (box.state_dir / "logs" / "controller.log").read_text()
     leaked = {i for i, v in verdicts.items() if v == "leaked"}
     assert status == 1
-    assert leaked == {i for i, v in closed.items() if v == "leaked"} | {"caller-env"}
-    assert log.count("unsafe_caller_env_unfiltered is on") >= 2  # at start and at the launch
+    assert leaked == {i for i, v in closed.items() if v == "leaked"} | ENV_PROBES
+    for switch in SWITCHES:
+        assert log.count(f"{switch} is on") >= 2  # at start and at a launch

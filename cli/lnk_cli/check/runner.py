@@ -47,6 +47,7 @@ from typing import Any
 from lnk_cli.check.bait import Bait, home_of
 from lnk_cli.check.caller_env import CallerEnvBait, caller_env_probes, in_environment
 from lnk_cli.check.caller_side import AppendBait, caller_probes, gather
+from lnk_cli.check.env_refusals import env_refusal_findings
 from lnk_cli.check.launch import MAX_OUTPUT, CheckRun, Interrupts, run_probes
 from lnk_cli.check.login_path import login_path_findings
 from lnk_cli.check.outside_look import look
@@ -265,6 +266,7 @@ def check(args: argparse.Namespace) -> int:
             )
             findings = judge_all(probes, untrusted_results, outside)
             findings += login_path_findings(args, bait.home, interrupts)
+            findings += env_refusal_findings(args, interrupts)
             findings += swap_findings(bait.home, interrupts)
             findings += path_link_findings(bait.home, interrupts)
         finally:

@@ -69,6 +69,10 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
         "every variable a client sends reaches the sandbox, not only TERM, LANG and LC_*",
         None,
     ),
+    "unsafe_env_names_unjudged": (
+        "[env] and --env may name what changes what a granted program runs (LD_*, BASH_ENV)",
+        None,
+    ),
     "unsafe_loader_maps_anything": (
         "the ELF loader may map any program under /usr or in a read grant holding a granted one",
         None,
@@ -135,6 +139,7 @@ class ControllerConfig(BaseModel):
     limits: BoxLimits = Field(default_factory=BoxLimits)
     unsafe_loader_maps_anything: bool = False
     unsafe_caller_env_unfiltered: bool = False
+    unsafe_env_names_unjudged: bool = False
     # Landlock logs denials only while audit is on: where the host left it off, the controller
     # turns it on (and only that: no rule, no daemon) so each run can say what it was denied
     # (lnk_controller.denials). False keeps the host's setting: runs then say nothing.

@@ -250,7 +250,7 @@ class Launcher:
             if self.agents is None:
                 raise LaunchRefused("agents", "this controller keeps no agents")
             agent = agent_for_launch(self.agents, self.store, caller, request.agent)
-        builder = SpecBuilder()
+        builder = SpecBuilder(unsafe_env_unjudged=self.cfg.unsafe_env_names_unjudged)
         if request.spec_fd is not None:
             _read_spec_fd(fds[request.spec_fd], builder)
         spec = spec_from_arguments(request.flags, cwd=request.cwd, builder=builder)
@@ -700,6 +700,7 @@ class Launcher:
                 **secret_grants.hosted_key_env(grants.spec.models),
                 **agent_env,
             },
+            unsafe_unjudged=cfg.unsafe_env_names_unjudged,
         )
         granted_writes = [b.dest for b in staged.binds if b.write]
         private_writes = ["/tmp", "/dev/shm", home, "/dev"]

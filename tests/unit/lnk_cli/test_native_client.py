@@ -851,3 +851,26 @@ def test_the_terminals_modes_are_put_back_whatever_was_done_to_them_meanwhile(
         os.close(master)
     assert ran.returncode == 3
     assert after == before
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["sandbox", "run", "--env", "E2E_KEY", "--", "true"],
+        ["sandbox", "run", "--yes", "--env=MODE=ci", "--", "true"],
+    ],
+)
+def test_env_is_the_python_clients_and_carries_only_what_it_names(
+    native_client: Path, controller: Controller, words: list[str], tmp_path: Path
+) -> None:
+    """`--env` is not the plain form: the C client hands it to the Python CLI, which sends the
+    named variable (the caller's value for a bare NAME) and nothing else of the environment."""
+    controller.serve(_answer(controller, _exit(0)))
+    env = {**_env(controller), "E2E_KEY": "k-1", "E2E_UNNAMED": "stays-out"}
+    ran = _run([native_client], words, env, cwd=tmp_path)
+    launch = controller.check()
+    assert ran.returncode == 0, ran.stderr
+    assert os.path.basename(launch.exe).startswith("python")
+    named = "E2E_KEY=k-1" if "E2E_KEY" in words else "MODE=ci"
+    assert launch.message["flags"]["env"] == [named]
+    assert b"stays-out" not in launch.raw

@@ -42,3 +42,22 @@ def test_a_user_name_the_box_sets_is_refused_not_overridden(name: str) -> None:
 def test_no_user_layer_is_the_box_alone() -> None:
     env = compose_environment(identity=IDENTITY, terminal={}, user={}, services=SERVICES)
     assert env == {**IDENTITY, **SERVICES}
+
+
+def test_the_unsafe_switch_skips_the_table_but_never_a_name_the_box_sets() -> None:
+    env = compose_environment(
+        identity=IDENTITY,
+        terminal={},
+        user={"BASH_ENV": "/x"},
+        services=SERVICES,
+        unsafe_unjudged=True,
+    )
+    assert env["BASH_ENV"] == "/x"
+    with pytest.raises(EnvRefused, match="PATH"):
+        compose_environment(
+            identity=IDENTITY,
+            terminal={},
+            user={"PATH": "/x"},
+            services=SERVICES,
+            unsafe_unjudged=True,
+        )

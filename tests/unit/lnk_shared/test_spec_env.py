@@ -113,3 +113,16 @@ def test_values_are_not_in_the_specs_repr() -> None:
 def test_a_bare_name_takes_the_value_of_the_environment_the_client_gives() -> None:
     spec = spec_from_arguments(_args("--env", "MINE"), cwd="/", environ={"MINE": KEY})
     assert spec.env == (("MINE", KEY),)
+
+
+def test_the_unsafe_switch_lets_a_refused_name_through_and_only_then() -> None:
+    from lnk_shared.spec import Origin, SpecBuilder
+
+    origin = Origin("command line", "--env")
+    with pytest.raises(EnvRefused):
+        SpecBuilder().add_env("LD_PRELOAD", "/x.so", origin)
+    builder = SpecBuilder(unsafe_env_unjudged=True)
+    builder.add_env("LD_PRELOAD", "/x.so", origin)
+    assert builder.build().env == (("LD_PRELOAD", "/x.so"),)
+    with pytest.raises(SpecError):  # its form is still checked
+        builder.add_env("A-B", "v", origin)
