@@ -76,6 +76,8 @@ PROTECTION_SWITCHES = (
     "unsafe_host_identity",
     "unsafe_skip_identity_check",
     "unsafe_login_path_unjudged",
+    "unsafe_loader_maps_anything",
+    "unsafe_host_clock",
 )
 LIMITS_OFF = "[limits]\nunsafe_no_limits = true\n"
 
