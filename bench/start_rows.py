@@ -16,8 +16,10 @@ Boxes, all up at once, their launches interleaved so every one sees the same mac
 Rows: `lnk sandbox run -- /bin/true` plain, with `--read` of a small project folder, and with
 `--write` of one (PROJECT_DIRS x PROJECT_FILES files), against bare bwrap /bin/true. Each
 cell is the median in ms with its ratio to bare bwrap and to the first box's same row; below,
-each box's controller phases for each row (judged, started, ran, cleaned: its log's line per
-launch, in launch order, so the n-th line is the n-th launch of that box).
+each box's paired ratio to the first (the median of each round's ratio, one round being every
+box's launch of a row back to back) and its controller phases for each row (judged, started,
+ran, cleaned: its log's line per launch, in launch order, so the n-th line is the n-th launch
+of that box).
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ PROTECTION_SWITCHES = (
     "unsafe_host_identity",
     "unsafe_skip_identity_check",
     "unsafe_login_path_unjudged",
+    "unsafe_loader_maps_anything",
+    "unsafe_host_clock",
 )
 LIMITS_OFF = "[limits]\nunsafe_no_limits = true\n"
 
@@ -152,6 +156,16 @@ def _report(
             m = statistics.median(times[(label, r)])
             vs = statistics.median(times[(base, r)])
             cells.append(f"{m:7.1f} ({m / bm:4.1f}x {m / vs:4.2f})")
+        print(f"{label:34}" + "".join(f"{c:>24}" for c in cells))
+    # Each round runs every box's launch of a row back to back, so a ratio within one round
+    # sees one load: their median moves less with the load's swings than a ratio of medians.
+    print(f"paired: median of each round's ratio to {base} (its p25-p75)")
+    for label in labels:
+        cells = []
+        for r in range(len(ROW_NAMES)):
+            ratios = [a / b for a, b in zip(times[(label, r)], times[(base, r)], strict=True)]
+            q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (0, 0, 0)
+            cells.append(f"{statistics.median(ratios):4.2f} ({q1:4.2f}-{q3:4.2f})")
         print(f"{label:34}" + "".join(f"{c:>24}" for c in cells))
     print("controller phases, median ms: judged / started / ran / cleaned")
     for label in labels:

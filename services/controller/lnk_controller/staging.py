@@ -596,18 +596,17 @@ def stage_sandbox(
     idmap_mounts.mount_staging_root(staging)  # the clean-up's one detach takes all below it
     binds: list[Bind] = []
     placeholders: list[tuple[str, bool]] = []
-    userns_fd = idmap_mounts.make_userns_fd(
-        ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
+    wanted = _wanted(
+        grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
     )
-    try:
-        wanted = _wanted(
-            grants_read,
-            grants_write,
-            fd_grants,
-            execute,
-            program_files,
-            programs_apart=programs_apart,
+    # The owner -> sandbox map for the idmapped grants: a short-lived child's namespace (5-10
+    # ms on a loaded host), so made only when there is a grant to map (a plain launch has none).
+    userns_fd = -1
+    if wanted:
+        userns_fd = idmap_mounts.make_userns_fd(
+            ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
         )
+    try:
         targets = [staging / f"g{n}" for n in range(len(wanted))]
         usr = staging / "usr" if programs_apart else None
         records = [str(target) for target in targets] + ([str(usr)] if usr else [])
@@ -645,7 +644,8 @@ def stage_sandbox(
             )
             binds.append(Bind(str(target), real, write))
     finally:
-        os.close(userns_fd)
+        if userns_fd >= 0:
+            os.close(userns_fd)
     read_only = _inside_binds(
         binds,
         read_only_inside,
