@@ -139,9 +139,9 @@ class _Listener:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per request, and a frozen init sets each field slowly
 class _Exchange:
-    """One allowed request or tunnel, and where its byte counts start."""
+    """One allowed request or tunnel, and where its byte counts start (never changed)."""
 
     listener: _Listener
     client: Conn
@@ -405,9 +405,12 @@ class ProxyServer:
         """Serve one request; True when the connection may carry another."""
         client.timeout = None
         consumed = client.received - len(client.buffer)  # this request's bytes start here
+        client.deadline = asyncio.get_running_loop().time() + HEAD_TIMEOUT_S  # in total
         try:
-            async with asyncio.timeout(HEAD_TIMEOUT_S):
+            try:
                 head = await client.read_head(find_head_end)
+            finally:
+                client.deadline = None  # before any answer: its send has its own bound
         except TimeoutError:
             if client.buffer:
                 await self._refuse(listener, client, "", "", _Refusal("head-timeout", "slow"))
@@ -567,7 +570,8 @@ class ProxyServer:
             return _Refusal(verdict.rule, verdict.reason)
         # The second judgement, on the vetted address, as the kernel routes it now (change
         # messages drained first: an interface's kept answer is never older than a change).
-        self._machine_changed()
+        if self._watch is not None and self._watch.pending():
+            self._machine_changed()
         routed = self.routes.check(verdict.address) if self.routes is not None else None
         if routed is not None:
             return _Refusal(routed.rule, routed.reason)
@@ -608,7 +612,7 @@ class ProxyServer:
     async def _upstream(self, exchange: _Exchange, key: PoolKey) -> tuple[Conn, bool]:
         """An idle pooled connection to exactly the judged address, else a new one; and
         whether it was reused. OSError or TimeoutError when dialing fails."""
-        pooled = exchange.listener.pool.take(key)
+        pooled = exchange.listener.pool.take(key, retryable=_retryable(exchange.request))
         if pooled is not None:
             return pooled, True
         return await self._dial(exchange.allowed), False
@@ -660,8 +664,7 @@ class ProxyServer:
                 # nothing reached the sandbox; a request without a body that may be repeated
                 # (RFC 9110 9.2.2, as clients retry) goes again on a new connection.
                 retry = reused and upstream.received == answered_before
-                retry = retry and client.sent == exchange.sent and request.framing.kind == "none"
-                if not (retry and request.method in IDEMPOTENT_METHODS):
+                if not (retry and client.sent == exchange.sent and _retryable(request)):
                     raise
                 upstream.close()
                 upstream = await self._dial(allowed)
@@ -696,6 +699,12 @@ def _flag_set(path: Path | str) -> bool:
     except OSError as exc:
         log.error("cannot check the flag %s (%s): taken as set", path, exc)
     return True
+
+
+def _retryable(request: ProxyRequest) -> bool:
+    """Whether a request may go again on a new connection when a reused one failed before
+    any answer: no body, and a method RFC 9110 9.2.2 lets clients repeat."""
+    return request.framing.kind == "none" and request.method in IDEMPOTENT_METHODS
 
 
 def _shown_target(request: ProxyRequest) -> str:
