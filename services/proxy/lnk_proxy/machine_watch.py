@@ -6,9 +6,6 @@ The server watches its descriptor in the event loop and reads the machine view a
 listener opened is in the view as soon as the loop runs (the route check, `route_check`,
 asks the kernel at dial time anyway).
 
-`pending` says whether a message is queued without reading it (one `poll` with no wait, no
-exception): the server asks it before every route check, and drains only when one is.
-
 Does NOT: say what changed (the caller reads the whole view again, a few milliseconds), nor
 see other network namespaces. When the kernel drops messages because the socket's queue was
 full (ENOBUFS), `drain` says "changed": a lost message is taken as a change, never as none.
@@ -17,7 +14,6 @@ full (ENOBUFS), `drain` says "changed": a lost message is taken as a change, nev
 from __future__ import annotations
 
 import errno
-import select
 import socket
 
 from lnk_proxy import netlink
@@ -52,15 +48,8 @@ class MachineWatch:
                 "proxy refuses to run on a view it cannot keep fresh"
             ) from None
 
-        self._poll = select.poll()
-        self._poll.register(self._sock.fileno(), select.POLLIN)
-
     def fileno(self) -> int:
         return self._sock.fileno()
-
-    def pending(self) -> bool:
-        """Whether a message (or an error such as ENOBUFS) waits to be read, now."""
-        return bool(self._poll.poll(0))
 
     def drain(self) -> bool:
         """Read every queued message; whether any was a change (or some were lost)."""
