@@ -615,6 +615,7 @@ class ProxyServer:
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
         addresses: Sequence[IPAddress] | None
+        looked_up = False  # an await: the loop ran other work since the flags' look
         resolver = listener.resolver
         assert resolver is not None  # set by open_listener
         if target.literal is not None:
@@ -625,6 +626,7 @@ class ProxyServer:
             refused = self._reserve_lookup(listener)
             if refused is not None:
                 return refused
+            looked_up = True
             try:
                 addresses = await resolver.resolve(target.host)
             except ResolverBusy as exc:
@@ -639,8 +641,10 @@ class ProxyServer:
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
         # The second judgement, on the vetted address, as the kernel routes it now (change
-        # messages drained first: an interface's kept answer is never older than a change).
-        self._take_events()
+        # messages taken first, at `_flags` and again after a lookup's await: an interface's
+        # kept answer is never older than a change queued before this decision's last look).
+        if looked_up:
+            self._take_events()
         routed = self.routes.check(verdict.address) if self.routes is not None else None
         if routed is not None:
             return _Refusal(routed.rule, routed.reason)
