@@ -2,6 +2,7 @@
 side by side in one run with the same client, and a fairness row.
 
     sudo /opt/lnk/venv/bin/python bench/proxy.py [--rounds 3] [--only-small] [--no-peers]
+        [--baseline OLD_SOURCES] [--rows "direct,lnk relay,old relay"]
 
 The modules, one job each: `proxy_procs` starts the processes (the proxies, the relay, the
 source) and reads their CPU and memory; `proxy_peers` installs and starts the peers;
@@ -99,6 +100,13 @@ def main() -> int:
     parser.add_argument("--only-small", action="store_true", help="skip (a), (c) and (d)")
     parser.add_argument("--no-peers", action="store_true", help="no proxy.py, no srt rows")
     parser.add_argument("--profile", type=Path, help="write lnk_proxy's CPU profile (pstats)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another source tree (an earlier commit's `git archive`): its lnk_proxy behind "
+        "its own relay is the `old relay` row of (b), measured in turn with the others",
+    )
+    parser.add_argument("--rows", help="(b)'s rows to measure, comma-separated (default: all)")
     arguments = parser.parse_args()
     rounds, only_small = max(1, arguments.rounds), arguments.only_small
     if os.geteuid() != 0:
@@ -126,6 +134,12 @@ def main() -> int:
         peers = [] if arguments.no_peers else start_peers(stack, base, binds)
         slow_loop = (slow_port, slow.process.pid, slow_relay.pid)
         bench = Bench(net, lnk, source, relay_port, relay.pid, tiny, peers, slow_loop)
+        if arguments.baseline is not None:
+            old = start_lnk(stack, base / "o", binds, sources=arguments.baseline.resolve())
+            old_relay, old_port = start_relay(stack, old.listener, base)
+            bench.baseline = (old_port, old.process.pid, old_relay.pid)
+        if arguments.rows:
+            bench.only = frozenset(name.strip() for name in arguments.rows.split(","))
         check_allowlist("lnk_proxy", bench.dial_lnk, net)
         for endpoint in (bench.relay(), *bench.others()):
             check_allowlist(endpoint.name, endpoint.dial, net)

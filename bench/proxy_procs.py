@@ -174,10 +174,12 @@ def start_lnk(
     binds: list[tuple[str, str]],
     event_loop: str = "auto",
     profile: Path | None = None,
+    sources: Path = CHECKOUT,
 ) -> Lnk:
-    """lnk_proxy from this checkout, on `event_loop` (`LNK_PROXY_EVENT_LOOP`), its files in
-    `base`, serving SANDBOX with ONLY_WWW; under cProfile timed by its CPU (`PROFILED`), the
-    stats written to `profile` when it stops, if given."""
+    """lnk_proxy from `sources` (this checkout unless another tree, such as an earlier
+    commit's `git archive`), on `event_loop` (`LNK_PROXY_EVENT_LOOP`), its files in `base`,
+    serving SANDBOX with ONLY_WWW; under cProfile timed by its CPU (`PROFILED`), the stats
+    written to `profile` when it stops, if given."""
     base.mkdir(mode=0o755, exist_ok=True)
     (base / "etc").mkdir()
     (base / "etc" / "proxy.toml").write_text(
@@ -193,7 +195,7 @@ def start_lnk(
     (base / "run" / "flags").mkdir(mode=0o755)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "PYTHONPATH": os.pathsep.join(str(CHECKOUT / s) for s in SOURCES),
+        "PYTHONPATH": os.pathsep.join(str(sources / s) for s in SOURCES),
         "LNK_CONFIG_DIR": str(base / "etc"),
         "LNK_RUN_DIR": str(base / "run"),
         "LNK_STATE_DIR": str(base / "state"),

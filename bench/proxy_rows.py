@@ -53,6 +53,8 @@ class Bench:
     tiny: Peer
     peers: list[Peer]
     slow_loop: tuple[int, int, int] | None = None  # the asyncio-loop lnk_proxy: port, pids
+    baseline: tuple[int, int, int] | None = None  # `--baseline`'s lnk_proxy: port, pids
+    only: frozenset[str] = frozenset()  # `--rows`: these rows of (b) only (all when empty)
 
     @property
     def origin(self) -> dict[str, int]:
@@ -97,8 +99,12 @@ class Bench:
             port, proxy, relay_pid = self.slow_loop
             pids = origin | {"proxy": proxy, "relay": relay_pid}
             rows.append(Via("lnk asyncio", _tcp_via(port), proxied, pids))
+        if self.baseline is not None:
+            port, proxy, relay_pid = self.baseline
+            pids = origin | {"proxy": proxy, "relay": relay_pid}
+            rows.append(Via("old relay", _tcp_via(port), proxied, pids))
         rows += [Via(e.name, e.connect, proxied, origin | e.pids) for e in self.others()]
-        return rows
+        return [row for row in rows if not self.only or row.name in self.only]
 
 
 def _tcp_via(port: int) -> Connect:
@@ -240,6 +246,16 @@ def judge_small(results: dict[tuple[str, int], Result]) -> None:
             f"  lnk relay / direct at c=64 {100 * share:5.1f} %  target >= "
             f"{100 * RELAY_SHARE_TARGET:.0f} %  {verdict(share >= RELAY_SHARE_TARGET)}"
         )
+    for concurrency in CONCURRENCY:
+        now, before = (
+            results.get(("lnk relay", concurrency)),
+            results.get(("old relay", concurrency)),
+        )
+        if now is not None and before is not None:
+            print(
+                f"  lnk relay / old relay at c={concurrency:<3} req/s {now.rps / before.rps:5.2f} x"
+                f"  CPU per request {now.proxy_us / before.proxy_us:5.2f} x"
+            )
     others = [name for name, c in results if c == 1 and name not in LNK_ROWS]
     for row in [*LNK_ROWS, *(n for n in others if not n.startswith("direct"))]:
         base = LNK_ROWS.get(row, "direct new" if row == "tinyproxy" else "direct")

@@ -16,8 +16,14 @@ see `BufferPool`); an idle connection holds no buffer (≈ 10 KiB per open tunne
 measured over 500 idle tunnels).
 
 Timeouts: `Conn.timeout` bounds each wait for the socket to become readable or writable (an
-idle bound, not a total); None waits forever (open tunnels). Reading a head is bounded in
-total by the caller.
+idle bound, not a total); None waits forever (open tunnels). `Conn.deadline` (the loop's
+clock) bounds every wait in total until it is cleared: the caller sets it around reading a
+head (one timer per wait, not an `asyncio.timeout` context per request).
+
+Reading after speaking: when this side sent last, the peer has to answer before there is
+anything to read, so a head read waits for readiness first instead of trying a `recv` that
+fails with EAGAIN (each failed call raised an exception: with the flags' and the pool's, six
+per small request, a tenth of its Python time).
 
 Buffers: a tunnel's sockets and pipes get the fixed sizes its `TunnelBuffers` name (the
 origin socket's before `connect`, so the kernel never autotunes them; `tunnel_buffers`).
@@ -121,6 +127,7 @@ class Conn:
         sock.setblocking(False)
         self.sock = sock
         self.timeout = timeout
+        self.deadline: float | None = None  # the loop's time at which every wait ends
         self.buffer = bytearray()
         self.received = 0
         self.sent = 0
@@ -128,6 +135,7 @@ class Conn:
         self._fd = sock.fileno()
         self._watched = False  # in the selector for reading
         self._reader: asyncio.Future[None] | None = None  # the read wait in progress
+        self._spoke_last = False  # sent since the last read: the peer owes an answer first
 
     def _readable(self) -> None:
         reader = self._reader
@@ -148,7 +156,12 @@ class Conn:
                 loop.add_reader(self._fd, self._readable)
                 self._watched = True
             self._reader = future
-        timer = loop.call_later(self.timeout, _expire, future) if self.timeout else None
+        if self.deadline is not None:
+            timer: asyncio.TimerHandle | None = loop.call_at(self.deadline, _expire, future)
+        elif self.timeout:
+            timer = loop.call_later(self.timeout, _expire, future)
+        else:
+            timer = None
         try:
             await future
         finally:
@@ -163,8 +176,18 @@ class Conn:
         """Until the socket is readable (or, listening, has a connection to accept)."""
         await self._wait(writable=False)
 
+    @property
+    def seen_silent(self) -> bool:
+        """Whether the event loop, at its last look, saw nothing to read here (no bytes, no end
+        of stream) since this side last read: the socket is still watched and no one took its
+        readiness. A change since that look is not seen (a `recv` would see it)."""
+        return self._watched and self._reader is None
+
     async def recv_some(self) -> bool:
         """Append what the peer sent next to `buffer`; False at end of stream."""
+        if self._spoke_last:  # the peer answers first: wait, rather than fail a recv
+            self._spoke_last = False
+            await self._wait(writable=False)
         while True:
             try:
                 data = self.sock.recv(READ_CHUNK)
@@ -185,12 +208,13 @@ class Conn:
                 continue
             self.sent += sent
             view = view[sent:]
+        self._spoke_last = True
 
-    async def read_head(self, find_end: Callable[[bytes], int | None]) -> bytes | None:
+    async def read_head(self, find_end: Callable[[bytearray], int | None]) -> bytes | None:
         """One head (through its blank line), using `find_end` (which raises past its own
         limit); None when the peer closed before sending a byte; EOFError mid-head."""
         while True:
-            end = find_end(bytes(self.buffer)) if self.buffer else None
+            end = find_end(self.buffer) if self.buffer else None
             if end is not None:
                 head = bytes(self.buffer[:end])
                 del self.buffer[:end]

@@ -91,7 +91,7 @@ class ResponseHead:
         return b"\r\n".join((*self.head_lines, connection)) + b"\r\n\r\n"
 
 
-def find_response_head_end(untrusted: bytes) -> int | None:
+def find_response_head_end(untrusted: bytes | bytearray) -> int | None:
     end = untrusted.find(b"\r\n\r\n", 0, MAX_RESPONSE_HEAD_BYTES)
     if end >= 0:
         return end + 4

@@ -88,8 +88,27 @@ HOP_BY_HOP_HEADERS = frozenset(
 )
 # Set by this module from the parse, never copied from the client (see `upstream_headers`).
 _DERIVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding"})
+_NEVER_SENT = HOP_BY_HOP_HEADERS | _DERIVED_HEADERS
+# The fields the parse itself reads, by lowercased name.
+_FRAMING_FIELDS = {
+    name: name for name in ("host", "content-length", "transfer-encoding", "connection")
+}
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN_CHARS = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
+_TOKEN = re.compile(_TOKEN_CHARS + rb"+")
+_FIELD_VALUE = rb"[^\x00-\x08\x0a-\x1f\x7f]*"  # no control characters but HT (RFC 9110 5.5)
+# A whole head: `METHOD SP target SP version CRLF`, field lines, CRLF. What it refuses,
+# `_diagnose` names; what it accepts is exactly what the line-by-line reading accepts.
+_HEAD = re.compile(
+    rb"(" + _TOKEN_CHARS + rb"+) ([\x21-\x7e]+) (HTTP/1\.[01])\r\n"
+    rb"((?:" + _TOKEN_CHARS + rb"+:" + _FIELD_VALUE + rb"\r\n)*)\r\n"
+)
+# One field line of a head `_HEAD` accepted: its name and its value without surrounding OWS.
+_FIELD = re.compile(
+    rb"(" + _TOKEN_CHARS + rb"+):[ \t]*((?:" + _FIELD_VALUE + rb"[^\x00-\x20\x7f])?)[ \t]*\r\n"
+)
+# The common authority: a name of `_NAME_CHARS` and an optional port (range checked after).
+_NAME_AUTHORITY = re.compile(r"([A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
 _PRINTABLE_ASCII = re.compile(rb"[\x21-\x7e]+( [\x21-\x7e]+)*")
 _CONTROL_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -97,6 +116,7 @@ _PORT = re.compile(r"[0-9]{1,5}")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
 _IPV6_CHARS = frozenset("0123456789abcdefABCDEF:.")
 _RULE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_NO_OPTIONS: frozenset[str] = frozenset()
 
 
 class RequestRefused(Exception):
@@ -153,9 +173,9 @@ class ProxyRequest:
         kept: list[tuple[str, str]] = [("Host", self.authority())]
         for name, value in self.headers:
             lower = name.lower()
-            dropped = lower in HOP_BY_HOP_HEADERS or lower in _DERIVED_HEADERS or lower in named
-            if not dropped and not lower.startswith("proxy-"):
-                kept.append((name, value))
+            if lower in _NEVER_SENT or lower in named or lower.startswith("proxy-"):
+                continue
+            kept.append((name, value))
         if self.framing.kind == "length":
             kept.append(("Content-Length", str(self.framing.length)))
         elif self.framing.kind == "chunked":
@@ -163,7 +183,7 @@ class ProxyRequest:
         return tuple(kept)
 
 
-def find_head_end(untrusted_buffer: bytes) -> int | None:
+def find_head_end(untrusted_buffer: bytes | bytearray) -> int | None:
     """The offset just past the head's blank line, None if more bytes are needed.
 
     Raises RequestRefused("head-too-large") once MAX_HEAD_BYTES arrived without a blank line.
@@ -177,7 +197,12 @@ def find_head_end(untrusted_buffer: bytes) -> int | None:
 
 
 def parse_request_head(untrusted: bytes) -> ProxyRequest:
-    """Parse one request head (request line, headers, blank line; nothing after it)."""
+    """Parse one request head (request line, headers, blank line; nothing after it).
+
+    The grammar is `_HEAD` (request line, field lines, blank line) and the common target and
+    authority shapes `_HTTP_TARGET` and `_NAME_AUTHORITY`, each matched in one pass; a head or
+    a target they do not match is read again piece by piece (`_diagnose`, `_parse_authority`)
+    only to name the rule it breaks."""
     if len(untrusted) > MAX_HEAD_BYTES:
         raise RequestRefused("head-too-large", f"{len(untrusted)} B > {MAX_HEAD_BYTES} B")
     if not untrusted.endswith(b"\r\n\r\n"):
@@ -185,13 +210,20 @@ def parse_request_head(untrusted: bytes) -> ProxyRequest:
     lines = untrusted[:-4].split(b"\r\n")
     if b"" in lines:
         raise RequestRefused("incomplete-head", "a blank line before the end: data after the head")
-    for line in lines:
-        if len(line) > MAX_LINE:
-            raise RequestRefused("head-too-large", f"a line of {len(line)} B > {MAX_LINE} B")
+    longest = max(map(len, lines))
+    if longest > MAX_LINE:
+        raise RequestRefused("head-too-large", f"a line of {longest} B > {MAX_LINE} B")
     if len(lines) - 1 > MAX_HEADERS:
         raise RequestRefused("too-many-headers", f"{len(lines) - 1} headers > {MAX_HEADERS}")
-    method, target, version = _parse_request_line(lines[0])
-    headers = tuple(_parse_header_line(line) for line in lines[1:])
+    match = _HEAD.fullmatch(untrusted)
+    if match is None:
+        _diagnose(lines)
+        raise RequestRefused("bad-header", "a head this parser cannot read")  # not reached
+    raw_method, raw_target, raw_version = match.group(1, 2, 3)
+    version = _VERSIONS[raw_version]
+    method, target = raw_method.decode("ascii"), raw_target.decode("ascii")
+    fields = _FIELD.findall(untrusted, match.start(4), match.end(4))
+    headers = tuple((name.decode("ascii"), value.decode("latin-1")) for name, value in fields)
     if method == "CONNECT":
         kind: Literal["connect", "http"] = "connect"
         host, port = _parse_connect_target(target)
@@ -199,10 +231,31 @@ def parse_request_head(untrusted: bytes) -> ProxyRequest:
     else:
         kind = "http"
         host, port, path = _parse_absolute_target(target)
-    _check_host_header(headers, kind, version, host, port)
-    framing = _framing(headers, kind, version)
-    keep_alive = _keep_alive(headers, kind, version)
+    hosts: list[str] = []
+    lengths: list[str] = []
+    codings: list[str] = []
+    options: list[str] = []
+    for name, value in headers:
+        wanted = _FRAMING_FIELDS.get(name.lower())
+        if wanted == "host":
+            hosts.append(value)
+        elif wanted == "content-length":
+            lengths.append(value)
+        elif wanted == "transfer-encoding":
+            codings.append(value)
+        elif wanted == "connection":
+            options.append(value)
+    _check_host_header(hosts, kind, version, host, port)
+    framing = _framing(lengths, codings, kind, version)
+    keep_alive = _keep_alive(_options(options), kind, version)
     return ProxyRequest(method, kind, host, port, path, headers, version, keep_alive, framing)
+
+
+def _diagnose(lines: list[bytes]) -> None:
+    """Name the rule a head that `_HEAD` refused breaks (RequestRefused), line by line."""
+    _parse_request_line(lines[0])
+    for line in lines[1:]:
+        _parse_header_line(line)
 
 
 def format_upstream_head(request: ProxyRequest) -> bytes:
@@ -212,10 +265,10 @@ def format_upstream_head(request: ProxyRequest) -> bytes:
     CONNECT (a tunnel sends no head)."""
     if request.kind != "http":
         raise ValueError("a CONNECT has no upstream head: its connection becomes a tunnel")
-    lines = [f"{request.method} {request.path} {request.version}"]
-    lines += [f"{name}: {value}" for name, value in request.upstream_headers()]
-    lines.append("Connection: keep-alive" if request.version == "HTTP/1.1" else "Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    fields = "".join([f"{name}: {value}\r\n" for name, value in request.upstream_headers()])
+    connection = "keep-alive" if request.version == "HTTP/1.1" else "close"
+    head = f"{request.method} {request.path} {request.version}\r\n{fields}Connection: {connection}"
+    return (head + "\r\n\r\n").encode("latin-1")
 
 
 def refusal_response(rule: str) -> bytes:
@@ -303,6 +356,13 @@ def _parse_absolute_target(target: str) -> tuple[str, int, str]:
 
 def _parse_authority(text: str) -> tuple[str, int | None]:
     """`host[:port]` → (host as written, port or None); every oddity refused."""
+    common = _NAME_AUTHORITY.fullmatch(text)
+    if common is not None:  # a name and a port in range: what the reading below accepts
+        host, digits = common.group(1, 2)
+        if digits is None:
+            return host, None
+        if 0 < int(digits) <= MAX_PORT:
+            return host, int(digits)
     if "@" in text:
         raise RequestRefused("userinfo", f"userinfo in a host: {_quote(text)}")
     if text.startswith("["):
@@ -340,10 +400,9 @@ def _comparable(host: str) -> str:
     return host.lower().removesuffix(".")
 
 
-def _check_host_header(headers: Headers, kind: str, version: str, host: str, port: int) -> None:
-    """Host, when present, names the target; HTTP/1.1 http requests must send it. A CONNECT
-    needs none (Python's http.client sends none) and may omit the port in it."""
-    values = [value for name, value in headers if name.lower() == "host"]
+def _check_host_header(values: list[str], kind: str, version: str, host: str, port: int) -> None:
+    """Host (its `values`), when present, names the target; HTTP/1.1 http requests must send
+    it. A CONNECT needs none (Python's http.client sends none) and may omit the port in it."""
     if len(values) > 1:
         raise RequestRefused("host-mismatch", f"{len(values)} Host headers")
     if not values:
@@ -358,9 +417,8 @@ def _check_host_header(headers: Headers, kind: str, version: str, host: str, por
         raise RequestRefused("host-mismatch", shown)
 
 
-def _framing(headers: Headers, kind: str, version: str) -> BodyLength:
-    lengths = [value for name, value in headers if name.lower() == "content-length"]
-    codings = [value for name, value in headers if name.lower() == "transfer-encoding"]
+def _framing(lengths: list[str], codings: list[str], kind: str, version: str) -> BodyLength:
+    """From the Content-Length `lengths` and the Transfer-Encoding `codings` received."""
     if lengths and codings:
         raise RequestRefused("ambiguous-framing", "both Content-Length and Transfer-Encoding")
     if codings:
@@ -388,13 +446,20 @@ def _framing(headers: Headers, kind: str, version: str) -> BodyLength:
 
 
 def _connection_options(headers: Headers) -> frozenset[str]:
-    listed = ",".join(value for name, value in headers if name.lower() == "connection")
-    return frozenset(option.strip(" \t").lower() for option in listed.split(","))
+    return _options([value for name, value in headers if name.lower() == "connection"])
 
 
-def _keep_alive(headers: Headers, kind: str, version: str) -> bool:
-    """RFC 9112 9.3: HTTP/1.1 persists unless `close`; a proxy does not keep HTTP/1.0 clients;
-    a CONNECT's connection becomes the tunnel and never carries another request."""
+def _options(values: list[str]) -> frozenset[str]:
+    """The lowercased options the Connection header `values` list."""
+    if not values:
+        return _NO_OPTIONS
+    return frozenset(option.strip(" \t").lower() for option in ",".join(values).split(","))
+
+
+def _keep_alive(options: frozenset[str], kind: str, version: str) -> bool:
+    """RFC 9112 9.3: HTTP/1.1 persists unless `close` is among the Connection `options`; a
+    proxy does not keep HTTP/1.0 clients; a CONNECT's connection becomes the tunnel and never
+    carries another request."""
     if kind == "connect" or version != "HTTP/1.1":
         return False
-    return "close" not in _connection_options(headers)
+    return "close" not in options

@@ -1,8 +1,10 @@
 """The proxy's listeners: one unix socket per sandbox, and every connection through it.
 
 Per connection, per request: read a head (bounded in size by `find_head_end`, in time by
-`HEAD_TIMEOUT_S`), parse it, read the sandbox's stop and pause flags (uncached: a stat each; a
-flag that cannot be checked counts as set), `judge_target`, resolve (the system resolver's
+`HEAD_TIMEOUT_S`), parse it, the sandbox's stop and pause flags as they are now (read again
+whenever the flags folder's inotify watch says a name of this sandbox changed, and on every
+request while there is no watch: `flag_watch`; a flag that cannot be checked counts as set),
+`judge_target`, resolve (the system resolver's
 answers are kept per sandbox for `ANSWER_CACHE_S`, and judged again on every request),
 `judge_addresses`, the kernel's route to the judged address (`route_check`: refused when it is
 delivered here or out of a guests' bridge), then reach exactly `Allowed.address`.
@@ -58,8 +60,10 @@ import hmac
 import logging
 import os
 import resource
+import select
 import socket
 import ssl
+import stat
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -70,6 +74,7 @@ from lnk_proxy import machine, service_relay
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
+from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.forward import BadResponse, forward_http
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
@@ -108,6 +113,7 @@ from lnk_proxy.tunnel_buffers import LARGE, PLAIN, SMALL, TunnelBuffers, buffers
 from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
+from lnk_shared.errors import StateError
 from lnk_shared.spec_models import ModelRule
 
 __all__ = ["FLAG_POLL_S", "HEAD_TIMEOUT_S", "IO_TIMEOUT_S", "LISTENER_MODE", "ProxyServer"]
@@ -157,14 +163,16 @@ class _Listener:
     services: ServiceGrant = field(default_factory=ServiceGrant)  # its rules, their secrets
     models: ModelGrant = field(default_factory=ModelGrant)  # its [[models]] rules
     hosted: HostedGrant = field(default_factory=HostedGrant)  # the hosted ones' providers
+    flag_refusal: _Refusal | None = None  # its flags as last read, while `flags_known`
+    flags_known: bool = False  # read since the watch last said a name of it changed
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per request, and a frozen init sets each field slowly
 class _Exchange:
-    """One allowed request or tunnel, and where its byte counts start."""
+    """One allowed request or tunnel, and where its byte counts start (never changed)."""
 
     listener: _Listener
     client: Conn
@@ -196,6 +204,8 @@ class ProxyServer:
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
         self._listeners: dict[str, _Listener] = {}
         self._watch: MachineWatch | None = None
+        self._flag_watch: FlagWatch | None = None
+        self._events = select.poll()  # the two watches: one poll, with no wait, per decision
         self._stale = False
         self._refresher: asyncio.Task[None] | None = None
         # Reads the machine view: its own thread, never behind sandboxes' lookups.
@@ -208,15 +218,31 @@ class ProxyServer:
         self.wire_log.prepare()
         self._watch = MachineWatch()
         await self.refresh_machine(fatal=True)
-        asyncio.get_running_loop().add_reader(self._watch.fileno(), self._machine_changed)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self._watch.fileno(), self._machine_changed)
+        self._events.register(self._watch.fileno(), select.POLLIN)
+        try:
+            self._flag_watch = FlagWatch(self.config.flags_dir)
+        except StateError as exc:
+            log.warning("%s", exc)
+        else:
+            self._flag_watch.arm()
+            loop.add_reader(self._flag_watch.fileno(), self._flags_changed)
+            self._events.register(self._flag_watch.fileno(), select.POLLIN)
 
     async def close(self) -> None:
         for sandbox in list(self._listeners):
             await self.close_listener(sandbox)
         if self._watch is not None:
             asyncio.get_running_loop().remove_reader(self._watch.fileno())
+            self._events.unregister(self._watch.fileno())
             self._watch.close()
             self._watch = None
+        if self._flag_watch is not None:
+            asyncio.get_running_loop().remove_reader(self._flag_watch.fileno())
+            self._events.unregister(self._flag_watch.fileno())
+            self._flag_watch.close()
+            self._flag_watch = None
         if self._refresher is not None:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
@@ -253,6 +279,32 @@ class ProxyServer:
         self._stale = True
         if self._refresher is None or self._refresher.done():
             self._refresher = asyncio.create_task(self._refresh_while_stale())
+
+    def _flags_changed(self) -> None:
+        """The flags watch said something: forget the flags of the sandboxes it names (of all,
+        when it cannot say), so their next decision reads them again."""
+        if self._flag_watch is None:
+            return
+        try:
+            changed = self._flag_watch.drain()
+        except OSError:
+            log.exception("reading the flags watch failed; every flag is read again")
+            changed = EVERYTHING
+        if changed is EVERYTHING:
+            self._flags_changed_everywhere()
+            return
+        for name in changed:
+            listener = self._listeners.get(name.rpartition(".")[0])
+            if listener is not None:
+                listener.flags_known = False
+
+    def _take_events(self) -> None:
+        """What the kernel queued on the two watches, taken now: before a decision uses the
+        flags or the kernel's routes (the loop's readers would take it one turn later)."""
+        if not self._events.poll(0):
+            return
+        self._machine_changed()
+        self._flags_changed()
 
     async def _refresh_while_stale(self) -> None:
         # Changes that arrive during a read make it stale again: one more read follows.
@@ -418,13 +470,31 @@ class ProxyServer:
                     task.cancel()
             listener.pool.sweep()
             self.wire_log.flush(listener.sandbox)  # the counts of ended refusal windows
+            watch = self._flag_watch
+            if watch is not None and not watch.armed and watch.arm():  # the folder is back
+                self._flags_changed_everywhere()
+
+    def _flags_changed_everywhere(self) -> None:
+        for listener in self._listeners.values():
+            listener.flags_known = False
 
     def _flags(self, listener: _Listener) -> _Refusal | None:
-        """The stop and pause flags, read now (never cached)."""
+        """The stop and pause flags as they are now: as last read while the watch has said
+        no name of this sandbox changed since, else read (and kept while the watch is on)."""
+        self._take_events()
+        if listener.flags_known:
+            return listener.flag_refusal
+        refusal, by_path = None, False
         for path, name, rule in listener.flags:
-            if _flag_set(path):
-                return _Refusal(rule, f"the sandbox's {name} flag is set")
-        return None
+            is_set, link = _flag_state(path)
+            by_path = by_path or link
+            if is_set:
+                refusal = _Refusal(rule, f"the sandbox's {name} flag is set")
+                break
+        watch = self._flag_watch
+        if watch is not None and watch.armed and not by_path:
+            listener.flag_refusal, listener.flags_known = refusal, True
+        return refusal
 
     async def _serve(self, listener: _Listener, sock: socket.socket) -> None:
         client = Conn(sock)
@@ -440,9 +510,12 @@ class ProxyServer:
         """Serve one request; True when the connection may carry another."""
         client.timeout = None
         consumed = client.received - len(client.buffer)  # this request's bytes start here
+        client.deadline = asyncio.get_running_loop().time() + HEAD_TIMEOUT_S  # in total
         try:
-            async with asyncio.timeout(HEAD_TIMEOUT_S):
+            try:
                 head = await client.read_head(find_head_end)
+            finally:
+                client.deadline = None  # before any answer: its send has its own bound
         except TimeoutError:
             if client.buffer:
                 await self._refuse(listener, client, "", "", _Refusal("head-timeout", "slow"))
@@ -786,6 +859,7 @@ class ProxyServer:
         if isinstance(target, Refused):
             return _Refusal(target.rule, target.reason)
         addresses: Sequence[IPAddress] | None
+        looked_up = False  # an await: the loop ran other work since the flags' look
         resolver = listener.resolver
         assert resolver is not None  # set by open_listener
         if target.literal is not None:
@@ -796,6 +870,7 @@ class ProxyServer:
             refused = self._reserve_lookup(listener)
             if refused is not None:
                 return refused
+            looked_up = True
             try:
                 addresses = await resolver.resolve(target.host)
             except ResolverBusy as exc:
@@ -810,8 +885,10 @@ class ProxyServer:
         if isinstance(verdict, Refused):
             return _Refusal(verdict.rule, verdict.reason)
         # The second judgement, on the vetted address, as the kernel routes it now (change
-        # messages drained first: an interface's kept answer is never older than a change).
-        self._machine_changed()
+        # messages taken first, at `_flags` and again after a lookup's await: an interface's
+        # kept answer is never older than a change queued before this decision's last look).
+        if looked_up:
+            self._take_events()
         routed = self.routes.check(verdict.address) if self.routes is not None else None
         if routed is not None:
             return _Refusal(routed.rule, routed.reason)
@@ -853,7 +930,7 @@ class ProxyServer:
     async def _upstream(self, exchange: _Exchange, key: PoolKey) -> tuple[Conn, bool]:
         """An idle pooled connection to exactly the judged address, else a new one; and
         whether it was reused. OSError or TimeoutError when dialing fails."""
-        pooled = exchange.listener.pool.take(key)
+        pooled = exchange.listener.pool.take(key, retryable=_retryable(exchange.request))
         if pooled is not None:
             return pooled, True
         return await self._dial(exchange.allowed), False
@@ -905,8 +982,7 @@ class ProxyServer:
                 # nothing reached the sandbox; a request without a body that may be repeated
                 # (RFC 9110 9.2.2, as clients retry) goes again on a new connection.
                 retry = reused and upstream.received == answered_before
-                retry = retry and client.sent == exchange.sent and request.framing.kind == "none"
-                if not (retry and request.method in IDEMPOTENT_METHODS):
+                if not (retry and client.sent == exchange.sent and _retryable(request)):
                     raise
                 upstream.close()
                 upstream = await self._dial(allowed)
@@ -941,6 +1017,27 @@ def _flag_set(path: Path | str) -> bool:
     except OSError as exc:
         log.error("cannot check the flag %s (%s): taken as set", path, exc)
     return True
+
+
+def _flag_state(path: str) -> tuple[bool, bool]:
+    """Whether a flag is set, and whether it is a link (then read by path every time: a
+    change to its target is not a change the folder's watch sees)."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False, False
+    except OSError as exc:
+        log.error("cannot check the flag %s (%s): taken as set", path, exc)
+        return True, False
+    if stat.S_ISLNK(info.st_mode):
+        return _flag_set(path), True
+    return True, False
+
+
+def _retryable(request: ProxyRequest) -> bool:
+    """Whether a request may go again on a new connection when a reused one failed before
+    any answer: no body, and a method RFC 9110 9.2.2 lets clients repeat."""
+    return request.framing.kind == "none" and request.method in IDEMPOTENT_METHODS
 
 
 def _shown_target(request: ProxyRequest) -> str:

@@ -9,10 +9,15 @@ the listener or a stop closes its pool.
 
 A connection is given back only after an exchange that ended on a message boundary with
 nothing unread (`Forwarded.upstream_keeps`). Taking one checks it is still open and silent (an
-origin that closed it, or sent bytes no one asked for, is dropped). It is kept at most
-`IDLE_S`, below the shortest keep-alive common servers grant (Apache's 5 s), so an origin
-rarely closes a connection as it is taken; the caller retries a request without a body once
-on a fresh connection when a reused one fails before any answer.
+origin that closed it, or sent bytes no one asked for, is dropped): with a `MSG_PEEK`, or, for
+a request the caller may send again on a fresh connection (`retryable`), by the event loop's
+last look at it (`Conn.seen_silent`: the peek's EAGAIN was an exception per request). An end
+that arrived since that look makes the exchange fail before any answer, and the caller's
+retry dials anew; bytes the origin sent unasked since then are read as its answer to this
+request (the same origin, judged to the same address, which could have sent them as one).
+It is kept at most `IDLE_S`, below the shortest keep-alive common servers grant (Apache's
+5 s), so an origin rarely closes a connection as it is taken; the caller retries a request
+without a body once on a fresh connection when a reused one fails before any answer.
 
 Limits: `PER_KEY` idle connections per key and `PER_SANDBOX` in all; more are closed. This
 module does NOT bound connections in use (the listener's limits do) nor pool tunnels (a
@@ -62,8 +67,10 @@ class UpstreamPool:
     def __len__(self) -> int:
         return self._count
 
-    def take(self, key: PoolKey) -> Conn | None:
-        """The most recently used idle connection for `key` that is still usable, or None."""
+    def take(self, key: PoolKey, *, retryable: bool = False) -> Conn | None:
+        """The most recently used idle connection for `key` that is still usable, or None.
+        `retryable`: the caller sends the request again on a new connection when this one
+        fails before answering, so the loop's last look may stand in for the peek."""
         entries = self._idle.get(key)
         if not entries:
             return None
@@ -71,7 +78,7 @@ class UpstreamPool:
         while entries:
             since, conn = entries.pop()
             self._count -= 1
-            if since > oldest and _still_usable(conn):
+            if since > oldest and ((retryable and conn.seen_silent) or _still_usable(conn)):
                 return conn
             conn.close()
         del self._idle[key]

@@ -49,11 +49,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import json.encoder
 import logging
 import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -93,8 +95,8 @@ REASON_LIMIT = 2 * LOG_LIMIT  # a reason quotes a cut target and says why
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a file name: no '/', no '..'
 
 Decision = Literal["allowed", "refused"]
-# One encoder for every line: json.dumps with these options would build a new one each call.
-_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+# JSON's quoting of a string with every non-ASCII character escaped (C, where available).
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 @dataclass(frozen=True)
@@ -115,26 +117,26 @@ class WireEntry:
 
 
 def format_line(entry: WireEntry, now: datetime) -> str:
-    """The log line for `entry` at `now`, newline included; ValueError for a bad sandbox id."""
+    """The log line for `entry` at `now`, newline included; ValueError for a bad sandbox id.
+    The JSON `json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))` writes for the same
+    fields, built in one f-string around the encoder's own string quoting (a dict and the
+    encoder's walk were half of the line's cost)."""
     if not SANDBOX_ID.fullmatch(entry.sandbox):
         raise ValueError(f"not a sandbox id: {entry.sandbox!r}")
-    document: dict[str, str | int] = {
-        "time": now.astimezone(UTC).isoformat(timespec="milliseconds"),
-        "sandbox": entry.sandbox,
-        "method": cut_for_log(entry.method, METHOD_LIMIT),
-        "target": cut_for_log(entry.target, LOG_LIMIT),
-        "address": cut_for_log(entry.address, LOG_LIMIT),
-        "decision": entry.decision,
-        "rule": cut_for_log(entry.rule, METHOD_LIMIT),
-        "up": entry.up,
-        "down": entry.down,
-        "reason": cut_for_log(entry.reason, REASON_LIMIT),
-    }
+    q = _quote
+    line = (
+        f'{{"time":{q(now.astimezone(UTC).isoformat(timespec="milliseconds"))},'
+        f'"sandbox":{q(entry.sandbox)},"method":{q(cut_for_log(entry.method, METHOD_LIMIT))},'
+        f'"target":{q(cut_for_log(entry.target, LOG_LIMIT))},'
+        f'"address":{q(cut_for_log(entry.address, LOG_LIMIT))},"decision":{q(entry.decision)},'
+        f'"rule":{q(cut_for_log(entry.rule, METHOD_LIMIT))},"up":{int(entry.up)},'
+        f'"down":{int(entry.down)},"reason":{q(cut_for_log(entry.reason, REASON_LIMIT))}'
+    )
     if entry.error:
-        document["error"] = cut_for_log(entry.error, REASON_LIMIT)
+        line += f',"error":{q(cut_for_log(entry.error, REASON_LIMIT))}'
     if entry.repeated:
-        document["repeated"] = entry.repeated
-    return _ENCODER.encode(document) + "\n"
+        line += f',"repeated":{int(entry.repeated)}'
+    return line + "}\n"
 
 
 _Key = tuple[str, str, str]  # rule, method, target
