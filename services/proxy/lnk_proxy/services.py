@@ -187,8 +187,10 @@ def _bearer_allows(rule: ServiceRule, method: str, path: str) -> bool:
 
 
 def _judged_headers(rule: ServiceRule, headers: Headers) -> Headers:
-    """The client's headers minus hop-by-hop, framing, `Proxy-*` and credentials; a credential
-    that is not the placeholder (bearer's `Authorization: Bearer <placeholder>`) refuses."""
+    """The client's headers minus hop-by-hop, framing, `Proxy-*`, `Accept-Encoding` and
+    credentials; a credential that is not the placeholder (bearer's `Authorization: Bearer
+    <placeholder>`) refuses. The answer is asked for as `identity` (`upstream_head`): the
+    scrubber reads its bytes, and a compressed answer would carry the secret past it."""
     kept = []
     for name, value in headers:
         lower = name.lower()
@@ -201,7 +203,7 @@ def _judged_headers(rule: ServiceRule, headers: Headers) -> Headers:
             ):
                 raise RequestRefused("service-own-key", f"a {lower} header of its own")
             continue
-        if lower in _HOP_BY_HOP or lower.startswith("proxy-"):
+        if lower in _HOP_BY_HOP or lower.startswith("proxy-") or lower == "accept-encoding":
             continue
         kept.append((name, value))
     return tuple(kept)
@@ -217,7 +219,7 @@ def upstream_head(forward: ServiceForward, secret: bytes, framing: Headers = ())
     lines += [f"{name}: {v}" for name, v in (*forward.headers, *framing)]
     if rule.kind == "bearer":
         lines.append(f"Authorization: Bearer {value}")
-    lines.append("Connection: close")
+    lines += ["Accept-Encoding: identity", "Connection: close"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 

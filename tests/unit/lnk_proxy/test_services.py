@@ -182,3 +182,20 @@ def test_a_chunk_ending_in_nothing_like_the_secret_is_sent_whole() -> None:
     assert scrubber.feed(b"data: " + SECRET[:5]) == b"data: "
     assert scrubber.feed(SECRET[5:] + b"\n\n") == P.encode() + b"\n\n"
     assert scrubber.flush() == b""
+
+
+@pytest.mark.parametrize("rule", [BOT, API])
+def test_the_answer_is_asked_for_uncompressed_whatever_the_client_accepts(
+    rule: ServiceRule,
+) -> None:
+    """A gzipped answer would carry an echoed secret past the scrubber, which reads bytes."""
+    target = (
+        f"http://api.telegram.org/bot{P}/getMe"
+        if rule is BOT
+        else "http://api.example.com/v1/items"
+    )
+    auth = () if rule is BOT else (f"Authorization: Bearer {placeholder(API)}",)
+    request = _request(target, "Accept-Encoding: gzip, br", "accept-encoding: deflate", *auth)
+    head = upstream_head(judge_service(rule, request), SECRET).lower()
+    assert head.count(b"accept-encoding") == 1
+    assert b"accept-encoding: identity\r\n" in head
