@@ -159,7 +159,7 @@ def test_a_name_that_changes_what_runs_is_refused_before_anything_starts(
         "/usr/bin/touch",
         str(marker),
     )
-    assert ran.returncode == 3, (ran.stdout, ran.stderr)
+    assert ran.returncode == 126, (ran.stdout, ran.stderr)  # a run's "refused" (README)
     assert "refused [environment]" in ran.stderr and entry in ran.stderr
     assert "203.0.113.9" not in ran.stderr and "/tmp/run-me" not in ran.stderr
     assert "Traceback" not in ran.stderr
@@ -169,5 +169,5 @@ def test_a_name_that_changes_what_runs_is_refused_before_anything_starts(
 
 def test_env_without_a_value_the_caller_lacks_is_a_usage_error(running_box: RunningBox) -> None:
     ran = _lnk(running_box, "sandbox", "run", "--yes", "--env", "E2E_NOT_SET", "--", "/bin/true")
-    assert ran.returncode == 2, ran.stderr
+    assert ran.returncode == 125, ran.stderr  # a run's own usage error (README)
     assert "--env E2E_NOT_SET: not set in your environment" in ran.stderr

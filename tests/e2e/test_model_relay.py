@@ -32,7 +32,7 @@ CURL = "curl -sS --max-time 20 --path-as-is"
 DIRECT = "--noproxy '*'"  # straight to the model's port inside: the relay's CONNECT to it
 INSIDE = "http://127.0.0.1:11434"
 STREAM_TIMEOUT_S = 90.0
-EXIT_REFUSED = 3
+EXIT_REFUSED = 126  # lnk_shared.errors.EXIT_RUN_REFUSED: a run refused
 
 
 @pytest.fixture(scope="module")
