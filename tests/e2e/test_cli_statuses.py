@@ -92,7 +92,9 @@ CLIENTS = ["c", "python-quick", "python-full"]
 def test_a_programs_own_1_2_3_pass_through_and_do_not_read_as_lnks(
     running_box: RunningBox, clients: dict[str, list[str]], client: str
 ) -> None:
-    for status in (1, 2, 3):
+    # Each of lnk's own old statuses through the C client (most runs take its path), and the
+    # one that read as "refused" through each Python client: the same code decides for both.
+    for status in (1, 2, 3) if client == "c" else (3,):
         script = f"echo ran {status}; exit {status}"
         ran = _run(running_box, client, clients, ["--yes", "--", "/bin/sh", "-c", script])
         assert (ran.returncode, ran.stdout) == (status, f"ran {status}\n"), ran.stderr
