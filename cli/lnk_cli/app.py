@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from lnk_cli.exit_statuses import EPILOG, runs_a_program
 from lnk_cli.quick_run import reported
 from lnk_shared.errors import EXIT_USAGE, UsageError
 
-__all__ = ["build_parser", "run"]
+__all__ = ["build_parser", "leaves", "run"]
 
 VERSION = "0.1.0"
 
@@ -52,6 +52,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or only == name:
             importlib.import_module(module).register(groups)
     return parser
+
+
+def leaves(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command the parser takes, as (its words after `lnk`, its own parser): what the
+    man page, the completions and the tests that walk every command see."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for sub in subs:
+        for name, child in sub.choices.items():
+            yield from leaves(child, (*path, name))
 
 
 def run(argv: Sequence[str]) -> int:

@@ -16,10 +16,11 @@ PTY_TIMEOUT_S = 30.0  # a launch's question on a loaded 2-core machine comes in 
 
 
 def answer_on_pty(
-    argv: Sequence[str], answer: str, *, env: dict[str, str], cwd: Path
+    argv: Sequence[str], answer: str, *, env: dict[str, str], cwd: Path, prompt: bytes = PROMPT
 ) -> tuple[int, bytes]:
-    """Run `argv` with a pty as stdin, stdout and stderr; write `answer` and a newline once the
-    question's PROMPT shows. Its exit status and every byte it wrote to the terminal."""
+    """Run `argv` with a pty as stdin, stdout and stderr; write `answer` and a newline once
+    `prompt` shows (the approval question's, or a shell's). Its exit status and every byte it
+    wrote to the terminal."""
     main, secondary = os.openpty()
     proc = subprocess.Popen(
         list(argv),
@@ -45,7 +46,7 @@ def answer_on_pty(
                 if not chunk:
                     break
                 seen += chunk
-            if PROMPT in seen and not answered:
+            if prompt in seen and not answered:
                 os.write(main, answer.encode() + b"\n")
                 answered = True
             if proc.poll() is not None and not ready:

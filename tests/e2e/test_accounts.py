@@ -26,7 +26,7 @@ RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 
 LNK = Path(os.environ.get("LNK_PREFIX", "/opt/lnk")) / "venv" / "bin" / "lnk"
-EXIT_NOT_APPROVED = 1
+EXIT_NOT_APPROVED = 126  # lnk_shared.errors.EXIT_RUN_REFUSED: a run not approved is refused
 
 
 @dataclass(frozen=True)

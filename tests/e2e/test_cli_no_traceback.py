@@ -12,7 +12,6 @@ import argparse
 import os
 import pwd
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +19,7 @@ import install_prefix
 import pytest
 from as_user import as_user
 
-from lnk_cli.app import build_parser
+from lnk_cli.app import build_parser, leaves
 from lnk_cli.exit_statuses import runs_a_program
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
@@ -45,17 +44,6 @@ NUMBERS = ("0", "-99999999999999999999")
 # Commands that change the box itself, tried only on a box that is down (as root they would
 # take it down or start it mid-test).
 BOX_CHANGING = {("box", "up"), ("box", "down"), ("box", "prune")}
-
-
-def _leaves(
-    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-    for sub in subs:
-        for name, child in sub.choices.items():
-            yield from _leaves(child, (*path, name))
 
 
 def _tries(
@@ -130,8 +118,8 @@ def box_user(running_box: Any) -> Any:
 def test_no_command_prints_a_traceback_on_any_input_as_root_or_not_box_up_or_down(
     private_box: Any, box_user: Any
 ) -> None:
-    leaves = list(_leaves(build_parser()))
-    assert len(leaves) >= 25, [p for p, _ in leaves]  # every group was registered
+    commands = list(leaves(build_parser()))
+    assert len(commands) >= 25, [p for p, _ in commands]  # every group was registered
     faults: list[str] = []
     with private_box() as box, ThreadPoolExecutor(WORKERS) as pool:
         os.chmod(box.run_dir, 0o755)
@@ -141,7 +129,7 @@ def test_no_command_prints_a_traceback_on_any_input_as_root_or_not_box_up_or_dow
             for who, user in (("root", None), ("a box user", box_user)):
                 jobs = [
                     pool.submit(_run, argv, box.env, user)
-                    for path, parser in leaves
+                    for path, parser in commands
                     if state == "down" or path not in BOX_CHANGING
                     for argv in _tries(path, parser, quick=state == "down")
                 ]

@@ -10,11 +10,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import select
 import shlex
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 README = Path(__file__).parents[2] / "README.md"
-PTY_WAIT_S = 60.0
 # Lines run elsewhere or not yet: the internet one needs stand-ins for pypi.org and
 # files.pythonhosted.org that serve an index and a wheel (not yet in tests/e2e/net.py).
 NOT_HERE = ("pip download",)
@@ -69,48 +66,8 @@ def _env(box: RunningBox) -> dict[str, str]:
     return {**box.owner_env(), "PATH": f"{PREFIX}/venv/bin:/usr/local/bin:/usr/bin:/bin"}
 
 
-SHELL_PROMPT = b"$ "  # bash's default prompt ends so: the shell is reading its terminal
-
-
-def _on_pty(box: RunningBox, argv: list[str], typed: bytes, cwd: Path) -> tuple[int, bytes]:
-    """Run `argv` on a new pty, type `typed` once the shell's prompt shows (typed earlier, the
-    client's switch to raw mode would flush it); its status and the screen."""
-    main, secondary = os.openpty()
-    proc = subprocess.Popen(
-        as_user(box.owner.uid, box.owner.gid, *argv),
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-        env={**_env(box), "TERM": "dumb"},
-        cwd=str(cwd),
-        start_new_session=True,
-    )
-    os.close(secondary)
-    seen = b""
-    deadline = time.monotonic() + PTY_WAIT_S
-    typed_yet = False
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([main], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(main, 4096)
-                except OSError:  # EIO: every writer of the pty is gone
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-                if not typed_yet and SHELL_PROMPT in seen:
-                    os.write(main, typed)
-                    typed_yet = True
-            elif proc.poll() is not None:
-                break
-        return proc.wait(timeout=PTY_WAIT_S), seen
-    finally:
-        os.close(main)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+SHELL_PROMPT = b"$ "  # bash's default prompt ends so: the shell reads its terminal (typed
+# earlier, what is typed would be flushed by the client's switch to raw mode)
 
 
 def test_the_usage_block_has_the_lines_this_test_runs() -> None:
@@ -134,7 +91,13 @@ def test_each_line_of_the_usage_block_runs_as_written(
         assert argv[0] == "lnk", line
         argv[0] = str(PREFIX / "venv" / "bin" / "lnk")
         if argv[-1] == "bash":  # the interactive shell: a program that is not a builtin runs
-            status, screen = _on_pty(box, argv, b"/usr/bin/expr 40 + 2\nexit 7\n", project)
+            status, screen = answer_on_pty(
+                as_user(box.owner.uid, box.owner.gid, *argv),
+                "/usr/bin/expr 40 + 2\nexit 7",
+                env={**_env(box), "TERM": "dumb"},
+                cwd=project,
+                prompt=SHELL_PROMPT,
+            )
             assert status == 7, screen
             assert b"\r\n42\r\n" in screen, screen  # expr ran: not refused as under a list
         else:

@@ -109,7 +109,8 @@ def human_lines(
         ]
         for a, fs in by_area.items()
     ]
-    header = ["AREA", "PROBES", *(v.upper() for v in VERDICTS)]
+    # Lower case: the verdicts' own words; "LEAKED" is printed only when something leaked.
+    header = ["area", "probes", *VERDICTS]
     lines += ["", *table(header, rows)]
     shown = [
         f

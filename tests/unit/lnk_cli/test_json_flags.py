@@ -4,9 +4,8 @@ command added later must be put in one of the tables below, and a report without
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 
-from lnk_cli.app import build_parser
+from lnk_cli.app import build_parser, leaves
 
 # What lists or reports: scripts read these, so each has --json.
 REPORTS = {
@@ -53,25 +52,14 @@ ACTIONS = {
 }
 
 
-def _leaves(
-    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-    for sub in subs:
-        for name, child in sub.choices.items():
-            yield from _leaves(child, (*path, name))
-
-
 def _has_json(parser: argparse.ArgumentParser) -> bool:
     return any("--json" in a.option_strings for a in parser._actions)
 
 
 def test_every_command_is_a_report_or_an_action_and_every_report_has_json() -> None:
-    leaves = dict(_leaves(build_parser()))
-    unclassified = set(leaves) - REPORTS - JSON_ALWAYS - ACTIONS
+    commands = dict(leaves(build_parser()))
+    unclassified = set(commands) - REPORTS - JSON_ALWAYS - ACTIONS
     assert not unclassified, f"put each in REPORTS or ACTIONS: {sorted(unclassified)}"
-    assert not (REPORTS | JSON_ALWAYS | ACTIONS) - set(leaves), "a command listed is gone"
-    missing = sorted(" ".join(p) for p in REPORTS if not _has_json(leaves[p]))
+    assert not (REPORTS | JSON_ALWAYS | ACTIONS) - set(commands), "a command listed is gone"
+    missing = sorted(" ".join(p) for p in REPORTS if not _has_json(commands[p]))
     assert not missing, f"these list or report without --json: {missing}"

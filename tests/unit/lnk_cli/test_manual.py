@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
-from lnk_cli.app import build_parser
+from lnk_cli.app import build_parser, leaves
 from lnk_cli.manual import OUTPUTS, write_all
-
-
-def _leaves(
-    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-) -> Iterator[tuple[str, ...]]:
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs and path:
-        yield path
-    for sub in subs:
-        for name, child in sub.choices.items():
-            yield from _leaves(child, (*path, name))
 
 
 def test_the_man_page_and_completions_name_every_command_and_the_statuses(tmp_path: Path) -> None:
@@ -31,9 +18,9 @@ def test_the_man_page_and_completions_name_every_command_and_the_statuses(tmp_pa
     bash = (tmp_path / OUTPUTS["bash"]).read_text()
     zsh = (tmp_path / OUTPUTS["zsh"]).read_text()
     assert page.startswith(".TH LNK ")
-    leaves = list(_leaves(build_parser()))
-    assert len(leaves) >= 30
-    for *group, name in leaves:
+    commands = [path for path, _ in leaves(build_parser())]
+    assert len(commands) >= 30
+    for *group, name in commands:
         # argparse-manpage names each as `lnk GROUP` in bold and the command in italics.
         assert f"\\fBlnk {' '.join(group)}\\fR \\fI\\,{name}\\/\\fR" in page, (group, name)
         assert f"_lnk_{'_'.join([*group, name]).replace('-', '_')}" in bash, (group, name)
