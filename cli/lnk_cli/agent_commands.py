@@ -184,7 +184,7 @@ def start_options(words: list[str]) -> tuple[bool, list[str], list[str]]:
             env.append(next(options, ""))
         else:
             raise UsageError(
-                f"lnk agent start: unknown option {shown(option)!r} before the program "
+                f"lnk agent start: unknown option {shown(option)} before the program "
                 "(lnk agent start NAME [--yes] [--env NAME[=VALUE]]... [-- PROGRAM [ARGS...]])"
             )
     return yes, env, program

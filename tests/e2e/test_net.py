@@ -25,9 +25,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
 import net
 from net import (
+    ANTHROPIC,
     LAN_RANGE,
     MIXED,
     NAS,
+    OPENAI,
     OTHER,
     PUBLIC_RANGE,
     REBIND,
@@ -244,6 +246,8 @@ def test_dns_table_names_hostile_answers_and_is_written_as_json(internet: TestIn
         "meta.test-public.example": ["169.254.169.254"],
         REBIND: [www],
         TELEGRAM: [internet.other.address],
+        ANTHROPIC: [internet.other.address],
+        OPENAI: [internet.other.address],
     }
     assert json.loads(internet.dns_file.read_text()) == internet.dns
 

@@ -200,9 +200,31 @@ def test_an_explicit_path_through_the_owners_link_stays_refused_with_the_hint(
     assert "name the program without a path ('tool')" in caught.value.why
 
 
-def test_a_name_found_through_root_links_only_is_judged_as_before(tmp_path: Path) -> None:
-    root_link = LinkHop("/usr/bin/tool", "/usr/lib/tool/tool", 0)  # no folders recorded
+def test_a_name_found_through_root_links_in_roots_folders_is_granted(tmp_path: Path) -> None:
+    root_link = LinkHop("/usr/bin/tool", "/usr/lib/tool/tool", 0, folders("/usr/bin"))
+    real = "/usr/lib/tool/tool"
     command = found(
-        links=[root_link], real="/usr/lib/tool/tool", holders=(), on_path="/usr/bin/tool"
+        links=[root_link],
+        real=real,
+        holders=(*folders("/usr/lib/tool"), Holder(real, 0, 0o755)),
+        on_path="/usr/bin/tool",
     )
     assert find_refusals(spec(command), ctx(tmp_path)) == []
+
+
+def test_a_root_link_in_a_folder_anyone_may_write_is_refused(tmp_path: Path) -> None:
+    """The link is root's (a root caller made it, as `lnk sandbox check` does), but its
+    folder is 0777 without the sticky bit: any local user may replace it before the next
+    discovery, so the link's owner alone does not make the chain root's."""
+    shared = "/srv/shared"
+    root_link = LinkHop(
+        f"{shared}/tool", "/usr/bin/true", 0, (Holder("/", 0, 0o755), Holder(shared, 0, 0o777))
+    )
+    command = found(
+        links=[root_link],
+        real="/usr/bin/true",
+        holders=(*folders("/usr/bin"), Holder("/usr/bin/true", 0, 0o755)),
+        on_path=f"{shared}/tool",
+    )
+    with pytest.raises(LinkRefused, match="may change"):
+        judge(spec(command), ctx(tmp_path))
