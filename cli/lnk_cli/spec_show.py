@@ -11,25 +11,27 @@ from lnk_shared.discovery import DETECT, JudgeContext, context_for, resolve_spec
 from lnk_shared.display import shown, shown_lines
 from lnk_shared.errors import EXIT_OK
 from lnk_shared.grants import Grants, ResolvedSpec
-from lnk_shared.opens import box_grant_lines, describe, grants_document
+from lnk_shared.opens import box_grant_lines, describe, env_lines, grants_document
 from lnk_shared.paths import BoxPaths
 from lnk_shared.refusals import find_refusals, judge
+from lnk_shared.spec import Spec
 from lnk_shared.spec_flags import spec_from_arguments
 
 __all__ = ["grants_from_arguments", "show"]
 
 
-def _resolve(args: argparse.Namespace) -> tuple[ResolvedSpec, JudgeContext]:
+def _resolve(args: argparse.Namespace) -> tuple[Spec, ResolvedSpec, JudgeContext]:
     spec = spec_from_arguments(args, environ=os.environ)  # `--env NAME`: the caller's value
     ctx = context_for(
         os.getuid(), env=os.environ, box=BoxPaths.from_env(), spec_file=spec.source, cloud=DETECT
     )
-    return resolve_spec(spec, ctx, path_env=os.environ.get("PATH", "")), ctx
+    return spec, resolve_spec(spec, ctx, path_env=os.environ.get("PATH", "")), ctx
 
 
 def grants_from_arguments(args: argparse.Namespace) -> Grants:
     """Read, resolve and judge the spec the arguments give, as the calling user."""
-    return judge(*_resolve(args))
+    _, resolved, ctx = _resolve(args)
+    return judge(resolved, ctx)
 
 
 def _box_programs() -> list[str]:
@@ -40,7 +42,8 @@ def _box_programs() -> list[str]:
 
 
 def show(args: argparse.Namespace) -> int:
-    resolved, ctx = _resolve(args)
+    spec, resolved, ctx = _resolve(args)
+    env_names = [name for name, _ in spec.env]  # the values may be keys: never shown
     refusals = find_refusals(resolved, ctx)
     if refusals:
         for refusal in refusals[1:]:
@@ -48,13 +51,17 @@ def show(args: argparse.Namespace) -> int:
         raise refusals[0]
     grants = judge(resolved, ctx)
     if args.json:
-        document = {**grants_document(grants), "granted_by_the_box": {"agents": _box_programs()}}
+        document = {
+            **grants_document(grants),
+            "granted_by_the_box": {"agents": _box_programs()},
+            "env_names": env_names,
+        }
         json.dump(document, sys.stdout, indent=2, sort_keys=True)
         print()
         return EXIT_OK
     print(f"spec: {shown(resolved.source or '(flags only)')}")
     print("opens:")
-    for line in describe(grants):
+    for line in describe(grants) + env_lines(env_names):
         print(line)
     for line in box_grant_lines(_box_programs(), agents_only=True):
         print(line)

@@ -14,7 +14,7 @@ from lnk_shared.grants import Grants, ResolvedPath
 from lnk_shared.spec_models import ModelRule, base_url_value, is_cloud_model
 from lnk_shared.spec_services import ServiceRule
 
-__all__ = ["box_grant_lines", "describe", "describe_changes", "grants_document"]
+__all__ = ["box_grant_lines", "describe", "describe_changes", "env_lines", "grants_document"]
 
 _SECTION_TITLES = {
     "read": "read",
@@ -81,6 +81,13 @@ def describe(grants: Grants) -> list[str]:
     elif not s.commands and not s.commands_any:
         lines.append(f"  {'run':<15} only the program named to run (and its #! interpreter)")
     return lines
+
+
+def env_lines(names: Iterable[str]) -> list[str]:
+    """The `[env]` and `--env` names a sandbox starts with. Names only: a value may be a key,
+    and the names are not grants (lnk_shared.env_names refuses any that changes what a granted
+    program runs), so neither is part of the grants' hash."""
+    return [f"  {'env':<15} {shown(name)} (set inside; its value not shown)" for name in names]
 
 
 def box_grant_lines(programs: Iterable[str], *, agents_only: bool = False) -> list[str]:

@@ -66,7 +66,6 @@ UNTESTED_ALONE = {
         "check/login_path.py",
         "enter_command.py",
         "launch_client.py",
-        "spec_show.py",
     },
 }
 
