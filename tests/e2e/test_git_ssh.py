@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,8 @@ import pytest
 from as_user import as_user
 from conftest import LNK, Owner, _make_owner, _private_box
 from net import OTHER, WWW, TestInternet
+from on_pty import answer_on_pty
+from test_readme_examples import usage_lines
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
@@ -253,3 +256,35 @@ def test_without_a_known_hosts_grant_ssh_refuses_the_host_without_asking(
     assert "continue connecting" not in run.stderr  # never a prompt
     assert not target.exists()
     assert not os.path.exists(server.work / "unknown-host" / ".git")
+
+
+def test_the_readmes_git_over_ssh_line_runs_as_written(
+    box: Any, server: GitServer, internet: TestInternet
+) -> None:
+    """README.md's usage line, the test sshd standing in for github.com (its repository for
+    you/repo.git), answered "y" on a pty as a user would."""
+    (line,) = [line for line in usage_lines() if "git clone" in line]
+    user, repo = server.owner.name, server.repo
+    argv = [
+        arg.replace("git@github.com:you/repo.git", f"{user}@{WWW}:{repo}").replace(
+            "github.com", WWW
+        )
+        for arg in shlex.split(line)
+    ]
+    assert argv[0] == "lnk" and f"{WWW}:22" in argv, argv
+    argv[0] = str(LNK)
+    folder = server.work / f"readme-{secrets.token_hex(3)}"
+    folder.mkdir()
+    os.chown(folder, server.owner.uid, server.owner.gid)
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(server.owner.home),
+        "USER": user,
+        "LANG": "C.UTF-8",
+        **{k: v for k, v in box.env.items() if k.startswith("LNK_")},
+    }
+    command = as_user(server.owner.uid, server.owner.gid, *argv)
+    status, screen = answer_on_pty(command, "y", env=env, cwd=folder)
+    assert status == 0, screen.decode(errors="replace")
+    assert (folder / "repo" / "readme.txt").read_text() == "over ssh\n"
+    assert "lnk-connect (granted by the box with a proxy" in screen.decode(errors="replace")
