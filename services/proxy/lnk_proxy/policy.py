@@ -141,6 +141,9 @@ class ProxyGrants:
     lan_any: bool = False
     lan: tuple[LanEntry, ...] = ()
     localhost_ports: frozenset[int] = frozenset()  # [localhost] ports: raw to this machine
+    # proxy.toml's unsafe_ssh_port_by_any_entry (a test switch, warned at start): port 22 is
+    # opened by a bare name or `*` as any port is, so `lnk sandbox check` can see it leak
+    unsafe_listed_only_ports_open: bool = False
 
     def __post_init__(self) -> None:
         for entry in self.lan:
@@ -325,7 +328,7 @@ def _judge_name(grants: ProxyGrants, name: str, port: int) -> TargetDecision:
 def _internet_lists(grants: ProxyGrants, name: str, port: int) -> bool:
     """`[internet]` lets `name` reach `port`: a port of LISTED_ONLY_PORTS only by an entry that
     names that port, any other by `*` or a matching entry."""
-    if port in LISTED_ONLY_PORTS:
+    if port in LISTED_ONLY_PORTS and not grants.unsafe_listed_only_ports_open:
         return any(p.port == port and p.matches(name, port) for p in grants.internet)
     return grants.internet_any or any(p.matches(name, port) for p in grants.internet)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -598,3 +599,14 @@ def test_every_ipv6_form_of_a_resolved_ipv4_gets_one_verdict(
         return decide(EVERYTHING, "www.example.com", 443, [text.strip("[]")], TEST_MACHINE)
 
     _check(judge, address, form)
+
+
+def test_the_unsafe_switch_opens_22_as_any_port_and_only_then() -> None:
+    unsafe = replace(BARE, unsafe_listed_only_ports_open=True)
+    target = judge_target(unsafe, "git.example.com", 22)
+    assert isinstance(target, Target) and target.internet
+    assert judge_target(unsafe, "other.example.org", 22) == judge_target(
+        BARE, "other.example.org", 22
+    )
+    star = replace(INTERNET_ANY, unsafe_listed_only_ports_open=True)
+    assert isinstance(judge_target(star, "git.example.com", 22), Target)
