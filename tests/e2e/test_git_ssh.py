@@ -3,6 +3,9 @@ ssh's ProxyCommand, client_proxy_env.py's GIT_SSH_COMMAND), against a real OpenS
 test internet's public namespace (`net.py`) serving a git repository, as a non-root box user
 under a finite `[commands]` list without Python (the connector is granted by the box).
 
+`lnk sandbox check` tries the same two attacks (`plan_ssh.py`): `refused` here, and `leaked` on a
+box whose proxy has `unsafe_ssh_port_by_any_entry` (a test-only switch, logged as a warning).
+
 The attacks: ssh to a host the spec does not list, and to port 22 of a host the spec lists
 without `:22` (a bare name, `*`): each refused by the proxy, its rule in the wire's log, and the
 test sshd's log shows no connection at all. The grant: `host:22` clones, in both of git's ssh
@@ -30,11 +33,14 @@ from as_user import as_user
 from conftest import LNK, Owner, _make_owner, _private_box
 from net import OTHER, WWW, TestInternet
 from on_pty import answer_on_pty
+from test_check import _check
 from test_readme_examples import usage_lines
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
+RunningBox = Any  # tests/e2e/conftest.py
 SSHD = "/usr/sbin/sshd"
+UNLISTED, BARE = "proxy:ssh-unlisted", f"proxy:ssh-bare:{WWW}"  # lnk_cli.check.plan_ssh
 SSH_PORT = 22
 START_S = 10.0  # sshd listens within milliseconds; this only bounds a broken start
 RUN_S = 60  # one sandbox's clone, on a loaded 2-core machine
@@ -288,3 +294,45 @@ def test_the_readmes_git_over_ssh_line_runs_as_written(
     assert status == 0, screen.decode(errors="replace")
     assert (folder / "repo" / "readme.txt").read_text() == "over ssh\n"
     assert "lnk-connect (granted by the box with a proxy" in screen.decode(errors="replace")
+
+
+def test_spec_show_names_the_connector_as_the_boxs_grant_only_with_a_proxy(
+    box: Any, server: GitServer
+) -> None:
+    owner, connector = server.owner, str(LNK.parent / "lnk-connect")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(owner.home), "LANG": "C.UTF-8", **box.env}
+    shown = {}
+    for flags in ([f"--internet-host={WWW}:22"], [f"--read={server.work}"]):
+        argv = as_user(owner.uid, owner.gid, str(LNK), "spec", "show", "--json", *flags)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        shown[flags[0]] = json.loads(done.stdout)["granted_by_the_box"]["with_a_proxy"]
+    assert shown == {f"--internet-host={WWW}:22": [connector], f"--read={server.work}": []}
+
+
+def _ssh_check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str, str]:
+    code, doc, stderr = _check(running_box, f"--internet-host={WWW}", private=box)
+    wire = (box.state_dir / "wire" / f"{doc.get('sandbox')}.log").read_text()
+    found = {p["id"]: p for p in doc["probes"] if p["id"] in (UNLISTED, BARE)}
+    assert set(found) == {UNLISTED, BARE}, stderr
+    return code, {i: p["verdict"] for i, p in found.items()}, wire, stderr
+
+
+def test_check_refuses_ssh_off_the_list_and_leaks_it_when_the_switch_reopens_it(
+    running_box: RunningBox, box: Any, internet: TestInternet
+) -> None:
+    _, verdicts, wire, stderr = _ssh_check(running_box, box)
+    assert verdicts == {UNLISTED: "refused", BARE: "refused"}, stderr
+    assert '"rule":"port-not-listed"' in wire and f'"target":"{WWW}:22"' in wire
+    proxy_config = (
+        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
+        f'unsafe_dns_table = "{internet.dns_file}"\n'
+        "unsafe_ssh_port_by_any_entry = true\n"
+    )
+    with _private_box(proxy_config=proxy_config) as unsafe:
+        code, verdicts, wire, stderr = _ssh_check(running_box, unsafe)
+        proxy_log = (unsafe.state_dir / "logs" / "proxy.log").read_text(errors="replace")
+    assert verdicts == {UNLISTED: "refused", BARE: "leaked"}, stderr  # unlisted: still refused
+    assert code != 0
+    assert f'"target":"{WWW}:22"' in wire and '"decision":"allowed"' in wire
+    assert "unsafe_ssh_port_by_any_entry" in proxy_log  # the switch warns
