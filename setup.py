@@ -5,7 +5,8 @@ and the C client in place of the `lnk` script; all else is pyproject.toml.
 run build_py and build_scripts, so every installed copy has the binaries at
 lnk_controller/native/lnk-sandbox and lnk_controller/native/lnk-spawn (mode 0755), and `bin/lnk`
 is the C client (native/lnk_client.c), which runs the Python CLI (cli/bin/lnk's entry point) for
-all but a plain `lnk sandbox run` without a terminal. The wheel holds binaries for one platform,
+all but a plain `lnk sandbox run` without a terminal; `bin/lnk-connect` beside it is ssh's
+ProxyCommand inside a sandbox (native/lnk_connect.c). The wheel holds binaries for one platform,
 so it is tagged for it (py3-none-<platform>).
 """
 
@@ -54,6 +55,8 @@ class BuildScriptsWithClient(build_scripts):  # type: ignore[misc,valid-type]
         super().run()
         native = _native_build()
         native.build(Path(self.build_dir) / "lnk", program=native.CLIENT)
+        # ssh's ProxyCommand inside a sandbox, beside the client (box_client.py grants both)
+        native.build(Path(self.build_dir) / native.CONNECTOR, program=native.CONNECTOR)
 
 
 class BinaryDistribution(Distribution):

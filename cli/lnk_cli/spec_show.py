@@ -11,7 +11,13 @@ from lnk_shared.discovery import DETECT, JudgeContext, context_for, resolve_spec
 from lnk_shared.display import shown, shown_lines
 from lnk_shared.errors import EXIT_OK
 from lnk_shared.grants import Grants, ResolvedSpec
-from lnk_shared.opens import box_grant_lines, describe, env_lines, grants_document
+from lnk_shared.opens import (
+    box_grant_lines,
+    connector_grant_lines,
+    describe,
+    env_lines,
+    grants_document,
+)
 from lnk_shared.paths import BoxPaths
 from lnk_shared.refusals import find_refusals, judge
 from lnk_shared.spec import Spec
@@ -41,6 +47,13 @@ def _box_programs() -> list[str]:
     return [os.path.realpath(os.path.join(box_bin, name)) for name in ("lnk", "python3")]
 
 
+def _connector(grants: Grants) -> list[str]:
+    """What the box grants a sandbox with a proxy besides its spec: this install's ssh
+    connector, `lnk-connect` (git over ssh: lnk_controller/client_proxy_env.py)."""
+    path = os.path.realpath(os.path.join(sys.prefix, "bin", "lnk-connect"))
+    return [path] if grants.spec.has_proxy else []
+
+
 def show(args: argparse.Namespace) -> int:
     spec, resolved, ctx = _resolve(args)
     env_names = [name for name, _ in spec.env]  # the values may be keys: never shown
@@ -51,9 +64,10 @@ def show(args: argparse.Namespace) -> int:
         raise refusals[0]
     grants = judge(resolved, ctx)
     if args.json:
+        by_box = {"agents": _box_programs(), "with_a_proxy": _connector(grants)}
         document = {
             **grants_document(grants),
-            "granted_by_the_box": {"agents": _box_programs()},
+            "granted_by_the_box": by_box,
             "env_names": env_names,
         }
         json.dump(document, sys.stdout, indent=2, sort_keys=True)
@@ -63,7 +77,10 @@ def show(args: argparse.Namespace) -> int:
     print("opens:")
     for line in describe(grants) + env_lines(env_names):
         print(line)
-    for line in box_grant_lines(_box_programs(), agents_only=True):
+    for line in [
+        *connector_grant_lines(_connector(grants)),
+        *box_grant_lines(_box_programs(), agents_only=True),
+    ]:
         print(line)
     print(f"hash: {grants.digest()}")
     return EXIT_OK

@@ -168,7 +168,14 @@ class Grants:
             "hidden": sorted(set(self.hidden)),
             "read_only_inside": sorted(set(self.read_only_inside)),
             "commands": "*" if s.commands_any else sorted({p.real for p in s.commands}),
-            "internet": "*" if s.internet_any else sorted({str(h) for h in s.internet}),
+            # `*` alone hashes as before; with `host:22` beside it, both (spec.py keeps those)
+            "internet": (
+                ["*", *sorted({str(h) for h in s.internet})]
+                if s.internet_any and s.internet
+                else "*"
+                if s.internet_any
+                else sorted({str(h) for h in s.internet})
+            ),
             "network": "host" if s.network_host else None,
             "lan": "*" if s.lan_any else sorted({str(e) for e in s.lan}),
             "browser": sorted({str(h) for h in s.browser}),

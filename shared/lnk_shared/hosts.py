@@ -12,11 +12,22 @@ from dataclasses import dataclass
 
 import idna
 
-__all__ = ["MAX_HOST_LENGTH", "HostPattern", "normalize_name", "parse_host_pattern"]
+__all__ = [
+    "LISTED_ONLY_PORTS",
+    "MAX_HOST_LENGTH",
+    "HostPattern",
+    "normalize_name",
+    "parse_host_pattern",
+]
 
 MAX_HOST_LENGTH = 253  # DNS limit on a name's text form, without the trailing dot
 MAX_LABEL_LENGTH = 63  # DNS limit on one label
 MAX_PORT = 65535
+# Ports an `[internet]` entry reaches only when it names the port itself (`host:22`), never as
+# a bare name's "any port" nor through `*`: ssh (22) carries the user's keys and logins and
+# forwards ports through the far host, a way out as wide as a shell there, so a spec that
+# listed a host for its HTTPS must not open it by accident.
+LISTED_ONLY_PORTS = frozenset({22})
 
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
 _NUMERIC_LABEL = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)$")

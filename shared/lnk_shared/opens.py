@@ -14,7 +14,14 @@ from lnk_shared.grants import Grants, ResolvedPath
 from lnk_shared.spec_models import ModelRule, base_url_value, is_cloud_model
 from lnk_shared.spec_services import ServiceRule
 
-__all__ = ["box_grant_lines", "describe", "describe_changes", "env_lines", "grants_document"]
+__all__ = [
+    "box_grant_lines",
+    "connector_grant_lines",
+    "describe",
+    "describe_changes",
+    "env_lines",
+    "grants_document",
+]
 
 _SECTION_TITLES = {
     "read": "read",
@@ -99,6 +106,16 @@ def box_grant_lines(programs: Iterable[str], *, agents_only: bool = False) -> li
     return [
         f"  {'run':<15} lnk (granted by the box{where}: its bridges' client, on PATH)",
         f"  {'':<15}   {shown_programs} (the Python it runs may run any Python code)",
+    ]
+
+
+def connector_grant_lines(programs: Iterable[str]) -> list[str]:
+    """The box's ssh connector, granted to every sandbox with a proxy (git over ssh goes through
+    it: lnk_controller/client_proxy_env.py). Not part of the grants' hash either."""
+    return [
+        f"  {'run':<15} {shown(p)} (granted by the box with a proxy: git over ssh, "
+        "through the proxy)"
+        for p in programs
     ]
 
 

@@ -29,7 +29,7 @@ from lnk_shared.env_names import (
     refusal_reason,
 )
 from lnk_shared.errors import EnvRefused, PortRefused, SpecError
-from lnk_shared.hosts import MAX_PORT, HostPattern, parse_host_pattern
+from lnk_shared.hosts import LISTED_ONLY_PORTS, MAX_PORT, HostPattern, parse_host_pattern
 from lnk_shared.limit_requests import limit_value
 
 # typing.TYPE_CHECKING without importing typing (see spec_flags): only the annotation needs it.
@@ -159,6 +159,11 @@ def _check_path_text(text: object, origin: Origin) -> str:
     if text.startswith("~") and not (text == "~" or text.startswith("~/")):
         raise origin.error(f"{text!r}: only '~' and '~/...' are expanded, not another user's ~")
     return text
+
+
+def _listed_only(pattern: HostPattern) -> bool:
+    """An entry naming a port that `*` does not open (`hosts.LISTED_ONLY_PORTS`)."""
+    return pattern.port in LISTED_ONLY_PORTS
 
 
 def _unique(items: Iterable[object]) -> list[object]:
@@ -366,7 +371,13 @@ class SpecBuilder:
             write=tuple(sorted(set(self._write))),
             internet_any=self._internet_any,
             # key=str: a pattern's port may be None, which does not compare with a number
-            internet=() if self._internet_any else tuple(sorted(set(self._internet), key=str)),
+            # with `*`, only the entries `*` does not cover: a port it never opens (`host:22`)
+            internet=tuple(
+                sorted(
+                    {p for p in self._internet if not self._internet_any or _listed_only(p)},
+                    key=str,
+                )
+            ),
             network_host=self._network_host,
             lan_any=self._lan_any,
             lan=() if self._lan_any else tuple(sorted(set(self._lan), key=str)),

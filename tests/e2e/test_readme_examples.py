@@ -27,7 +27,8 @@ PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 README = Path(__file__).parents[2] / "README.md"
 # Lines run elsewhere or not yet: the internet one needs stand-ins for pypi.org and
 # files.pythonhosted.org that serve an index and a wheel (not yet in tests/e2e/net.py).
-NOT_HERE = ("pip download",)
+# The git clone over ssh is run by test_git_ssh.py, a test sshd standing in for github.com.
+NOT_HERE = ("pip download", "git clone")
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_.]*[A-Z]\b|\b[A-Z]\b")  # ID, NAME, KEY.pub's KEY, S, F
 
 MAKEFILE = "out/hello.txt:\n\techo hello from make > out/hello.txt\n"

@@ -58,6 +58,7 @@ from lnk_cli.check.plan_hosted import hosted_probes
 from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.plan_models import model_probes
 from lnk_cli.check.plan_services import service_probes
+from lnk_cli.check.plan_ssh import ssh_probes
 from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
 from lnk_cli.check.swap_race import swap_findings
@@ -238,6 +239,7 @@ def check(args: argparse.Namespace) -> int:
             probes += caller_env_probes(env_bait := CallerEnvBait.make())
             probes += cap_probes(grants, tried=bool(getattr(args, "caps", False)))
             probes += hosted_probes(grants)
+            probes += ssh_probes(grants)
             if confiner_dir is None:
                 probes = [p for p in probes if p.id != "confiner"]
             for probe in probes:

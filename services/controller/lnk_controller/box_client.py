@@ -12,6 +12,12 @@ is root's and read-only inside. PATH inside starts with `BOX_BIN_INSIDE`, a fold
 read-only root holding one link, `lnk`, to the client: nothing else of the venv (its pip, its
 `python`) is put on PATH. Shown as "granted by the box" in the approval and `lnk spec show`.
 
+The box's ssh connector, `lnk-connect` (native/lnk_connect.c, beside the client in bin/), is
+granted the same way to every sandbox with a proxy, under any `[commands]` list: it is the
+`ProxyCommand` of the GIT_SSH_COMMAND the box sets (client_proxy_env.py), a static program that
+only opens a CONNECT through the sandbox's own proxy, which judges it. Not on PATH (ssh names it
+by its full path); shown as "granted by the box" too.
+
 Why not the Python too, under every list: an interpreter runs what it likes (`python3 -c ...`),
 so granting it would let a finite list's sandbox run any code, which the list exists to stop
 (the loader guarantee). Under a finite list without Python, `lnk` inside starts, and a bridge
@@ -23,9 +29,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BOX_BIN_INSIDE", "CLIENT_NAME", "CLIENT_PYTHON", "box_client_links", "inside_path"]
+__all__ = [
+    "BOX_BIN_INSIDE",
+    "CLIENT_NAME",
+    "CLIENT_PYTHON",
+    "CONNECTOR_NAME",
+    "box_client_links",
+    "inside_path",
+]
 
 CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"  # the box's client and the Python it runs, in bin/
+CONNECTOR_NAME = "lnk-connect"  # ssh's ProxyCommand inside a sandbox with a proxy, in bin/
 BOX_BIN_INSIDE = "/run/lnk-box/bin"  # on PATH inside, first: the box's `lnk` and nothing else
 
 

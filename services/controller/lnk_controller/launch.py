@@ -50,7 +50,13 @@ from lnk_controller.agent_launch import (
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
 from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
-from lnk_controller.box_client import CLIENT_NAME, CLIENT_PYTHON, box_client_links, inside_path
+from lnk_controller.box_client import (
+    CLIENT_NAME,
+    CLIENT_PYTHON,
+    CONNECTOR_NAME,
+    box_client_links,
+    inside_path,
+)
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.denial_hints import rules_of
@@ -99,7 +105,7 @@ from lnk_shared.errors import (
     StateError,
 )
 from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
-from lnk_shared.opens import box_grant_lines, describe, describe_changes
+from lnk_shared.opens import box_grant_lines, connector_grant_lines, describe, describe_changes
 from lnk_shared.paths import SANDBOX_HOMES
 from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
 from lnk_shared.spec import FdGrant, Spec, SpecBuilder
@@ -324,7 +330,7 @@ class Launcher:
             lines = (
                 f"{spec.source or 'the spec given by flags'} has not run here before. It opens:",
                 *describe(grants),
-                *(box_grant_lines(p.real for p in box_programs) if box_programs else ()),
+                *_box_grant_lines(box_programs),
             )
         elif known.grants_hash != digest:
             lines = (
@@ -412,16 +418,22 @@ class Launcher:
                 agent_home = resolve_path(agent.home, base="/", home=ctx.home)
             except PathNotFound:
                 raise LaunchRefused(agent.home, "the agent's folder is missing") from None
-        box_programs = self._box_programs(ctx, resolved) if agent is not None else ()
+        box_programs = self._box_programs(ctx, resolved, agent=agent is not None)
         return ctx, resolved, program, interp, agent_home, box_programs
 
-    def _box_programs(self, ctx: JudgeContext, resolved: ResolvedSpec) -> tuple[ResolvedPath, ...]:
-        """The box's client, resolved (the install is root's and world-readable: the caller
-        reaches it as anyone does), and the Python it runs for a bridge call only where the
-        spec already lets that Python run (`*`, or the same program in its list): the box never
-        adds an interpreter to a finite list (box_client.py)."""
+    def _box_programs(
+        self, ctx: JudgeContext, resolved: ResolvedSpec, *, agent: bool
+    ) -> tuple[ResolvedPath, ...]:
+        """What the box grants besides the spec, resolved (the install is root's and
+        world-readable: the caller reaches it as anyone does): with a proxy, its ssh connector;
+        in an agent's sandbox, its client, and the Python that client runs for a bridge call
+        only where the spec already lets that Python run (`*`, or the same program in its
+        list): the box never adds an interpreter to a finite list (box_client.py)."""
+        names = ([CONNECTOR_NAME] if resolved.has_proxy else []) + (
+            [CLIENT_NAME, CLIENT_PYTHON] if agent else []
+        )
         out = []
-        for name in (CLIENT_NAME, CLIENT_PYTHON):
+        for name in names:
             path = str(self.cfg.python.parent / name)
             try:
                 out.append(resolve_path(path, base="/", home=ctx.home))
@@ -429,10 +441,12 @@ class Launcher:
                 raise LaunchRefused(
                     "the box's client", f"{path} is missing: reinstall lnk"
                 ) from None
-        client, python = out
+        if not agent:
+            return tuple(out)
+        *others, python = out
         if resolved.commands_any or any(c.real == python.real for c in resolved.commands):
-            return (client, python)
-        return (client,)
+            return (*others, python)
+        return tuple(others)
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
@@ -690,7 +704,10 @@ class Launcher:
             services={
                 **(
                     client_proxy_env.proxy_env(
-                        proxy_link.relay_port(_inside_ports(grants)), request.env
+                        proxy_link.relay_port(_inside_ports(grants)),
+                        request.env,
+                        connector=str(cfg.python.parent / CONNECTOR_NAME),
+                        owner_home=pwd.getpwuid(owner_uid).pw_dir,
                     )
                     if relay
                     else {}
@@ -859,6 +876,13 @@ class Launcher:
             self._release(sandbox_id)
             with self._active_guard:
                 self._active.discard(sandbox_id)
+
+
+def _box_grant_lines(box_programs: tuple[ResolvedPath, ...]) -> list[str]:
+    """The approval's lines for what the box grants: its connector, its client (and Python)."""
+    connector = [p.real for p in box_programs if os.path.basename(p.real) == CONNECTOR_NAME]
+    client = [p.real for p in box_programs if os.path.basename(p.real) != CONNECTOR_NAME]
+    return [*connector_grant_lines(connector), *(box_grant_lines(client) if client else ())]
 
 
 def _inside_ports(grants: Grants) -> tuple[int, ...]:

@@ -56,6 +56,7 @@ from lnk_proxy.server import ProxyServer
 from lnk_proxy.service_relay import ServiceGrant, parse_service_secrets, parse_services
 from lnk_proxy.wire_log import SANDBOX_ID
 from lnk_shared.errors import SpecError
+from lnk_shared.hosts import LISTED_ONLY_PORTS
 from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
 from lnk_shared.spec_models import ModelRule
 from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
@@ -220,7 +221,10 @@ def parse_grants(untrusted: object) -> ProxyGrants:
     spec = builder.build()
     return ProxyGrants(
         internet_any=untrusted["internet_any"],
-        internet=() if untrusted["internet_any"] else spec.internet,
+        # beside `*`, only the entries it does not cover: `host:22` (LISTED_ONLY_PORTS)
+        internet=tuple(
+            p for p in spec.internet if not untrusted["internet_any"] or p.port in LISTED_ONLY_PORTS
+        ),
         lan_any=untrusted["lan_any"],
         lan=() if untrusted["lan_any"] else spec.lan,
         localhost_ports=frozenset(ports),

@@ -20,8 +20,9 @@ runtime's admin API);
 `unsafe_unbounded_tunnels` lifts the per-sandbox tunnel cap and tunnel buffer budget, and
 `unsafe_log_every_refusal` turns off the wire log's aggregation of repeated refusals and the
 room it keeps for allowed decisions; `unsafe_keep_server_tools` sends a hosted model rule's
-request with every tool it names, the provider's server tools included (`lnk sandbox check`
-shows each class leak).
+request with every tool it names, the provider's server tools included;
+`unsafe_ssh_port_by_any_entry` lets port 22 be reached by a name listed without a port or by
+`*` (policy.LISTED_ONLY_PORTS: `lnk sandbox check` shows each class leak).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class ProxyConfig(BaseModel):
     unsafe_unbounded_tunnels: bool = False  # likewise: no tunnel cap, no buffer budget
     unsafe_log_every_refusal: bool = False  # likewise: no aggregation, no room kept for allowed
     unsafe_keep_server_tools: bool = False  # likewise: a hosted model's server tools kept
+    unsafe_ssh_port_by_any_entry: bool = False  # likewise: port 22 by a bare name or `*`
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -132,6 +134,12 @@ class ProxyConfig(BaseModel):
                 "unsafe_service_ca=%s: service rules' upstreams are verified against this CA "
                 "only, not the system's roots (a test setting; never on a real box)",
                 self.unsafe_service_ca,
+            )
+        if self.unsafe_ssh_port_by_any_entry:
+            log.warning(
+                "unsafe_ssh_port_by_any_entry: port 22 (ssh) is reached by an [internet] name "
+                "listed without a port, or by '*', as any other port is (a test setting; never "
+                "on a real box)"
             )
         if self.unsafe_keep_server_tools:
             log.warning(

@@ -17,6 +17,9 @@ listed. A name matched by `[internet]` reaches PUBLIC addresses only. A name mat
 (or `[lan] *`) reaches private LAN addresses, and a CGNAT address only when `[lan]` lists that
 exact address. An IP literal is never a name on a list: it is reached only when `[lan]` lists
 it (its address or a range holding it, or `*` for any private address). Empty grants refuse all.
+A port of `LISTED_ONLY_PORTS` (22, ssh) is reached through `[internet]` only by an entry naming
+it (`github.com:22`, `*.example.com:22`): a bare name or `*` opens every other port but that one
+(`port-not-listed`). `[lan]` entries keep every port, as the seed says of the LAN.
 
 A `Refused` carries a stable `rule` id, the only detail the sandbox may see, and a `reason` for
 the wire's log. Trusts: the caller's `MachineView` (every address and bridge network of this
@@ -49,7 +52,7 @@ from lnk_shared.addresses import (
     parse_host_address,
 )
 from lnk_shared.grants import Grants
-from lnk_shared.hosts import MAX_PORT, HostPattern, normalize_name
+from lnk_shared.hosts import LISTED_ONLY_PORTS, MAX_PORT, HostPattern, normalize_name
 from lnk_shared.spec import LanEntry
 
 __all__ = [
@@ -100,6 +103,7 @@ class Rule(enum.StrEnum):
     BAD_HOST = "bad-host"
     BAD_PORT = "bad-port"
     NOT_LISTED = "not-listed"
+    PORT_NOT_LISTED = "port-not-listed"  # a LISTED_ONLY_PORTS port the entry does not name
     LITERAL_NOT_ALLOWED = "literal-not-allowed"
     NEVER_LOOPBACK = "never-loopback"
     NEVER_THIS_MACHINE = "never-this-machine"
@@ -137,6 +141,9 @@ class ProxyGrants:
     lan_any: bool = False
     lan: tuple[LanEntry, ...] = ()
     localhost_ports: frozenset[int] = frozenset()  # [localhost] ports: raw to this machine
+    # proxy.toml's unsafe_ssh_port_by_any_entry (a test switch, warned at start): port 22 is
+    # opened by a bare name or `*` as any port is, so `lnk sandbox check` can see it leak
+    unsafe_listed_only_ports_open: bool = False
 
     def __post_init__(self) -> None:
         for entry in self.lan:
@@ -301,15 +308,36 @@ def _judge_name(grants: ProxyGrants, name: str, port: int) -> TargetDecision:
         return Refused(Rule.NEVER_THIS_MACHINE, f"{_shown(name)} names this machine")
     if _under(name, METADATA_NAMES):
         return Refused(Rule.NEVER_METADATA, f"{_shown(name)} names a cloud metadata service")
-    internet = grants.internet_any or any(p.matches(name, port) for p in grants.internet)
+    internet = _internet_lists(grants, name, port)
     lan = grants.lan_any or any(
         entry.name is not None and entry.name.matches(name, port) for entry in grants.lan
     )
+    if not (internet or lan) and port in LISTED_ONLY_PORTS and _internet_names(grants, name):
+        return Refused(
+            Rule.PORT_NOT_LISTED,
+            f"{_shown(name)} port {port} (ssh) is reached only when [internet] lists "
+            f"'{name}:{port}' itself: a name alone or '*' never opens it",
+        )
     if not (internet or lan):
         return Refused(
             Rule.NOT_LISTED, f"{_shown(name)} port {port} is on no [internet] or [lan] list"
         )
     return Target(host=name, port=port, literal=None, internet=internet, lan=lan)
+
+
+def _internet_lists(grants: ProxyGrants, name: str, port: int) -> bool:
+    """`[internet]` lets `name` reach `port`: a port of LISTED_ONLY_PORTS only by an entry that
+    names that port, any other by `*` or a matching entry."""
+    if port in LISTED_ONLY_PORTS and not grants.unsafe_listed_only_ports_open:
+        return any(p.port == port and p.matches(name, port) for p in grants.internet)
+    return grants.internet_any or any(p.matches(name, port) for p in grants.internet)
+
+
+def _internet_names(grants: ProxyGrants, name: str) -> bool:
+    """`*`, or an entry for `name` on any port: what reaches it everywhere but LISTED_ONLY_PORTS."""
+    return grants.internet_any or any(
+        p.port is None and p.matches(name, 0) for p in grants.internet
+    )
 
 
 def _judge_literal(

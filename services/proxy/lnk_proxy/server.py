@@ -384,6 +384,8 @@ class ProxyServer:
         services: ServiceGrant | None,
         models: ModelGrant | None = None,
     ) -> None:
+        if self.config.unsafe_ssh_port_by_any_entry:  # a test switch (config.py warns)
+            grants = replace(grants, unsafe_listed_only_ports_open=True)
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
         listener.services = services or ServiceGrant()
         listener.models = models or ModelGrant()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
-from lnk_controller.client_proxy_env import proxy_env
+from lnk_controller.client_proxy_env import git_ssh_command, proxy_env
 
 PORT = 3128
 URL = f"http://127.0.0.1:{PORT}"
@@ -57,3 +59,50 @@ def test_no_caller_value_overrides_a_proxy_variable() -> None:
     caller = {"HTTP_PROXY": "http://elsewhere:1", "NO_PROXY": "*"}
     env = {**caller, **proxy_env(PORT, caller)}  # as launch.py spreads them
     assert env["HTTP_PROXY"] == URL and env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+
+
+CONNECTOR = "/opt/lnk/venv/bin/lnk-connect"
+
+
+def test_git_over_ssh_goes_through_the_boxs_connector_only_when_given() -> None:
+    assert "GIT_SSH_COMMAND" not in proxy_env(PORT)
+    command = proxy_env(PORT, connector=CONNECTOR, owner_home="/home/alice")["GIT_SSH_COMMAND"]
+    assert shlex.split(command) == [
+        "ssh",
+        "-o",
+        f"ProxyCommand={CONNECTOR} %h %p",
+        "-o",
+        "StrictHostKeyChecking=yes",  # never a prompt, never trust on first use
+        "-o",
+        "UserKnownHostsFile=~/.ssh/known_hosts /home/alice/.ssh/known_hosts",
+        "-o",
+        "IdentityFile=/home/alice/.ssh/id_ed25519",
+        "-o",
+        "IdentityFile=/home/alice/.ssh/id_ecdsa",
+        "-o",
+        "IdentityFile=/home/alice/.ssh/id_rsa",
+    ]
+
+
+@pytest.mark.parametrize(
+    "home",
+    [None, "/home/a b", "/home/x'y", "/home/$(id)", "relative", "/home/a\nb"],
+)
+def test_an_owner_home_ssh_could_not_read_plainly_is_left_out(home: str | None) -> None:
+    words = shlex.split(git_ssh_command(CONNECTOR, home))
+    assert words == [
+        "ssh",
+        "-o",
+        f"ProxyCommand={CONNECTOR} %h %p",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "UserKnownHostsFile=~/.ssh/known_hosts",
+    ]
+
+
+def test_a_connector_path_is_quoted_for_both_shells() -> None:
+    odd = "/opt/l nk/bin/lnk-connect"
+    proxy = shlex.split(git_ssh_command(odd, None))[2]  # what git's sh hands ssh
+    assert proxy == "ProxyCommand='/opt/l nk/bin/lnk-connect' %h %p"  # what ssh's shell reads
+    assert shlex.split(proxy.removeprefix("ProxyCommand="))[0] == odd

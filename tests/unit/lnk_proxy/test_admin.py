@@ -150,6 +150,13 @@ def test_any_drops_the_list() -> None:
     assert parsed.lan_any
 
 
+def test_any_keeps_the_entries_it_does_not_cover() -> None:
+    listed = ["a.example", "git.example:22", "b.example:443"]
+    parsed = parse_grants(grants(internet_any=True, internet=listed))
+    assert parsed.internet_any
+    assert [str(p) for p in parsed.internet] == ["git.example:22"]  # `*` never opens 22
+
+
 def test_empty_grants_open_nothing() -> None:
     parsed = parse_grants(grants())
     assert not parsed.internet_any and not parsed.lan_any

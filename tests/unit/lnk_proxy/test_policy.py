@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -289,6 +290,66 @@ def test_target(g: ProxyGrants, host: str, port: int, expected: Rule | tuple[boo
         assert target.port == port
 
 
+# ---- port 22: reached through [internet] only by an entry that names it ---------------------
+
+SSH = grants(internet=["git.example.com:22", "*.forge.example:22", "www.example.com"])
+SSH_AND_ANY = grants(internet=["*", "git.example.com:22"])
+BARE = grants(internet=["git.example.com", "*.example.net"])
+SSH_LAN = grants(internet=["git.example.com"], lan=["git.example.com", "nas.home.arpa"])
+
+# grants, host, port, the refusal or the lists matched (internet, lan)
+SSH_TARGETS = [
+    pytest.param(SSH, "git.example.com", 22, (True, False), id="listed-with-22"),
+    pytest.param(SSH, "GIT.Example.com.", 22, (True, False), id="listed-spelled"),
+    pytest.param(SSH, "a.forge.example", 22, (True, False), id="wildcard-with-22"),
+    pytest.param(SSH, "forge.example", 22, R.NOT_LISTED, id="wildcard-not-apex"),
+    pytest.param(SSH, "git.example.com", 443, R.NOT_LISTED, id="22-only-opens-22"),
+    pytest.param(SSH, "www.example.com", 22, R.PORT_NOT_LISTED, id="bare-name-not-22"),
+    pytest.param(SSH, "www.example.com", 443, (True, False), id="bare-name-other-ports"),
+    pytest.param(SSH, "other.example.com", 22, R.NOT_LISTED, id="unlisted-host"),
+    pytest.param(BARE, "git.example.com", 22, R.PORT_NOT_LISTED, id="bare-name"),
+    pytest.param(BARE, "a.example.net", 22, R.PORT_NOT_LISTED, id="bare-wildcard"),
+    pytest.param(BARE, "git.example.com", 2222, (True, False), id="bare-other-high-port"),
+    pytest.param(INTERNET_ANY, "git.example.com", 22, R.PORT_NOT_LISTED, id="star-not-22"),
+    pytest.param(INTERNET_ANY, "git.example.com", 443, (True, False), id="star-other-ports"),
+    pytest.param(SSH_AND_ANY, "git.example.com", 22, (True, False), id="star-and-listed-22"),
+    pytest.param(SSH_AND_ANY, "www.example.com", 22, R.PORT_NOT_LISTED, id="star-beside-22"),
+    pytest.param(SSH_AND_ANY, "www.example.com", 443, (True, False), id="star-beside-443"),
+    # [lan] keeps every port (the seed's LAN): port 22 of a LAN name, private addresses only
+    pytest.param(SSH_LAN, "nas.home.arpa", 22, (False, True), id="lan-name-22"),
+    pytest.param(SSH_LAN, "git.example.com", 22, (False, True), id="internet-bare-lan-22"),
+    pytest.param(LAN_ANY, "printer.home.arpa", 22, (False, True), id="lan-any-22"),
+    pytest.param(EVERYTHING, "git.example.com", 22, (False, True), id="everything-lan-only"),
+]
+
+
+@pytest.mark.parametrize(("g", "host", "port", "expected"), SSH_TARGETS)
+def test_port_22_only_where_listed(
+    g: ProxyGrants, host: str, port: int, expected: Rule | tuple[bool, bool]
+) -> None:
+    test_target(g, host, port, expected)
+
+
+def test_a_name_on_22_of_a_star_spec_is_refused_before_any_lookup() -> None:
+    resolver = Resolver({"git.example.com": [PUBLIC]})
+    verdict = decide(INTERNET_ANY, "git.example.com", 22, resolver=resolver)
+    assert isinstance(verdict, Refused) and verdict.rule is R.PORT_NOT_LISTED
+    assert "'git.example.com:22'" in verdict.reason  # the log says what to list
+    assert resolver.asked == []
+
+
+def test_internet_bare_and_lan_on_22_reaches_only_a_private_answer() -> None:
+    public = decide(SSH_LAN, "git.example.com", 22, answer=[PUBLIC])
+    assert isinstance(public, Refused) and public.rule is R.LAN_NOT_PRIVATE
+    private = decide(SSH_LAN, "git.example.com", 22, answer=["10.1.2.3"])
+    assert isinstance(private, Allowed) and private.rule is R.ALLOWED_LAN
+
+
+def test_a_listed_22_reaches_its_public_address() -> None:
+    verdict = decide(SSH, "git.example.com", 22, answer=[PUBLIC])
+    assert outcome(verdict) == ("Allowed", R.ALLOWED_INTERNET, ip(PUBLIC))
+
+
 def test_names_are_normalized_before_they_are_resolved() -> None:
     target = judge_target(WILD, "B\u00dcCHER.Example.com.", 443)
     assert isinstance(target, Target)
@@ -538,3 +599,14 @@ def test_every_ipv6_form_of_a_resolved_ipv4_gets_one_verdict(
         return decide(EVERYTHING, "www.example.com", 443, [text.strip("[]")], TEST_MACHINE)
 
     _check(judge, address, form)
+
+
+def test_the_unsafe_switch_opens_22_as_any_port_and_only_then() -> None:
+    unsafe = replace(BARE, unsafe_listed_only_ports_open=True)
+    target = judge_target(unsafe, "git.example.com", 22)
+    assert isinstance(target, Target) and target.internet
+    assert judge_target(unsafe, "other.example.org", 22) == judge_target(
+        BARE, "other.example.org", 22
+    )
+    star = replace(INTERNET_ANY, unsafe_listed_only_ports_open=True)
+    assert isinstance(judge_target(star, "git.example.com", 22), Target)

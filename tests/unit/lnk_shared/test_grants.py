@@ -184,6 +184,8 @@ def test_adding_any_one_grant_changes_the_hash(
         ('internet.hosts = ["github.com"]', 'internet.hosts = ["github.com:443"]'),
         ('internet.hosts = ["pypi.org"]', 'internet.hosts = ["*.pypi.org"]'),
         ('internet.hosts = ["pypi.org"]', 'browser.hosts = ["pypi.org"]'),
+        ('internet.hosts = ["github.com"]', 'internet.hosts = ["github.com:22"]'),
+        ('internet.hosts = ["*"]', 'internet.hosts = ["*", "github.com:22"]'),
     ],
 )
 def test_widening_a_grant_changes_the_hash(machine: Machine, text: str, other: str) -> None:
@@ -267,6 +269,13 @@ def test_hash_ignores_the_written_form_and_the_spec_source(machine: Machine) -> 
     assert one.read[0].written != two.read[0].written
     assert one.spec.source != two.spec.source
     assert one.digest() == two.digest()
+
+
+def test_star_alone_hashes_as_it_did_before_port_22_was_kept_beside_it(machine: Machine) -> None:
+    star = machine.grants('internet.hosts = ["*"]\n')
+    assert star.canonical()["internet"] == "*"
+    both = machine.grants('internet.hosts = ["*", "pypi.org", "github.com:22"]\n')
+    assert both.canonical()["internet"] == ["*", "github.com:22"]
 
 
 def test_a_store_is_in_the_hash_only_when_kept(machine: Machine) -> None:

@@ -11,7 +11,7 @@ import pytest
 from lnk_shared.discovery import context_for, resolve_spec
 from lnk_shared.errors import RefusedError, SettingsGrantRefused, SpecError
 from lnk_shared.grants import Grants
-from lnk_shared.opens import describe, describe_changes
+from lnk_shared.opens import connector_grant_lines, describe, describe_changes
 from lnk_shared.paths import BoxPaths
 from lnk_shared.refusals import judge
 from lnk_shared.spec_file import load_spec_file
@@ -91,3 +91,9 @@ def test_a_hostile_spec_path_is_named_as_escapes(tmp_path: Path) -> None:
 def test_a_refusal_names_its_entry_as_escapes() -> None:
     refused: RefusedError = SettingsGrantRefused(f"folders.write {HOSTILE}", "opens the box")
     assert str(refused) == f"refused [box-settings]: folders.write {HOSTILE_SHOWN}: opens the box"
+
+
+def test_the_connector_is_shown_as_the_boxs_grant() -> None:
+    (line,) = connector_grant_lines(["/opt/lnk/venv/bin/lnk-connect"])
+    assert "/opt/lnk/venv/bin/lnk-connect (granted by the box with a proxy" in line
+    assert connector_grant_lines([]) == []

@@ -136,6 +136,15 @@ def test_internet_star_means_any_and_drops_names() -> None:
     assert spec.internet == ()
 
 
+def test_internet_star_keeps_the_port_22_entries_it_does_not_open() -> None:
+    builder = SpecBuilder()
+    for text in ("pypi.org", "*", "github.com:22", "*.forge.example:22", "pypi.org:443"):
+        builder.add_internet(text, ORIGIN)
+    spec = builder.build()
+    assert spec.internet_any
+    assert [str(h) for h in spec.internet] == ["*.forge.example:22", "github.com:22"]
+
+
 @pytest.mark.parametrize(
     ("value", "why"),
     [

@@ -1,7 +1,8 @@
 """Compile the box's programs from the C sources beside this file: the confiner,
 `lnk-sandbox` (lnk_sandbox.c and the relay, every .c but the launcher's and the client's), the
-launcher, `lnk-spawn` (lnk_spawn.c, which the controller runs as root to start bwrap), and the
-client, `lnk` (lnk_client*.c: `lnk sandbox run`'s quick path, the Python CLI for the rest).
+launcher, `lnk-spawn` (lnk_spawn.c, which the controller runs as root to start bwrap), the
+client, `lnk` (lnk_client*.c: `lnk sandbox run`'s quick path, the Python CLI for the rest), and
+the connector, `lnk-connect` (lnk_connect.c: ssh's ProxyCommand inside a sandbox).
 
 Used by setup.py (which loads this file by path, before the package is importable), by the
 unit tests and by hand (`python build.py DIR` writes them all into DIR). Static: nothing needs the
@@ -20,6 +21,7 @@ __all__ = [
     "CFLAGS",
     "CLIENT",
     "CONFINER",
+    "CONNECTOR",
     "PROGRAMS",
     "SOURCES_DIR",
     "SPAWNER",
@@ -45,9 +47,11 @@ CFLAGS = (
 CONFINER = "lnk-sandbox"
 SPAWNER = "lnk-spawn"
 CLIENT = "lnk"
+CONNECTOR = "lnk-connect"
 _SPAWNER_SOURCE = "lnk_spawn.c"
 _CLIENT_SOURCES = "lnk_client*.c"
-PROGRAMS = (CONFINER, SPAWNER, CLIENT)
+_CONNECTOR_SOURCE = "lnk_connect.c"
+PROGRAMS = (CONFINER, SPAWNER, CLIENT, CONNECTOR)
 
 
 class BuildError(RuntimeError):
@@ -56,13 +60,17 @@ class BuildError(RuntimeError):
 
 def _sources(program: str) -> list[str]:
     spawner = SOURCES_DIR / _SPAWNER_SOURCE
+    connector = SOURCES_DIR / _CONNECTOR_SOURCE
     client = sorted(SOURCES_DIR.glob(_CLIENT_SOURCES))
     if program == SPAWNER:
         return [str(spawner)]
+    if program == CONNECTOR:
+        return [str(connector)]
     if program == CLIENT:
         return [str(p) for p in client]
     if program == CONFINER:
-        return sorted(str(p) for p in SOURCES_DIR.glob("*.c") if p != spawner and p not in client)
+        others = {spawner, connector, *client}
+        return sorted(str(p) for p in SOURCES_DIR.glob("*.c") if p not in others)
     raise ValueError(f"no such program: {program} (one of {', '.join(PROGRAMS)})")
 
 
