@@ -1,15 +1,21 @@
 """A model provider's API, just enough of it for a real harness to answer one prompt: run by the
 harness tests inside a test-internet namespace (`ip netns exec NS python -I model_api_server.py
-ADDRESS PORT LOG`), never imported by a test.
+ADDRESS PORT LOG [CERT KEY]`), never imported by a test.
 
-Plain HTTP/1.1 with keep-alive. Every request is recorded as a JSON line in LOG (method, path,
-the credential headers as they arrived, the model asked for, whether it streamed): the
-upstream's own record of what reached it. Answers, always with the text `ANSWER`:
+HTTP/1.1 with keep-alive, over TLS with CERT and KEY when given (the provider's names, signed by
+the test CA), as the hosted-model rule's proxy reaches a provider. Every request is recorded as
+a JSON line in LOG (method, path and query, the credential and `anthropic-beta` headers as they
+arrived, the model asked for, whether it streamed, the tools' types): the upstream's own record
+of what reached it. Answers, always with the text `ANSWER`:
 - Anthropic's Messages API: `POST /v1/messages` (SSE when `"stream": true`, as Claude Code asks),
   `POST /v1/messages/count_tokens`;
 - OpenAI's Responses API: `POST /v1/responses` (SSE, as Codex CLI asks), and
   `POST /v1/chat/completions` (plain JSON);
 - `GET /v1/models`: an empty list; anything else: 404.
+
+Like Anthropic's API, a Messages body that uses a field of a beta its `anthropic-beta` header
+does not name is answered 400 `... Extra inputs are not permitted` (`BETA_FIELDS`): a proxy
+that drops a beta the harness's body needs fails here as it would against the real API.
 
 Prints `ready` once bound; dies with the process that started it (`PR_SET_PDEATHSIG`).
 Security limitations: none needed; it only ever listens inside a namespace the tests made.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import json
 import signal
+import ssl
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,6 +34,13 @@ from typing import Any
 ANSWER = "lnk-harness-answer-7f3c"
 PR_SET_PDEATHSIG = 1
 BODY_LIMIT = 16 * 1024 * 1024  # a harness's first prompt, system prompt and tools included
+# A Messages field -> the beta it needs (what Anthropic's API refuses without it).
+BETA_FIELDS = {
+    "context_management": "context-management-2025-06-27",
+    "output_config": "effort-2025-11-24",
+    "tools.defer_loading": "advanced-tool-use-2025-11-20",
+    "tools.input_examples": "advanced-tool-use-2025-11-20",
+}
 CREDENTIALS = ("authorization", "x-api-key", "api-key", "openai-organization", "openai-project")
 
 
@@ -159,6 +173,25 @@ def _chat_completion(model: str) -> dict[str, Any]:
     }
 
 
+def _tool_type(tool: object) -> str:
+    """A tool's `type` ("custom" for Anthropic's untyped client tool), as the record shows it."""
+    shape = tool.get("type") if isinstance(tool, dict) else None
+    return shape if isinstance(shape, str) else "custom"
+
+
+def beta_problem(beta: str | None, body: dict[str, Any]) -> str | None:
+    """The API's 400 text for the first field of `body` whose beta `beta` does not name."""
+    named = {b.strip() for b in (beta or "").split(",")}
+    used = [(k, k) for k in body if k in BETA_FIELDS]
+    for index, tool in enumerate(body.get("tools") or ()):
+        keys = [k for k in tool if f"tools.{k}" in BETA_FIELDS] if isinstance(tool, dict) else []
+        used += [(f"tools.{k}", f"tools.{index}.custom.{k}") for k in keys]
+    for field, shown in used:
+        if BETA_FIELDS[field] not in named:
+            return f"{shown}: Extra inputs are not permitted"
+    return None
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     log_path = ""
@@ -166,13 +199,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the record in LOG is what the tests read."""
 
-    def _record(self, body: dict[str, Any]) -> None:
+    def _record(self, body: dict[str, Any], refused: str | None = None) -> None:
         line = {
             "method": self.command,
             "path": self.path,
             "credentials": {k: self.headers[k] for k in CREDENTIALS if k in self.headers},
+            "beta": self.headers.get("anthropic-beta"),
             "model": body.get("model"),
             "stream": bool(body.get("stream")),
+            "tools": [_tool_type(t) for t in body.get("tools") or ()],
+            "refused": refused,
         }
         with open(self.log_path, "a", encoding="utf-8") as log:
             log.write(json.dumps(line) + "\n")
@@ -213,11 +249,17 @@ class Handler(BaseHTTPRequestHandler):
             body: dict[str, Any] = json.loads(raw) if raw else {}
         except ValueError:
             body = {}
-        self._record(body)
         model = str(body.get("model") or "test-model")
         path = self.path.split("?")[0]
+        problem = beta_problem(self.headers["anthropic-beta"], body) if "messages" in path else None
+        self._record(body, problem)
         if path == "/v1/messages/count_tokens":
             self._json(200, {"input_tokens": 10})
+        elif problem:
+            self._json(
+                400,
+                {"type": "error", "error": {"type": "invalid_request_error", "message": problem}},
+            )
         elif path == "/v1/messages":
             if body.get("stream"):
                 self._stream(_anthropic_events(model))
@@ -237,6 +279,10 @@ def main() -> None:
     Handler.log_path = log
     server = ThreadingHTTPServer((address, port), Handler)
     server.daemon_threads = True
+    if len(sys.argv) > 5:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(sys.argv[4], sys.argv[5])
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     print("ready", flush=True)
     server.serve_forever()
 
