@@ -143,6 +143,12 @@ def _wire(box: Any) -> str:
     return "".join(p.read_text() for p in (Path(box.state_dir) / "wire").rglob("*") if p.is_file())
 
 
+def _judged(box: Any, target: str) -> list[str]:
+    """The wire log's decisions on requests to `target` (the rule's endpoint in the sandbox)."""
+    lines = [json.loads(line) for line in _wire(box).splitlines() if line.strip()]
+    return [entry["decision"] for entry in lines if entry.get("target") == target]
+
+
 def _agent_home(running_box: RunningBox, name: str) -> Path:
     return Path(running_box.owner.home) / "Link" / "Agents" / name
 
@@ -226,7 +232,11 @@ def test_claude_code_answers_a_prompt_through_the_hosted_model_rule(
     assert {t for r in arrived for t in r["tools"]} <= {"custom"}, arrived
     assert not any(r.get("refused") for r in arrived), arrived
     _assert_key_stayed_outside(running_box, netbox, "claude", key, done)
-    assert ANTHROPIC in _wire(netbox)
+    # The proxy judged each at the rule's endpoint in the sandbox and named what it dropped.
+    assert _judged(netbox, "http://127.0.0.1:4001/v1/messages?beta=true") == ["allowed"] * len(
+        arrived
+    )
+    assert f"'{ANTHROPIC}'" in _wire(netbox) and "dropped anthropic-beta" in _wire(netbox)
 
 
 def test_codex_cli_answers_a_prompt_through_the_hosted_model_rule(
@@ -259,4 +269,5 @@ def test_codex_cli_answers_a_prompt_through_the_hosted_model_rule(
     assert [r["path"] for r in arrived] == ["/v1/responses"], arrived
     assert [r["credentials"] for r in arrived] == [{"authorization": f"Bearer {key}"}]
     _assert_key_stayed_outside(running_box, netbox, "codex", key, done)
-    assert OPENAI in _wire(netbox)
+    assert _judged(netbox, "http://127.0.0.1:4000/v1/responses") == ["allowed"]
+    assert f"'{OPENAI}'" in _wire(netbox)
