@@ -47,6 +47,9 @@ CODEX = HARNESSES / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bi
 API_HOST = 4  # the stand-in's address in the test internet's public subnet (net_standin)
 HARNESS_TIMEOUT_S = 120  # a 370 MB executable's first start on a loaded 2-core machine
 ANSWER = "lnk-harness-answer-7f3c"  # model_api_server.ANSWER
+# The stand-in "model" asks Claude Code's Bash tool to run this (model_api_server.PROBE) and
+# records what comes back: the sandbox's environment and the harness's own.
+PROBE = "PROBE: export -p; cat /proc/$PPID/environ"
 CLAUDE_STATE = "claude-config"  # CLAUDE_CONFIG_DIR, the recipe's (not the protected ~/.claude)
 CODEX_STATE = "codex-home"  # CODEX_HOME, the recipe's (not the protected ~/.codex)
 
@@ -218,7 +221,7 @@ def test_claude_code_answers_a_prompt_through_the_hosted_model_rule(
         "claude",
         spec,
         CLAUDE_STATE,
-        [str(CLAUDE), "-p", "Answer with the test word."],
+        [str(CLAUDE), "-p", "--allowedTools=Bash", "--", f"Answer with the test word.\n{PROBE}"],
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert ANSWER in done.stdout, done.stdout + done.stderr
@@ -231,6 +234,12 @@ def test_claude_code_answers_a_prompt_through_the_hosted_model_rule(
     # Only client tools reached the provider, under the betas the rule keeps.
     assert {t for r in arrived for t in r["tools"]} <= {"custom"}, arrived
     assert not any(r.get("refused") for r in arrived), arrived
+    # What a prompt-injected model would have the agent send out: its whole environment and its
+    # harness's. It ran (the placeholder is there) and holds no key.
+    (dumped,) = [text for r in arrived for text in r["tool_results"]]
+    assert 'ANTHROPIC_API_KEY="lnk-secret-anthropic"' in dumped, dumped
+    assert "ANTHROPIC_API_KEY=lnk-secret-anthropic" in dumped, dumped  # /proc/PID/environ
+    assert key not in dumped
     _assert_key_stayed_outside(running_box, netbox, "claude", key, done)
     # The proxy judged each at the rule's endpoint in the sandbox and named what it dropped.
     assert _judged(netbox, "http://127.0.0.1:4001/v1/messages?beta=true") == ["allowed"] * len(
