@@ -15,7 +15,7 @@ import secrets
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,9 +254,15 @@ class PrivateBox:
     uid_first: int
     uid_last: int
 
-    def lnk(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def lnk(self, *args: str, wrap: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        """`lnk ARGS` as root for this box (under the argv prefix `wrap`, when given)."""
         return subprocess.run(
-            [str(LNK), *args], env=self.env, capture_output=True, text=True, timeout=60, check=False
+            [*wrap, str(LNK), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
 
     def controller_pid(self) -> int:
@@ -296,7 +302,11 @@ for user in host_users.list_lnk_users():
 
 @contextmanager
 def _private_box(
-    config: str = "", proxy_config: str = "", *, state_tmpfs_mb: int | None = None
+    config: str = "",
+    proxy_config: str = "",
+    *,
+    state_tmpfs_mb: int | None = None,
+    services_wrap: Sequence[str] = (),
 ) -> Iterator[PrivateBox]:
     tag = secrets.token_hex(4)
     first = UID_BLOCKS_START + secrets.randbelow(UID_BLOCKS) * UID_BLOCK
@@ -327,7 +337,7 @@ def _private_box(
             ["mount", "-t", "tmpfs", "-o", size, "lnk-test", str(box.state_dir)], check=True
         )
     try:
-        up = box.lnk("box", "up")
+        up = box.lnk("box", "up", wrap=services_wrap)  # its services start under the wrap
         if up.returncode != 0:
             log = box.state_dir / "logs" / "controller.log"
             pytest.fail(
@@ -363,5 +373,6 @@ def _private_box(
 def private_box() -> Callable[..., AbstractContextManager[PrivateBox]]:
     """`with private_box("lease_seconds = 2") as box:` a box of its own with that controller
     config (and `proxy_config=` for its proxy's; `state_tmpfs_mb=` puts its state folder on a
-    tmpfs of that size)."""
+    tmpfs of that size; `services_wrap=` an argv prefix its `lnk box up` runs under, such as
+    net_standin.trusting_box's mount namespace)."""
     return _private_box

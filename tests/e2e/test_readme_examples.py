@@ -2,11 +2,15 @@
 and offers no alternatives (`|`, `[...]`) is run by the box's real owner, on a real pty (where
 a line has no `--yes`, the question is answered "y"), in a project folder holding what the README
 says it holds (a Makefile, `out/`, `project.toml`, `build.py`), and what it should have done is
-looked for on the host afterwards.
+looked for on the host afterwards. The `pip download` line runs against a PyPI stand-in
+(`pypi_server.py`: pypi.org's simple index and files.pythonhosted.org's file, at their names in
+a test-internet namespace, over TLS with a test CA) on a box of its own whose sandboxes trust
+that CA through the system's store, as pip finds the real one's (`net_standin.trusting_box`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -19,16 +23,22 @@ from typing import Any
 
 import pytest
 from as_user import as_user
+from conftest import _private_box
+from net import Host, TestInternet, _Certs
+from net_standin import bundle_with, extra_address, point, serve, trusting_box
 from on_pty import answer_on_pty
+from pypi_server import FILES, INDEX, wheel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 README = Path(__file__).parents[2] / "README.md"
-# Lines run elsewhere or not yet: the internet one needs stand-ins for pypi.org and
-# files.pythonhosted.org that serve an index and a wheel (not yet in tests/e2e/net.py).
-# The git clone over ssh is run by test_git_ssh.py, a test sshd standing in for github.com.
+# Lines run by a test of their own: the internet one, against its stand-in hosts; the git
+# clone over ssh by test_git_ssh.py, a test sshd standing in for github.com.
 NOT_HERE = ("pip download", "git clone")
+PYPI_SERVER = Path(__file__).with_name("pypi_server.py")
+PYPI_HOST = 5  # the stand-in's address in the test internet's public subnet (net_standin)
+STAND_IN_VERSION = "2.32.3"  # the project the README downloads, served at this version
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_.]*[A-Z]\b|\b[A-Z]\b")  # ID, NAME, KEY.pub's KEY, S, F
 
 MAKEFILE = "out/hello.txt:\n\techo hello from make > out/hello.txt\n"
@@ -112,3 +122,47 @@ def test_each_line_of_the_usage_block_runs_as_written(
     for made in (project / "out").iterdir():  # made by the sandbox, landed as the owner's
         assert made.stat().st_uid == box.owner.uid
     assert len(ran) >= 5, ran
+
+
+def test_the_pip_line_downloads_through_the_proxy_from_the_pypi_stand_in(
+    running_box: RunningBox, project: Path
+) -> None:
+    """The README's `pip download` line as written: pip in the sandbox reads pypi.org's index
+    and fetches the wheel from files.pythonhosted.org (both granted on the line, through the
+    proxy) and the wheel lands in `out/` as the owner's, byte for byte what the stand-in
+    served."""
+    (line,) = [line for line in usage_lines() if "pip download" in line]
+    argv = shlex.split(line)
+    project_name = argv[-1]
+    name, served = wheel(project_name, STAND_IN_VERSION)
+    owner = running_box.owner
+    with TestInternet() as net:
+        address = extra_address(net, PYPI_HOST)
+        host = Host(INDEX, address, net.public_netns, net.tmp / "pypi.log")
+        ca_file = net.tmp / "pypi-ca.pem"
+        cert, key = _Certs(ca_file, net.id).issue(host, [INDEX, FILES], net.tmp)
+        log = net.tmp / "pypi.jsonl"
+        log.touch()
+        args = [address, str(log), str(cert), str(key), project_name, STAND_IN_VERSION]
+        proxy_config = (
+            f'unsafe_public_networks = ["{net.public_subnet}"]\nunsafe_dns_table = "{net.dns_file}"'
+        )
+        wrap = trusting_box(bundle_with(ca_file, net.tmp))
+        with (
+            serve(net, PYPI_SERVER, args, net.tmp / "pypi.err"),
+            _private_box(proxy_config=proxy_config, services_wrap=wrap) as box,
+        ):
+            point(net, [INDEX, FILES], address)
+            # The owner's own PATH (Debian's pip, as a box's user has it), this box's folders.
+            env = {**running_box.owner_env(), **{k: box.env[k] for k in box.env if "LNK_" in k}}
+            argv[0] = str(PREFIX / "venv" / "bin" / "lnk")
+            command = as_user(owner.uid, owner.gid, *argv)
+            status, screen = answer_on_pty(command, "y", env=env, cwd=project)
+            arrived = [json.loads(entry) for entry in log.read_text().splitlines()]
+    assert status == 0, (line, screen.decode(errors="replace"))
+    assert b"/usr/bin/pip" in screen  # the approval question named the system's pip
+    downloaded = project / "out" / name
+    assert downloaded.read_bytes() == served
+    assert downloaded.stat().st_uid == owner.uid
+    assert [r["host"] for r in arrived] == [INDEX, FILES], arrived
+    assert arrived[0]["path"] == f"/simple/{project_name}/"
