@@ -365,7 +365,7 @@ class Launcher:
     ]:
         """Every lookup of the judging, made as the caller: the context, the spec's paths and
         programs, the program to run and its interpreter, the agent's home, and what the box
-        grants besides (an agent's: its client and that client's Python, box_client.py)."""
+        grants besides (an agent's: its client, box_client.py)."""
         ctx = context_for(
             owner_uid,
             env=env,
@@ -412,27 +412,18 @@ class Launcher:
                 agent_home = resolve_path(agent.home, base="/", home=ctx.home)
             except PathNotFound:
                 raise LaunchRefused(agent.home, "the agent's folder is missing") from None
-        box_programs = self._box_programs(ctx, resolved) if agent is not None else ()
+        box_programs = self._box_programs(ctx) if agent is not None else ()
         return ctx, resolved, program, interp, agent_home, box_programs
 
-    def _box_programs(self, ctx: JudgeContext, resolved: ResolvedSpec) -> tuple[ResolvedPath, ...]:
+    def _box_programs(self, ctx: JudgeContext) -> tuple[ResolvedPath, ...]:
         """The box's client, resolved (the install is root's and world-readable: the caller
-        reaches it as anyone does), and the Python it runs for a bridge call only where the
-        spec already lets that Python run (`*`, or the same program in its list): the box never
-        adds an interpreter to a finite list (box_client.py)."""
-        out = []
-        for name in (CLIENT_NAME, CLIENT_PYTHON):
-            path = str(self.cfg.python.parent / name)
-            try:
-                out.append(resolve_path(path, base="/", home=ctx.home))
-            except PathNotFound:
-                raise LaunchRefused(
-                    "the box's client", f"{path} is missing: reinstall lnk"
-                ) from None
-        client, python = out
-        if resolved.commands_any or any(c.real == python.real for c in resolved.commands):
-            return (client, python)
-        return (client,)
+        reaches it as anyone does). Only the client: it makes an agent's bridge calls itself,
+        and the box never adds an interpreter to a finite list (box_client.py)."""
+        path = str(self.cfg.python.parent / CLIENT_NAME)
+        try:
+            return (resolve_path(path, base="/", home=ctx.home),)
+        except PathNotFound:
+            raise LaunchRefused("the box's client", f"{path} is missing: reinstall lnk") from None
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
