@@ -367,6 +367,7 @@ EVENTS = [
     '{"\\ud83d\\ude00": "x", "a": "\\u0000", "\\u00e9": 1, "e": 2}',
     '"\\/ slash"',
     "12.50E+2",
+    "[" * 200 + '{"deep": 1}' + "]" * 200,  # past a frame's 32 levels: an agent's own data
 ]
 
 
@@ -427,6 +428,7 @@ ANSWERS: list[bytes] = [
     _frame({"ok": True, "result": 'ünï\n\t\u0001\u007f\u2028 "q" \\ 🙂'}),
     _frame({"ok": True}),  # no result: None
     _frame({"ok": True, "result": [[[]], [{}], [1, [2, [3]]]]}),
+    _frame({"ok": True, "result": json.loads("[" * 200 + "{}" + "]" * 200)}),
     _frame({"ok": False, "error": "at seq 2\x1b[31m\ttabbed\r"}),
     _frame({"ok": False, "error": 5}),
     _frame({"ok": "yes", "result": 1}),  # only true is ok

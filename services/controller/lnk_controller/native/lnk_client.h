@@ -66,6 +66,9 @@ __attribute__((noreturn)) void fail(int code, const char *what);
 /* --- JSON (lnk_client_json.c) ------------------------------------------------------------ */
 
 #define JSON_MAX_DEPTH 32 /* arrays and objects within each other: a frame is 2-3 deep */
+/* An event or a bridge's answer holds what an agent stored: Python's json nests as deep as its
+   recursion limit (1000) lets it, and this parser as deep, on a stack far larger. */
+#define JSON_VALUE_MAX_DEPTH 1000
 
 enum json_kind {
     JSON_NULL,

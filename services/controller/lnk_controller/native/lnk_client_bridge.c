@@ -23,6 +23,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,7 +321,7 @@ __attribute__((noreturn)) static void call(const char *audience, const char *act
     struct text frame = {0};
     frame_begin(&frame);
     int signed_ok = proof_sign(&frame, &proof, seed, (long long)time(NULL), NULL);
-    memset(seed, 0, sizeof seed);
+    sodium_memzero(seed, sizeof seed);
     if (signed_ok != 0)
         fail(EXIT_ERROR, "cannot sign the call (no randomness, or the key is not a key)");
     size_t length = frame.length - HEADER_BYTES;

@@ -96,7 +96,8 @@ void json_put_wtf8(struct text *t, const char *data, size_t length) {
 struct reader {
     const unsigned char *at, *end;
     const char *why;
-    int flags; /* JSON_NUMBERS, JSON_LAST_WINS (json_parse_value) */
+    int flags;     /* JSON_NUMBERS, JSON_LAST_WINS (json_parse_value) */
+    int max_depth; /* JSON_MAX_DEPTH for a frame, JSON_VALUE_MAX_DEPTH for a value */
 };
 
 static int refuse(struct reader *r, const char *why) {
@@ -297,7 +298,7 @@ static int parse_value(struct reader *r, struct json_value *out, int depth);
 
 static int parse_container(struct reader *r, struct json_value *out, int depth) {
     bool object = *r->at == '{';
-    if (depth >= JSON_MAX_DEPTH)
+    if (depth >= r->max_depth)
         return refuse(r, "arrays and objects nested too deep");
     out->kind = object ? JSON_OBJECT : JSON_ARRAY;
     r->at++;
@@ -374,7 +375,7 @@ int json_parse(const char *data, size_t length, struct json_value *out, const ch
         return -1;
     }
     const unsigned char *s = (const unsigned char *)data;
-    struct reader r = {s, s + length, NULL, 0};
+    struct reader r = {s, s + length, NULL, 0, JSON_MAX_DEPTH};
     /* Like the Python client's scanner: the object starts at the first byte. */
     int result = r.at < r.end && *r.at == '{' ? parse_value(&r, out, 0)
                                               : refuse(&r, "a frame that is not a JSON object");
@@ -395,7 +396,7 @@ int json_parse_value(const char *data, size_t length, struct json_value *out, co
         return -1;
     }
     const unsigned char *s = (const unsigned char *)data;
-    struct reader r = {s, s + length, NULL, flags | JSON_NUMBERS};
+    struct reader r = {s, s + length, NULL, flags | JSON_NUMBERS, JSON_VALUE_MAX_DEPTH};
     skip_space(&r);
     int result = parse_value(&r, out, 0);
     skip_space(&r);
