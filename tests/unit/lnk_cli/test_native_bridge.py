@@ -461,6 +461,30 @@ def test_each_answer_is_printed_and_ends_as_python_ends(
         assert c[2].startswith(b": ".join(prefix[:2]))
 
 
+def test_a_reader_gone_is_a_quiet_failure_as_in_python(
+    c_only: Path, fake: tuple[FakeBridge, Path, Ed25519PrivateKey]
+) -> None:
+    """`lnk bridge ... | head -0`: SIGPIPE is not a death; status 1, nothing said (reported)."""
+    bridge, key_file, _ = fake
+    bridge.serve(_frame({"ok": True, "result": {"messages": []}}))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        ran = subprocess.run(
+            [str(c_only), "bridge", "inbox", "read"],
+            env=_env(key_file, bridge.path),
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    bridge.wait()
+    assert (ran.returncode, ran.stderr) == (1, b"")
+
+
 def test_no_bridge_is_the_python_message(c_only: Path, fake: Any, tmp_path: Path, py: Any) -> None:
     _, key_file, _ = fake
     for bridge in (tmp_path / "none.sock", "127.0.0.1:9", "localhost:3129", "127.0.0.1:70000"):

@@ -22,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -299,9 +300,32 @@ static void recv_exact(int sock, const struct address *a, char *out, size_t leng
     }
 }
 
+/* Ctrl-C as the Python CLI ends on it (quick_run.reported): its message, status 1. */
+static void interrupted(int number) {
+    (void)number;
+    static const char message[] = "lnk: interrupted\n";
+    ssize_t ignored = write(2, message, sizeof message - 1);
+    (void)ignored;
+    _exit(EXIT_ERROR);
+}
+
+/* SIGPIPE ignored (a closed stdout is an error to see, as Python's BrokenPipeError), SIGINT as
+   Python's KeyboardInterrupt. */
+static void bridge_signals(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    sigemptyset(&action.sa_mask);
+    action.sa_handler = SIG_IGN;
+    bool ok = sigaction(SIGPIPE, &action, NULL) == 0;
+    action.sa_handler = interrupted;
+    if (!ok || sigaction(SIGINT, &action, NULL) != 0)
+        fail(EXIT_ERROR, "cannot set the signals' handlers");
+}
+
 /* proof_client.call_bridge: one signed call; prints the result, or exits with the refusal. */
 __attribute__((noreturn)) static void call(const char *audience, const char *action,
                                            struct text *body) {
+    bridge_signals();
     const char *agent = env_value("LNK_AGENT");
     if (agent == NULL || agent[0] == '\0')
         fail(EXIT_USAGE, "LNK_AGENT is not set: `lnk bridge` runs inside an agent's sandbox");
@@ -366,7 +390,14 @@ __attribute__((noreturn)) static void call(const char *audience, const char *act
         if (json_put_pretty(&out, result != NULL ? result : &null, 0, &bad) != 0)
             unreachable(&a, bad, 0);
         text_str(&out, "\n");
-        write_all(1, out.data, out.length);
+        for (size_t at = 0; at < out.length;) { /* print(): a reader gone is a quiet failure */
+            ssize_t n = write(1, out.data + at, out.length - at);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                exit(EXIT_ERROR);
+            at += (size_t)n;
+        }
         exit(0);
     }
     const struct json_value *error = json_get(&reply, "error");
