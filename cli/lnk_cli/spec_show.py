@@ -41,10 +41,9 @@ def grants_from_arguments(args: argparse.Namespace) -> Grants:
 
 
 def _box_programs() -> list[str]:
-    """What the box grants an agent's sandbox besides its spec: this install's `lnk` client and
-    the Python it runs (lnk_controller/box_client.py), by their real paths."""
-    box_bin = os.path.join(sys.prefix, "bin")
-    return [os.path.realpath(os.path.join(box_bin, name)) for name in ("lnk", "python3")]
+    """What the box grants an agent's sandbox besides its spec: this install's `lnk` client
+    (lnk_controller/box_client.py), by its real path."""
+    return [os.path.realpath(os.path.join(sys.prefix, "bin", "lnk"))]
 
 
 def _connector(grants: Grants) -> list[str]:

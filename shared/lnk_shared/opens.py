@@ -99,13 +99,13 @@ def env_lines(names: Iterable[str]) -> list[str]:
 
 def box_grant_lines(programs: Iterable[str], *, agents_only: bool = False) -> list[str]:
     """What the box grants besides the spec in a sandbox that may call a bridge: its `lnk`
-    client and the Python that client runs (lnk_controller/box_client.py). Not part of the
-    grants' hash: the box's own files, not the spec's."""
+    client, which makes the bridge calls itself (lnk_controller/box_client.py). Not part of
+    the grants' hash: the box's own files, not the spec's."""
     where = " in an agent's sandbox" if agents_only else ""
     shown_programs = ", ".join(shown(p) for p in programs)
     return [
         f"  {'run':<15} lnk (granted by the box{where}: its bridges' client, on PATH)",
-        f"  {'':<15}   {shown_programs} (the Python it runs may run any Python code)",
+        f"  {'':<15}   {shown_programs} (static C: it adds no interpreter to the list)",
     ]
 
 

@@ -13,7 +13,9 @@ sequence number makes that a conflict, not a duplicate).
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ __all__ = [
     "load_private_key",
 ]
 
+KEY_FILE_MAX_BYTES = 4096  # an Ed25519 key in PEM is 119 bytes: bounds the read
 CALL_TIMEOUT_S = 30.0  # a store call waits at most for SQLite's busy budget
 LOOPBACK = "127.0.0.1"  # inside an agent's sandbox a relay serves its bridge there
 
@@ -50,14 +53,45 @@ def encode_body(args: dict[str, Any]) -> bytes:
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """The agent's private key from its PEM (PKCS#8) file; `StateError` naming the file."""
+    """The agent's private key from its PEM (PKCS#8) file; `StateError` naming the file.
+
+    The file must be a regular file of the caller's own that nobody else may read (no group
+    or other bits: the box writes it 0400), at most `KEY_FILE_MAX_BYTES`: a key another user
+    could read or replace is not this agent's alone. The C client (native/lnk_client_proof.c)
+    refuses the same, with the same messages."""
     try:
-        key = load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise StateError(f"cannot read the agent's key {path}: {exc}") from None
+    try:
+        pem = _key_file_bytes(fd, path)
+    finally:
+        os.close(fd)
+    try:
+        key = load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
         raise StateError(f"cannot read the agent's key {path}: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise StateError(f"{path} is not an Ed25519 private key")
     return key
+
+
+def _key_file_bytes(fd: int, path: Path) -> bytes:
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "it is not a regular file"
+    elif info.st_uid != os.geteuid():
+        problem = f"it is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
+    elif info.st_mode & 0o077:
+        mode = stat.S_IMODE(info.st_mode)
+        problem = f"its mode {mode:04o} lets others read it (an agent's key is 0400 or 0600)"
+    if problem is None:
+        pem = os.read(fd, KEY_FILE_MAX_BYTES + 1)
+        if len(pem) <= KEY_FILE_MAX_BYTES:
+            return pem
+        problem = f"it is larger than {KEY_FILE_MAX_BYTES} bytes: not an agent's key"
+    raise StateError(f"cannot read the agent's key {path}: {problem}")
 
 
 @dataclass(frozen=True)

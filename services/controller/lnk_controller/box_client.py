@@ -1,16 +1,15 @@
 """`lnk` inside a sandbox that may call a bridge (an agent's: the only sandboxes with a bridge
 grant): the box grants its own client and puts `lnk` on the sandbox's PATH, whatever the spec's
-`[commands]` list says; the Python that client runs for a bridge call only where the list
-already lets that Python run (`*`, or `python3` in it).
+`[commands]` list says, and grants nothing else: no interpreter.
 
-How: the client is the install's `bin/lnk` (the static C client, native/lnk_client.c), which
-runs `python3` beside it (the install's venv, Debian's /usr/bin/python3.11) for every bridge
-call: signing a call with the agent's Ed25519 key is done by `lnk_shared.proof_client`, in
-Python. What is granted is added to what Landlock lets the sandbox execute (real paths) and is
-bound as the very files judged, like any granted program (`bound.py`); the prefix they live in
-is root's and read-only inside. PATH inside starts with `BOX_BIN_INSIDE`, a folder of bwrap's
-read-only root holding one link, `lnk`, to the client: nothing else of the venv (its pip, its
-`python`) is put on PATH. Shown as "granted by the box" in the approval and `lnk spec show`.
+How: the client is the install's `bin/lnk`, the static C client (native/lnk_client.c), which
+makes an agent's bridge calls itself (lnk_client_bridge.c), signing each with the agent's
+Ed25519 key (lnk_client_proof.c, libsodium linked in). What is granted is added to what
+Landlock lets the sandbox execute (its real path) and is bound as the very file judged, like
+any granted program (`bound.py`); the prefix it lives in is root's and read-only inside. PATH
+inside starts with `BOX_BIN_INSIDE`, a folder of bwrap's read-only root holding one link,
+`lnk`, to the client: nothing else of the venv (its pip, its `python`) is put on PATH. Shown
+as "granted by the box" in the approval and `lnk spec show`.
 
 The box's ssh connector, `lnk-connect` (native/lnk_connect.c, beside the client in bin/), is
 granted the same way to every sandbox with a proxy, under any `[commands]` list: it is the
@@ -18,11 +17,15 @@ granted the same way to every sandbox with a proxy, under any `[commands]` list:
 only opens a CONNECT through the sandbox's own proxy, which judges it. Not on PATH (ssh names it
 by its full path); shown as "granted by the box" too.
 
-Why not the Python too, under every list: an interpreter runs what it likes (`python3 -c ...`),
-so granting it would let a finite list's sandbox run any code, which the list exists to stop
-(the loader guarantee). Under a finite list without Python, `lnk` inside starts, and a bridge
-call fails naming the grant it needs. What this does NOT do: bridge calls under such a list;
-doing them in the C client alone (Ed25519 in static C) would, and is what is left to build.
+Why not the Python behind the client too: an interpreter runs what it likes (`python3 -c
+...`), so granting it would let a finite list's sandbox run any code, which the list exists to
+stop (the loader guarantee). Before the client signed in C, the box granted its Python where
+the list already let that same file run (`*`, or `python3` in it), which added nothing the
+list did not; now no bridge call needs it, so the box grants the client alone. Where the list
+lets Python run anyway, `lnk`'s other words (`--help`, a form the C client leaves to argparse)
+still reach the Python CLI; where it does not, they fail naming the plain forms the client
+takes. What this does NOT do: give an agent anything of `lnk` but its bridge calls (every
+other command talks to the controller, which a sandbox cannot reach).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ __all__ = [
     "inside_path",
 ]
 
-CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"  # the box's client and the Python it runs, in bin/
+# the box's client, and the Python beside it in bin/ that it runs for its other words
+CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"
 CONNECTOR_NAME = "lnk-connect"  # ssh's ProxyCommand inside a sandbox with a proxy, in bin/
 BOX_BIN_INSIDE = "/run/lnk-box/bin"  # on PATH inside, first: the box's `lnk` and nothing else
 

@@ -371,7 +371,7 @@ class Launcher:
     ]:
         """Every lookup of the judging, made as the caller: the context, the spec's paths and
         programs, the program to run and its interpreter, the agent's home, and what the box
-        grants besides (an agent's: its client and that client's Python, box_client.py)."""
+        grants besides (an agent's: its client, box_client.py)."""
         ctx = context_for(
             owner_uid,
             env=env,
@@ -426,12 +426,10 @@ class Launcher:
     ) -> tuple[ResolvedPath, ...]:
         """What the box grants besides the spec, resolved (the install is root's and
         world-readable: the caller reaches it as anyone does): with a proxy, its ssh connector;
-        in an agent's sandbox, its client, and the Python that client runs for a bridge call
-        only where the spec already lets that Python run (`*`, or the same program in its
-        list): the box never adds an interpreter to a finite list (box_client.py)."""
-        names = ([CONNECTOR_NAME] if resolved.has_proxy else []) + (
-            [CLIENT_NAME, CLIENT_PYTHON] if agent else []
-        )
+        in an agent's sandbox, its client. Only static programs: the client makes an agent's
+        bridge calls itself, and the box never adds an interpreter to a finite list
+        (box_client.py)."""
+        names = ([CONNECTOR_NAME] if resolved.has_proxy else []) + ([CLIENT_NAME] if agent else [])
         out = []
         for name in names:
             path = str(self.cfg.python.parent / name)
@@ -441,12 +439,7 @@ class Launcher:
                 raise LaunchRefused(
                     "the box's client", f"{path} is missing: reinstall lnk"
                 ) from None
-        if not agent:
-            return tuple(out)
-        *others, python = out
-        if resolved.commands_any or any(c.real == python.real for c in resolved.commands):
-            return (*others, python)
-        return tuple(others)
+        return tuple(out)
 
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own

@@ -45,6 +45,7 @@ def inside(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = server.open_agent(AgentKey(AGENT, enroll_public_key(raw), os.getuid()))
     key_file = root / "key.pem"
     key_file.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    key_file.chmod(0o600)  # the caller's alone, as the box writes it (load_private_key)
     monkeypatch.setenv("LNK_AGENT", AGENT)
     monkeypatch.setenv("LNK_AGENT_KEY", str(key_file))
     monkeypatch.setenv("LNK_BRIDGE", str(path))
@@ -91,6 +92,7 @@ def test_another_key_is_refused(
             Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()
         )
     )
+    other.chmod(0o600)
     monkeypatch.setenv("LNK_AGENT_KEY", str(other))
     status, err = lnk(capsys, "bridge", "store", "lease", "acquire")
     assert status == 1 and "refused the call" in err

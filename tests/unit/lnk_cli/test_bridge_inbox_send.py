@@ -60,6 +60,7 @@ def inside(monkeypatch: pytest.MonkeyPatch) -> Iterator[Inside]:
     open_agent(server, STRANGER)
     key_file = root / "key.pem"
     key_file.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    key_file.chmod(0o600)  # the caller's alone, as the box writes it (load_private_key)
     monkeypatch.setenv("LNK_AGENT", SENDER)
     monkeypatch.setenv("LNK_AGENT_KEY", str(key_file))
     monkeypatch.setenv("LNK_BRIDGE", str(path))

@@ -140,6 +140,27 @@ def odd_cwd(tmp_path: Path) -> bytes:
     return folder
 
 
+def _sent_as_python_sends(
+    native_client: Path,
+    controller: Controller,
+    words: list[Word],
+    env: dict[Word, Word],
+    cwd: bytes,
+) -> Launch:
+    """`sandbox run WORDS` from each client: the C path's request, once it is the Python
+    client's byte for byte."""
+    sent: dict[str, Launch] = {}
+    for name, program in (("native", [native_client]), ("python", _python())):
+        controller.serve(_answer(controller, _exit(0)))
+        ran = _run(program, ["sandbox", "run", *words], env, cwd=cwd)
+        assert ran.returncode == 0, ran.stderr
+        sent[name] = controller.check()
+    native, python = sent["native"], sent["python"]
+    assert native.exe == str(native_client)  # the C path answered, not an exec'd Python
+    assert native.raw == python.raw
+    return native
+
+
 @pytest.mark.parametrize(("words", "extra_env"), REQUESTS)
 def test_the_request_is_the_python_clients_byte_for_byte(
     native_client: Path,
@@ -149,15 +170,7 @@ def test_the_request_is_the_python_clients_byte_for_byte(
     extra_env: dict[Word, Word],
 ) -> None:
     env = _env(controller, extra_env)
-    sent: dict[str, Launch] = {}
-    for name, program in (("native", [native_client]), ("python", _python())):
-        controller.serve(_answer(controller, _exit(0)))
-        ran = _run(program, ["sandbox", "run", *words], env, cwd=odd_cwd)
-        assert ran.returncode == 0, ran.stderr
-        sent[name] = controller.check()
-    native, python = sent["native"], sent["python"]
-    assert native.exe == str(native_client)  # the C path answered, not an exec'd Python
-    assert native.raw == python.raw
+    native = _sent_as_python_sends(native_client, controller, words, env, odd_cwd)
     # And what it says, spelled out: launch_request's fields for this cwd and environment.
     request = native.message
     command = words[words.index("--") + 1 :]
@@ -853,24 +866,57 @@ def test_the_terminals_modes_are_put_back_whatever_was_done_to_them_meanwhile(
     assert after == before
 
 
+ENV_WORDS: list[list[Word]] = [
+    ["--env", "E2E_KEY", "--", "true"],
+    ["--yes", "--env=MODE=ci", "--", "true"],
+    ["--env", "A=1", "--spec=spec.toml", "--env=E2E_KEY", "--env", "B=", "--yes", "--", "ls"],
+    ["--env", "E2E_KEY=given wins", "--env", "E2E_KEY", "--", "true"],
+    ["--env", "ODD", "--env", b"RAW=\xff\xfe", "--env=ü=ü", "--", "true"],
+    ["--env", "LD_PRELOAD=/x.so", "--env", "=nameless", "--", "true"],  # judged by the controller
+]
+
+
+@pytest.mark.parametrize("words", ENV_WORDS)
+def test_env_is_the_python_clients_byte_for_byte_and_carries_only_what_it_names(
+    native_client: Path, controller: Controller, words: list[Word], odd_cwd: bytes
+) -> None:
+    """`--env NAME` and `--env NAME=VALUE` on the C path: the request is the Python CLI's
+    (which reads --env in full: spec_flags.flags_document), byte for byte; a bare NAME carries
+    the caller's value, and nothing else of the environment goes."""
+    env = {
+        **_env(controller),
+        "E2E_KEY": "k-1",
+        "E2E_UNNAMED": "stays-out",
+        "ODD": b"\xff odd \xe2\x82",
+    }
+    native = _sent_as_python_sends(native_client, controller, words, env, odd_cwd)
+    assert b"stays-out" not in native.raw
+    given = native.message["flags"]["env"]
+    assert isinstance(given, list) and len(given) == words.count("--env") + sum(
+        1 for w in words if isinstance(w, str) and w.startswith("--env=")
+    )
+    if words[:2] == ["--env", "E2E_KEY"]:
+        assert given == ["E2E_KEY=k-1"]
+
+
 @pytest.mark.parametrize(
     "words",
     [
-        ["sandbox", "run", "--env", "E2E_KEY", "--", "true"],
-        ["sandbox", "run", "--yes", "--env=MODE=ci", "--", "true"],
+        ["--env", "E2E_NOT_SET", "--", "true"],  # the Python CLI's "not set" refusal
+        ["--env=", "--", "true"],
+        ["--en", "E2E_KEY", "--", "true"],  # an abbreviation argparse takes
     ],
 )
-def test_env_is_the_python_clients_and_carries_only_what_it_names(
+def test_an_env_form_the_c_path_does_not_take_is_the_python_clis(
     native_client: Path, controller: Controller, words: list[str], tmp_path: Path
 ) -> None:
-    """`--env` is not the plain form: the C client hands it to the Python CLI, which sends the
-    named variable (the caller's value for a bare NAME) and nothing else of the environment."""
-    controller.serve(_answer(controller, _exit(0)))
-    env = {**_env(controller), "E2E_KEY": "k-1", "E2E_UNNAMED": "stays-out"}
-    ran = _run([native_client], words, env, cwd=tmp_path)
-    launch = controller.check()
-    assert ran.returncode == 0, ran.stderr
-    assert os.path.basename(launch.exe).startswith("python")
-    named = "E2E_KEY=k-1" if "E2E_KEY" in words else "MODE=ci"
-    assert launch.message["flags"]["env"] == [named]
-    assert b"stays-out" not in launch.raw
+    env = {**_env(controller), "E2E_KEY": "k-1"}
+    out = {}
+    for name, program in (("native", [native_client]), ("python", _python())):
+        controller.serve(_answer(controller, _exit(0)))
+        ran = _run(program, ["sandbox", "run", *words], env, cwd=tmp_path)
+        out[name] = (ran.returncode, ran.stdout, ran.stderr)
+        if ran.returncode == 0:
+            launch = controller.check()
+            assert os.path.basename(launch.exe).startswith("python")
+    assert out["native"] == out["python"]

@@ -22,6 +22,7 @@ __all__ = [
     "CLIENT",
     "CONFINER",
     "CONNECTOR",
+    "LIBRARIES",
     "PROGRAMS",
     "SOURCES_DIR",
     "SPAWNER",
@@ -52,6 +53,10 @@ _SPAWNER_SOURCE = "lnk_spawn.c"
 _CLIENT_SOURCES = "lnk_client*.c"
 _CONNECTOR_SOURCE = "lnk_connect.c"
 PROGRAMS = (CONFINER, SPAWNER, CLIENT, CONNECTOR)
+# Linked after a program's sources: the client signs an agent's bridge calls with Ed25519 from
+# libsodium's libsodium.a (Debian's libsodium-dev), a small audited library with no config
+# file, no dlopen and no engines (OpenSSL's libcrypto.a would add megabytes and its config).
+LIBRARIES = {CLIENT: ("-lsodium",)}
 
 
 class BuildError(RuntimeError):
@@ -79,11 +84,13 @@ def build(out_path: str | Path, *, program: str = CONFINER, cc: str = "cc") -> P
     sources = _sources(program)
     compiler = shutil.which(cc)
     if compiler is None:
-        raise BuildError(f"no C compiler ({cc}) to build {program}: install gcc and libc6-dev")
+        raise BuildError(
+            f"no C compiler ({cc}) to build {program}: install gcc, libc6-dev and libsodium-dev"
+        )
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
-        [compiler, *CFLAGS, "-o", str(out), *sources],
+        [compiler, *CFLAGS, "-o", str(out), *sources, *LIBRARIES.get(program, ())],
         capture_output=True,
         text=True,
         check=False,

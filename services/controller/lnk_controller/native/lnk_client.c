@@ -1,10 +1,15 @@
-/* lnk, the command: `lnk sandbox run`'s quick path in C, the Python CLI for everything else.
+/* lnk, the command: `lnk sandbox run`'s quick path and `lnk bridge` in C, the Python CLI for
+ * everything else.
  *
  * Why: Python's own start costs 13-19 ms on a small machine before any of the client's code
- * runs, a third of a sandbox's start. This program takes exactly the form the Python quick path
- * takes (cli/lnk_cli/quick_run.py: `sandbox run [--yes] [--spec FILE | --spec=FILE] -- PROGRAM
- * [ARGS...]`), and only when neither stdin nor stdout is a terminal (with one, the approval
- * question or a pty relay is possible: those stay in Python). Everything else execs
+ * runs, a third of a sandbox's start; and inside an agent's sandbox under a finite [commands]
+ * list the box grants this program but never the Python behind it (box_client.py), so an
+ * agent's bridge calls are made here (lnk_client_bridge.c, signed in lnk_client_proof.c).
+ * The run path takes the form the Python quick path takes (cli/lnk_cli/quick_run.py: `sandbox
+ * run [--yes] [--spec FILE | --spec=FILE] -- PROGRAM [ARGS...]`) and --env NAME[=VALUE] too
+ * (which the Python CLI reads in full: the request is the same, a test holds it), and only
+ * when neither stdin nor stdout is a terminal (with one, the approval question or a pty relay
+ * is possible: those stay in Python). Everything else execs
  * `<this program's folder>/python3 -P -c "from lnk_cli.__main__ import main; main()" WORDS...`
  * (-P: a folder named lnk_cli in the caller's working folder must not be imported).
  *
@@ -56,12 +61,13 @@
 #define SPEC_MAX_BYTES (256 * 1024)
 
 /* lnk_shared.spec_flags.FLAG_NAMES, each empty as argparse's defaults leave it (quick_run's
-   no_flags); the unit test compares the whole request with Python's, so a new flag is caught. */
-#define NO_FLAGS                                                                                   \
+   no_flags) but `env`, which holds the --env words; the unit test compares the whole request
+   with Python's, so a new flag is caught. */
+#define FLAGS_BEFORE_ENV                                                                           \
     "{\"read\":[],\"write\":[],\"internet_host\":[],\"network_mode\":null,\"lan_host\":[],"        \
     "\"browser_host\":[],\"port\":[],\"store_driver\":[],\"service\":[],\"model\":[],"             \
-    "\"command\":[],\"with_fd\":[],\"env\":[],"                                                      \
-    "\"processes\":[],\"memory\":[],\"cpu\":[],\"open_files\":[]}"
+    "\"command\":[],\"with_fd\":[],\"env\":["
+#define FLAGS_AFTER_ENV "],\"processes\":[],\"memory\":[],\"cpu\":[],\"open_files\":[]}"
 
 extern char **environ;
 
@@ -70,16 +76,35 @@ struct plain_run {
     bool yes;
     char **command;
     int count;
+    const char **env; /* each --env word, in order (NAME=VALUE, or a NAME set here) */
+    int env_count;
 };
 
 /* --- the words --------------------------------------------------------------------------- */
 
-/* quick_run.plain_run: `words` after `sandbox run` are `[--yes] [--spec F | --spec=F]... --
-   PROGRAM [ARGS...]` in any order before the `--`; anything else (a spec flag, an abbreviation,
-   --help, no program) is the full client's to read. */
+static const char *environment(const char *name);
+
+/* An --env word this path sends as the Python CLI would (spec_flags.flags_document): NAME=VALUE
+   as written, a bare NAME only when the caller's environment has it (env_names.env_flags'
+   "not set" refusal is the Python CLI's to print). Names are judged by the controller. */
+static bool env_word(const char *word, struct plain_run *out) {
+    if (word[0] == '\0' || (strchr(word, '=') == NULL && environment(word) == NULL))
+        return false;
+    out->env[out->env_count++] = word;
+    return true;
+}
+
+/* quick_run.plain_run, and --env: `words` after `sandbox run` are `[--yes] [--spec F |
+   --spec=F]... [--env E | --env=E]... -- PROGRAM [ARGS...]` in any order before the `--`;
+   anything else (another spec flag, an abbreviation, --help, no program) is the full client's
+   to read. */
 static bool plain_run(int count, char **words, struct plain_run *out) {
     out->spec = NULL;
     out->yes = false;
+    out->env_count = 0;
+    out->env = calloc((size_t)count + 1, sizeof *out->env);
+    if (out->env == NULL)
+        fail(EXIT_RUN_ERROR, "out of memory");
     for (int i = 0; i < count; i++) {
         const char *word = words[i];
         if (strcmp(word, "--") == 0) {
@@ -93,6 +118,11 @@ static bool plain_run(int count, char **words, struct plain_run *out) {
             out->spec = word + 7;
         else if (strcmp(word, "--spec") == 0 && i + 1 < count && words[i + 1][0] != '-')
             out->spec = words[++i];
+        else if (strncmp(word, "--env=", 6) == 0 && env_word(word + 6, out))
+            continue;
+        else if (strcmp(word, "--env") == 0 && i + 1 < count && words[i + 1][0] != '-' &&
+                 env_word(words[i + 1], out))
+            i++;
         else
             return false;
     }
@@ -140,9 +170,16 @@ __attribute__((noreturn)) static void run_python_cli(int argc, char **argv) {
     text_str(&m, "cannot run the Python CLI (");
     text_printable_bytes(&m, python, strlen(python));
     text_format(&m, "): %s", strerror(err));
+    if (err == EACCES && argc >= 2 && strcmp(argv[1], "bridge") == 0) { /* box_client.py */
+        text_str(&m, "; this sandbox's [commands] list does not grant it, and without it `lnk "
+                     "bridge` takes its plain forms only:\n  ");
+        text_str(&m, BRIDGE_USAGE);
+        message_exit(&m, EXIT_USAGE);
+    }
     if (err == EACCES && getenv("LNK_AGENT") != NULL) /* box_client.py: not granted */
-        text_str(&m, " (this agent's [commands] list does not grant the box's Python, which "
-                     "lnk runs for a bridge call: add \"python3\" to it, or use \"*\")");
+        text_str(&m, " (this sandbox's [commands] list does not grant the box's Python, which "
+                     "runs every lnk command but `lnk bridge` and `lnk sandbox run`: add "
+                     "\"python3\" to it, or use \"*\")");
     message_exit(&m, failed);
 }
 
@@ -193,7 +230,23 @@ static void launch_request(struct text *t, const struct plain_run *run, bool spe
     free(cwd);
     text_str(t, ",\"path_env\":");
     json_put_bytes(t, path ? path : "", path ? strlen(path) : 0);
-    text_str(t, ",\"flags\":" NO_FLAGS ",\"env\":{");
+    text_str(t, ",\"flags\":" FLAGS_BEFORE_ENV);
+    for (int i = 0; i < run->env_count; i++) { /* env_flags: f"{name}={value}" */
+        const char *word = run->env[i];
+        if (i > 0)
+            text_str(t, ",");
+        if (strchr(word, '=') != NULL) {
+            json_put_bytes(t, word, strlen(word));
+            continue;
+        }
+        struct text entry = {0};
+        text_str(&entry, word);
+        text_str(&entry, "=");
+        text_str(&entry, environment(word));
+        json_put_bytes(t, entry.data, entry.length);
+        text_free(&entry);
+    }
+    text_str(t, FLAGS_AFTER_ENV ",\"env\":{");
     bool first = true;
     for (char **e = environ; *e != NULL; e++) {
         const char *equals = strchr(*e, '=');
@@ -333,6 +386,8 @@ __attribute__((noreturn)) static void quick_run(const struct plain_run *run) {
 int main(int argc, char **argv) {
     struct plain_run run;
     /* isatty on both: with a terminal on either, the question or a pty relay may be wanted. */
+    if (argc >= 2 && strcmp(argv[1], "bridge") == 0)
+        bridge_command(argc, argv); /* exits, but for a form the Python CLI must read */
     if (argc >= 3 && strcmp(argv[1], "sandbox") == 0 && strcmp(argv[2], "run") == 0 &&
         plain_run(argc - 3, argv + 3, &run) && !isatty(0) && !isatty(1))
         quick_run(&run);

@@ -12,6 +12,7 @@
    with the program's status: its own failures are a run's (errors.EXIT_RUN_*, as env, timeout
    and docker run), never 1-3, which a program uses for its own. */
 #define EXIT_ERROR 1         /* errors.EXIT_ERROR: a command that runs no program */
+#define EXIT_USAGE 2         /* errors.EXIT_USAGE: words lnk does not take */
 #define EXIT_RUN_ERROR 125   /* errors.EXIT_RUN_ERROR: LnkError, StateError, SpecError */
 #define EXIT_RUN_REFUSED 126 /* errors.EXIT_RUN_REFUSED: RefusedError, NotConfirmedError */
 
@@ -65,8 +66,20 @@ __attribute__((noreturn)) void fail(int code, const char *what);
 /* --- JSON (lnk_client_json.c) ------------------------------------------------------------ */
 
 #define JSON_MAX_DEPTH 32 /* arrays and objects within each other: a frame is 2-3 deep */
+/* An event or a bridge's answer holds what an agent stored: Python's json nests as deep as its
+   recursion limit (1000) lets it, and this parser as deep, on a stack far larger. */
+#define JSON_VALUE_MAX_DEPTH 1000
 
-enum json_kind { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_INT, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
+enum json_kind {
+    JSON_NULL,
+    JSON_FALSE,
+    JSON_TRUE,
+    JSON_INT,
+    JSON_NUMBER, /* json_parse_value only: any number (NaN, Infinity too), `text` as written */
+    JSON_STRING,
+    JSON_ARRAY,
+    JSON_OBJECT
+};
 
 /* A parsed value. Strings are WTF-8: UTF-8 that also holds lone surrogates (U+D800-U+DFFF, as
    three bytes), so a string Python would read, including \udcXX for a file name's stray
@@ -84,6 +97,12 @@ struct json_value {
    `*why` saying what is wrong (a static string). On success free `out` with json_free. */
 int json_parse(const char *data, size_t length, struct json_value *out, const char **why);
 void json_free(struct json_value *value);
+/* Any one JSON value as Python's json.loads reads it (whitespace around it, every number as
+   JSON_NUMBER, NaN and Infinity), duplicate keys refused unless JSON_LAST_WINS. */
+#define JSON_NUMBERS 1
+#define JSON_LAST_WINS 2
+int json_parse_value(const char *data, size_t length, struct json_value *out, const char **why,
+                     int flags);
 /* The member `key` (ASCII, no NUL) of an object, or NULL. */
 const struct json_value *json_get(const struct json_value *object, const char *key);
 /* `value` is the string `s` (ASCII, no NUL). */
@@ -96,6 +115,40 @@ void json_put_bytes(struct text *t, const char *data, size_t length);
 void json_put_wtf8(struct text *t, const char *data, size_t length);
 /* repr(value) as Python writes it, for a message that quotes what the controller sent. */
 void text_repr(struct text *t, const struct json_value *value);
+
+/* --- values as Python writes them (lnk_client_values.c) ---------------------------------- */
+
+/* json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False): 0, or -1 with
+   `*why` (a string holding a lone surrogate, an integer past Python's digit limit). */
+int json_put_canonical(struct text *t, const struct json_value *v, const char **why);
+/* json.dumps(v, indent=2, ensure_ascii=False), members in their order, at `level`. */
+int json_put_pretty(struct text *t, const struct json_value *v, int level, const char **why);
+
+/* --- an agent's proof (lnk_client_proof.c) ----------------------------------------------- */
+
+#define PROOF_LIFETIME_S 60 /* proofs.DEFAULT_MAX_LIFETIME_S: valid for a minute */
+struct proof_call {
+    const char *agent, *audience, *action;
+    const char *body;
+    size_t body_length;
+};
+void base64_put(struct text *t, const unsigned char *data, size_t length);
+/* The key file's 32-byte seed (its checks: lnk_client_proof.c); -1 with the message in `why`
+   ("cannot read the agent's key PATH: ..."). */
+int agent_key_read(const char *path, unsigned char seed[32], struct text *why);
+/* proofs.signed_bytes */
+void proof_signed_bytes(struct text *t, const struct proof_call *call, const unsigned char *nonce,
+                        long long created, long long expires);
+/* proofs.sign_call's wire object as send_frame writes it, appended to `t`; `fixed_nonce` NULL
+   for a random one (16 bytes otherwise: tests). 0, or -1 (no randomness, a bad seed). */
+int proof_sign(struct text *t, const struct proof_call *call, const unsigned char *seed,
+               long long now, const unsigned char *fixed_nonce);
+
+/* --- `lnk bridge` (lnk_client_bridge.c) -------------------------------------------------- */
+
+/* `lnk bridge ...` in its plain forms: the call, then exit; returns only for another form. */
+void bridge_command(int argc, char **argv);
+extern const char *const BRIDGE_USAGE; /* the plain forms, one a line */
 
 /* --- the launch dialogue (lnk_client_dialogue.c) ----------------------------------------- */
 

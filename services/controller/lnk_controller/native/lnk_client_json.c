@@ -96,6 +96,8 @@ void json_put_wtf8(struct text *t, const char *data, size_t length) {
 struct reader {
     const unsigned char *at, *end;
     const char *why;
+    int flags;     /* JSON_NUMBERS, JSON_LAST_WINS (json_parse_value) */
+    int max_depth; /* JSON_MAX_DEPTH for a frame, JSON_VALUE_MAX_DEPTH for a value */
 };
 
 static int refuse(struct reader *r, const char *why) {
@@ -170,7 +172,51 @@ static int parse_string(struct reader *r, struct json_value *out) {
     return 0;
 }
 
+/* Python's json number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?, kept as its text. */
+static int parse_number_text(struct reader *r, struct json_value *out) {
+    const unsigned char *start = r->at;
+    if (r->at < r->end && *r->at == '-')
+        r->at++;
+    if ((size_t)(r->end - r->at) >= 8 && memcmp(r->at, "Infinity", 8) == 0)
+        r->at += 8;
+    else {
+        if (r->at >= r->end || *r->at < '0' || *r->at > '9')
+            return refuse(r, "not JSON");
+        if (*r->at == '0')
+            r->at++;
+        else
+            while (r->at < r->end && *r->at >= '0' && *r->at <= '9')
+                r->at++;
+        if (r->at + 1 < r->end && *r->at == '.' && r->at[1] >= '0' && r->at[1] <= '9') {
+            r->at++;
+            while (r->at < r->end && *r->at >= '0' && *r->at <= '9')
+                r->at++;
+        }
+        const unsigned char *e = r->at;
+        if (e < r->end && (*e == 'e' || *e == 'E')) {
+            e++;
+            if (e < r->end && (*e == '+' || *e == '-'))
+                e++;
+            if (e < r->end && *e >= '0' && *e <= '9') {
+                while (e < r->end && *e >= '0' && *e <= '9')
+                    e++;
+                r->at = e;
+            }
+        }
+    }
+    out->kind = JSON_NUMBER;
+    out->length = (size_t)(r->at - start);
+    out->text = malloc(out->length + 1);
+    if (out->text == NULL)
+        out_of_memory();
+    memcpy(out->text, start, out->length);
+    out->text[out->length] = '\0';
+    return 0;
+}
+
 static int parse_integer(struct reader *r, struct json_value *out) {
+    if (r->flags & JSON_NUMBERS)
+        return parse_number_text(r, out);
     bool negative = *r->at == '-';
     if (negative)
         r->at++;
@@ -252,7 +298,7 @@ static int parse_value(struct reader *r, struct json_value *out, int depth);
 
 static int parse_container(struct reader *r, struct json_value *out, int depth) {
     bool object = *r->at == '{';
-    if (depth >= JSON_MAX_DEPTH)
+    if (depth >= r->max_depth)
         return refuse(r, "arrays and objects nested too deep");
     out->kind = object ? JSON_OBJECT : JSON_ARRAY;
     r->at++;
@@ -285,7 +331,7 @@ static int parse_container(struct reader *r, struct json_value *out, int depth) 
         }
         if (r->at < r->end && *r->at == close) {
             r->at++;
-            return object ? check_unique_keys(r, out) : 0;
+            return object && !(r->flags & JSON_LAST_WINS) ? check_unique_keys(r, out) : 0;
         }
         return refuse(r, object ? "an object without its '}'" : "an array without its ']'");
     }
@@ -306,6 +352,17 @@ static int parse_value(struct reader *r, struct json_value *out, int depth) {
         return parse_literal(r, "false", JSON_FALSE, out);
     case 'n':
         return parse_literal(r, "null", JSON_NULL, out);
+    case 'N':
+        if (r->flags & JSON_NUMBERS) { /* Python's json reads NaN and Infinity by default */
+            if (parse_literal(r, "NaN", JSON_NUMBER, out) != 0)
+                return -1;
+            out->text = strdup("NaN");
+            if (out->text == NULL)
+                out_of_memory();
+            out->length = 3;
+            return 0;
+        }
+        return refuse(r, "not JSON");
     default:
         return parse_integer(r, out);
     }
@@ -318,12 +375,33 @@ int json_parse(const char *data, size_t length, struct json_value *out, const ch
         return -1;
     }
     const unsigned char *s = (const unsigned char *)data;
-    struct reader r = {s, s + length, NULL};
+    struct reader r = {s, s + length, NULL, 0, JSON_MAX_DEPTH};
     /* Like the Python client's scanner: the object starts at the first byte. */
     int result = r.at < r.end && *r.at == '{' ? parse_value(&r, out, 0)
                                               : refuse(&r, "a frame that is not a JSON object");
     if (result == 0 && r.at != r.end)
         result = refuse(&r, "bytes after the frame's object");
+    if (result != 0) {
+        json_free(out);
+        *why = r.why;
+    }
+    return result;
+}
+
+int json_parse_value(const char *data, size_t length, struct json_value *out, const char **why,
+                     int flags) {
+    memset(out, 0, sizeof *out);
+    if (!utf8_valid(data, length)) {
+        *why = "bytes that are not UTF-8";
+        return -1;
+    }
+    const unsigned char *s = (const unsigned char *)data;
+    struct reader r = {s, s + length, NULL, flags | JSON_NUMBERS, JSON_VALUE_MAX_DEPTH};
+    skip_space(&r);
+    int result = parse_value(&r, out, 0);
+    skip_space(&r);
+    if (result == 0 && r.at != r.end)
+        result = refuse(&r, "more after the value");
     if (result != 0) {
         json_free(out);
         *why = r.why;
@@ -368,6 +446,9 @@ void text_repr(struct text *t, const struct json_value *value) {
         return;
     case JSON_INT:
         text_format(t, "%lld", value->integer);
+        return;
+    case JSON_NUMBER:
+        text_str(t, value->text);
         return;
     case JSON_STRING:
         text_repr_string(t, value->text, value->length);
