@@ -26,6 +26,7 @@ __all__ = ["register"]
 
 START_TIMEOUT_S = 15.0  # the controller migrates its database and reconciles before answering
 STOP_TIMEOUT_S = 15.0  # it cleans every running sandbox before it exits
+ANSWER_WAIT_S = 2.0  # one "are you up?" question while starting: asked again until START_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,10 @@ def _running_pid(box: BoxPaths, service: Service) -> int | None:
 def _answers(box: BoxPaths, service: Service) -> bool:
     if service.name in ("proxy", "bridge-store"):  # both answer a framed ping
         return _proxy_answers(box.run_dir / service.socket)
-    from lnk_shared.api_client import api_request
+    from lnk_cli.controller_api import request
 
     try:
-        status, _ = api_request(box.run_dir / service.socket, "GET", "/v1/sandboxes", timeout=2)
+        status, _ = request("GET", "/v1/sandboxes", timeout=ANSWER_WAIT_S, box=box)
     except (StateError, OSError):
         return False
     return status == 200
@@ -337,14 +338,11 @@ def cmd_down(_args: argparse.Namespace) -> int:
 
 
 def cmd_prune(_args: argparse.Namespace) -> int:
-    from lnk_shared.api_client import api_request, refused_answer
+    from lnk_cli.controller_api import call
 
     if os.geteuid() != 0:
         raise StateError("lnk box prune is for root: run it with sudo")
-    box = BoxPaths.from_env()
-    status, doc = api_request(box.run_dir / "controller.sock", "POST", "/v1/box/prune", {})
-    if status >= 400:
-        raise refused_answer(status, doc)
+    doc = call("POST", "/v1/box/prune", {})
     print(f"pruned {doc['records']} ended record(s) and {doc['logs']} wire log(s)")
     return EXIT_OK
 

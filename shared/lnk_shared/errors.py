@@ -60,6 +60,8 @@ __all__ = [
     "ProgramCannotRunError",
     "ProgramNotFoundError",
     "RefusedError",
+    "RemoteError",
+    "SandboxHomeRefused",
     "SelfWideningRefused",
     "ServiceRefused",
     "SettingsGrantRefused",
@@ -91,6 +93,19 @@ class LnkError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @classmethod
+    def said(cls, message: str) -> LnkError:
+        """This error as another process of the box said it (a service's API answer): its
+        class and so its exit statuses, with the words as they came; the fields a subclass
+        builds its message from are not sent, so they hold the whole message."""
+        error = cls.__new__(cls)
+        LnkError.__init__(error, message)
+        error._heard(message)
+        return error
+
+    def _heard(self, message: str) -> None:
+        """Set a subclass's own fields for `said` (none here)."""
 
 
 class UsageError(LnkError):
@@ -125,6 +140,9 @@ class SpecError(LnkError):
             where = f"{where}: {shown(key)}" if where else shown(key)
         super().__init__(f"{where}: {problem}" if where else problem)
 
+    def _heard(self, message: str) -> None:
+        self.problem, self.source, self.line, self.key = message, None, None, None
+
 
 class ProgramNotFoundError(SpecError):
     """The program a run names does not exist, or not where the caller can reach it."""
@@ -149,6 +167,9 @@ class RefusedError(LnkError):
         self.entry = entry
         self.why = why
         super().__init__(f"refused [{self.rule}]: {shown(entry)}: {why}")
+
+    def _heard(self, message: str) -> None:
+        self.entry, self.why = "", message
 
 
 class SettingsGrantRefused(RefusedError):
@@ -213,3 +234,13 @@ class NotConfirmedError(LnkError):
 
 class StateError(LnkError):
     pass
+
+
+class RemoteError(LnkError):
+    """The controller's refusal of a launch (its launch socket's "error" frame), with the exit
+    statuses it chose for a run and otherwise, and its words already made safe to show."""
+
+    def __init__(self, message: str, code: int, run_code: int = EXIT_RUN_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = code
+        self.run_exit_code = run_code

@@ -35,7 +35,8 @@ from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.retention import prune
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
 from lnk_controller.secret_store import SecretStore
-from lnk_shared.errors import EXIT_USAGE, LnkError
+from lnk_shared.api_errors import error_answer
+from lnk_shared.errors import LnkError
 from lnk_shared.unix import peer_cred
 
 __all__ = ["PeerCredProtocol", "make_app"]
@@ -101,9 +102,9 @@ def make_app(
     def refused(_request: Request, exc: LnkError) -> JSONResponse:
         # What went wrong, said to the caller (a freeze that did not take, a cleanup with
         # something left, a name it may not have), instead of a bare 500; with the error's
-        # exit status, so the CLI exits as the error would have there (422: the caller's words).
-        status = 422 if exc.exit_code == EXIT_USAGE else 409
-        return JSONResponse(status_code=status, content={"detail": str(exc), "exit": exc.exit_code})
+        # class and exit statuses, so the CLI exits as the error would have here.
+        status, body = error_answer(exc)
+        return JSONResponse(status_code=status, content=body)
 
     def own(sandbox_id: str, uid: int) -> SandboxRow:
         row = store.get(sandbox_id)
