@@ -30,7 +30,6 @@ CROSSINGS = {
 # Modules tested end to end (tests/e2e) but without a unit test module of their own.
 UNTESTED_ALONE = {
     "lnk_shared": {
-        "errors.py",
         "frames.py",
         "oom_scores.py",
         "paths.py",
