@@ -47,7 +47,6 @@ UNTESTED_ALONE = {
         "launch.py",
         "launch_socket.py",
         "models.py",
-        "native/build.py",
         "proxy_link.py",
         "seccomp_host_net.py",
         "service.py",
