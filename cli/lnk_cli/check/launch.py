@@ -24,6 +24,7 @@ from typing import Any
 from lnk_cli.check.verdicts import clean_text
 from lnk_cli.quick_run import LAUNCH_SOCKET, open_as_owner
 from lnk_shared.errors import EXIT_ERROR, RemoteError, SpecError, StateError
+from lnk_shared.paths import BoxPaths
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
@@ -110,7 +111,7 @@ def _request(
 
 
 def _connect() -> socket.socket:
-    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+    run_dir = str(BoxPaths.from_env().run_dir)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))

@@ -63,6 +63,7 @@ from lnk_cli.check.swap_race import swap_findings
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
 from lnk_cli.spec_show import grants_from_arguments
 from lnk_shared.errors import EXIT_OK, StateError
+from lnk_shared.paths import BoxPaths
 
 __all__ = ["check"]
 
@@ -244,7 +245,7 @@ def check(args: argparse.Namespace) -> int:
             looked: dict[str, str | None] = {}
             granted = [p.real for p in (*spec.read, *spec.write)]
             granted += [f.path.real for f in spec.with_fds]
-            run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+            run_dir = str(BoxPaths.from_env().run_dir)
             with in_environment(env_bait):
                 run = run_probes(
                     args,
