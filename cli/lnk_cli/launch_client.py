@@ -17,7 +17,6 @@ import tty
 from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_request
 from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.errors import SpecError, StateError, UsageError
-from lnk_shared.paths import BoxPaths
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.spec_size import refuse_oversized_spec
 from lnk_shared.unix import recv_frame, send_frame
@@ -136,7 +135,7 @@ def run_in_sandbox(
                 _refuse_closed(number, str(item))
                 request["with_fds"][str(number)] = len(fds)
                 fds.append(number)
-        run_dir = str(BoxPaths.from_env().run_dir)
+        run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))
