@@ -5,50 +5,30 @@ the caller's is the same 404 as none."""
 
 from __future__ import annotations
 
-import tempfile
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
+from fastapi import FastAPI
 
 from lnk_controller.agents import AgentRegistry
-from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.api import make_app
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_shared.api_client import api_request, refused_answer
 from lnk_shared.errors import UsageError
-from lnk_shared.unix import bind_socket
 
 
 @pytest.fixture
-def socket_path(tmp_path: Path) -> Iterator[Path]:
+def socket_path(tmp_path: Path, serve_api: Callable[[FastAPI], Path]) -> Iterator[Path]:
     engine = open_database(tmp_path / "state" / "controller.db")
     cfg = ControllerConfig(run_dir=tmp_path / "run", state_dir=tmp_path / "state")
     agents = AgentRegistry(engine, tmp_path / "keys")
-    app = make_app(cfg, SandboxStore(engine), RememberedSpecs(engine), agents)
-    folder = Path(tempfile.mkdtemp(prefix="lnks-"))  # short: a socket's path is at most 108
-    path = folder / "api.sock"
-    sock = bind_socket(path, mode=0o666, dir_mode=0o711)
-    server = uvicorn.Server(
-        uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="critical")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            pytest.fail("the API did not start")
-        threading.Event().wait(0.01)
     try:
-        yield path
+        yield serve_api(make_app(cfg, SandboxStore(engine), RememberedSpecs(engine), agents))
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        path.unlink(missing_ok=True)
-        folder.rmdir()
         engine.dispose()
 
 
