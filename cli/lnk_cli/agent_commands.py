@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,13 +90,9 @@ def _agent_name(args: argparse.Namespace) -> str:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request, refused_answer
+    from lnk_cli.controller_api import call
 
-    socket = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
-    status, doc = api_request(socket, method, url, body)
-    if status >= 400:
-        raise refused_answer(status, doc)
-    return doc
+    return call(method, url, body)
 
 
 def cmd_create(args: argparse.Namespace) -> int:

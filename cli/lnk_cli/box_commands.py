@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lnk_shared.box_folders import folder_named
 from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
 from lnk_shared.kernel_features import missing_features
@@ -26,6 +27,7 @@ __all__ = ["register"]
 
 START_TIMEOUT_S = 15.0  # the controller migrates its database and reconciles before answering
 STOP_TIMEOUT_S = 15.0  # it cleans every running sandbox before it exits
+ANSWER_WAIT_S = 2.0  # one "are you up?" question while starting: asked again until START_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,10 @@ def _running_pid(box: BoxPaths, service: Service) -> int | None:
 def _answers(box: BoxPaths, service: Service) -> bool:
     if service.name in ("proxy", "bridge-store"):  # both answer a framed ping
         return _proxy_answers(box.run_dir / service.socket)
-    from lnk_shared.api_client import api_request
+    from lnk_cli.controller_api import request
 
     try:
-        status, _ = api_request(box.run_dir / service.socket, "GET", "/v1/sandboxes", timeout=2)
+        status, _ = request("GET", "/v1/sandboxes", timeout=ANSWER_WAIT_S, box=box)
     except (StateError, OSError):
         return False
     return status == 200
@@ -141,27 +143,18 @@ def _system_user(name: str) -> Any:
         return pwd.getpwnam(name)
 
 
-def _prepare_proxy(box: BoxPaths) -> list[str]:
-    """Make the proxy's user and folders; return the command prefix that runs as that user."""
-    entry = _system_user(PROXY_USER)
-    for path, owner, mode in (
-        (box.run_dir / "proxy", entry.pw_uid, 0o700),  # the proxy's own: listeners, admin
-        (box.run_dir / "flags", 0, 0o755),  # written by the controller, read by the proxy
-        (box.state_dir / "wire", entry.pw_uid, 0o750),  # the wire's log, outside every sandbox
-    ):
-        path.mkdir(parents=True, exist_ok=True)
-        os.chown(path, owner, entry.pw_gid if owner else 0)
-        os.chmod(path, mode)
-    return _as_user(entry)
+def _prepare(box: BoxPaths, service: Service) -> list[str]:
+    """Make the service's system user and the folders it needs before it starts (each owned
+    by it or by root, lnk_shared.box_folders); return the command prefix that runs as it."""
+    from lnk_shared.box_folders import box_path_of, folders_for
 
-
-def _prepare_bridge_store(box: BoxPaths) -> list[str]:
-    """The store bridge's user and its own folders (sockets; the SQLite store), both 0700."""
-    entry = _system_user(BRIDGE_STORE_USER)
-    for path in (box.run_dir / "bridge-store", box.state_dir / "bridge-store"):
+    entry = _system_user(service.user)
+    for folder in folders_for(service.name):
+        path = box_path_of(folder, box)
         path.mkdir(parents=True, exist_ok=True)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-        os.chmod(path, 0o700)
+        own = folder.owner != "root"
+        os.chown(path, entry.pw_uid if own else 0, entry.pw_gid if own else 0)
+        os.chmod(path, folder.mode)
     return _as_user(entry)
 
 
@@ -259,9 +252,8 @@ def _below_the_sandboxes(service: Service, pid: int) -> None:
 
 def _start(box: BoxPaths, service: Service, logs: Path) -> subprocess.Popen[bytes]:
     log_path = logs / f"{service.name}.log"
-    prepare = {"proxy": _prepare_proxy, "bridge-store": _prepare_bridge_store}.get(service.name)
-    as_user = prepare(box) if prepare else []
-    box.state_dir.chmod(0o755)  # the proxy reaches its wire folder through it
+    as_user = _prepare(box, service) if service.user != "root" else []
+    box.state_dir.chmod(folder_named("state", "").mode)  # the proxy reaches wire/ through it
     log, offset, unwritable = _log_target(log_path)
     if unwritable:
         print(
@@ -337,14 +329,11 @@ def cmd_down(_args: argparse.Namespace) -> int:
 
 
 def cmd_prune(_args: argparse.Namespace) -> int:
-    from lnk_shared.api_client import api_request, refused_answer
+    from lnk_cli.controller_api import call
 
     if os.geteuid() != 0:
         raise StateError("lnk box prune is for root: run it with sudo")
-    box = BoxPaths.from_env()
-    status, doc = api_request(box.run_dir / "controller.sock", "POST", "/v1/box/prune", {})
-    if status >= 400:
-        raise refused_answer(status, doc)
+    doc = call("POST", "/v1/box/prune", {})
     print(f"pruned {doc['records']} ended record(s) and {doc['logs']} wire log(s)")
     return EXIT_OK
 

@@ -34,6 +34,7 @@ from lnk_shared.errors import (
     EXIT_RUN_ERROR,
     LnkError,
     NotConfirmedError,
+    RemoteError,
     SpecError,
     StateError,
 )
@@ -98,15 +99,6 @@ def held_signals() -> _SignalMask:
 
 def released_signals() -> _SignalMask:
     return _SignalMask(_signal.SIG_UNBLOCK)
-
-
-class RemoteError(LnkError):
-    """The controller's refusal, with the exit statuses it chose (for a run, and otherwise)."""
-
-    def __init__(self, message: str, code: int, run_code: int = EXIT_RUN_ERROR) -> None:
-        super().__init__(message)
-        self.exit_code = code
-        self.run_exit_code = run_code
 
 
 def launch_request(

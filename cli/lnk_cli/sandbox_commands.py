@@ -10,14 +10,13 @@ import time
 
 from lnk_cli.exit_statuses import RUN_EPILOG
 from lnk_shared.display import shown
-from lnk_shared.errors import EXIT_OK, StateError, UsageError
+from lnk_shared.errors import EXIT_OK, UsageError
 from lnk_shared.spec_flags import add_spec_arguments
 
 # typing.TYPE_CHECKING without importing typing, which `lnk sandbox run` never needs.
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any
 
 __all__ = ["register"]
@@ -121,12 +120,6 @@ def cmd_lease(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _api_socket() -> Path:
-    from pathlib import Path
-
-    return Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk") / "controller.sock"
-
-
 def _sandbox_id(args: argparse.Namespace) -> str:
     from lnk_shared.api_client import path_segment
 
@@ -134,14 +127,9 @@ def _sandbox_id(args: argparse.Namespace) -> str:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request, refused_answer
+    from lnk_cli.controller_api import call
 
-    status, doc = api_request(_api_socket(), method, url, body)
-    if status == 404:
-        raise StateError("no such sandbox (or not yours)")
-    if status >= 400:
-        raise refused_answer(status, doc)
-    return doc
+    return call(method, url, body, not_found="no such sandbox (or not yours)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

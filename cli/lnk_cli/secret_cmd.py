@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
 import urllib.parse
-from pathlib import Path
 from typing import Any
 
 from lnk_shared.display import shown
@@ -59,13 +57,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _api(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_shared.api_client import api_request, refused_answer
+    from lnk_cli.controller_api import call
 
-    run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
-    status, doc = api_request(run_dir / "controller.sock", method, url, body)
-    if status >= 400:
-        raise refused_answer(status, doc)
-    return doc
+    return call(method, url, body)
 
 
 def read_value(name: str, stdin: Any, *, prompt: Any = getpass.getpass) -> bytes:

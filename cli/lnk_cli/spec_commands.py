@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import urllib.parse
-from pathlib import Path
 from typing import Any
 
 from lnk_shared.display import shown
@@ -75,13 +74,9 @@ def _spec_named(row: dict[str, Any]) -> str:
 
 
 def _api(method: str, url: str) -> Any:
-    from lnk_shared.api_client import api_request, refused_answer
+    from lnk_cli.controller_api import call
 
-    run_dir = Path(os.environ.get("LNK_RUN_DIR") or "/run/lnk")
-    status, doc = api_request(run_dir / "controller.sock", method, url)
-    if status >= 400:
-        raise refused_answer(status, doc)
-    return doc
+    return call(method, url)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -13,21 +13,13 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from lnk_shared.errors import (
-    EXIT_ERROR,
-    EXIT_REFUSED,
-    EXIT_RUN_ERROR,
-    EXIT_RUN_REFUSED,
-    EXIT_USAGE,
-    LnkError,
-    StateError,
-    UsageError,
-)
+from lnk_shared.api_errors import USAGE_STATUSES, refusal_text, refused_answer
+from lnk_shared.errors import StateError, UsageError
 from lnk_shared.unix import MAX_FRAME
 
 __all__ = [
+    "API_TIMEOUT_S",
     "USAGE_STATUSES",
-    "ServiceRefusal",
     "UnixHTTPConnection",
     "api_request",
     "path_segment",
@@ -35,10 +27,7 @@ __all__ = [
     "refused_answer",
 ]
 
-# The answers that say the caller's own words are wrong (a name the API's model refuses, a
-# number out of range, a body too large): a usage error, exit 2, like argparse's. Every other
-# refusal (not yours, not found, not in that state) is the box's answer about its state: exit 1.
-USAGE_STATUSES = frozenset({400, 413, 422})
+API_TIMEOUT_S = 30.0  # a stop cleans a whole sandbox away before it answers; past this, stuck
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -60,9 +49,20 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 
 def api_request(
-    path: Path, method: str, url: str, body: dict[str, Any] | None = None, *, timeout: float = 30.0
+    path: Path,
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float = API_TIMEOUT_S,
+    log: str = "its log",
 ) -> tuple[int, Any]:
-    """One JSON request to a service's API socket: (status, decoded JSON body or None)."""
+    """One JSON request to a service's API socket: (status, decoded JSON body or None).
+
+    Every way the exchange can fail is a StateError saying what happened and, where the
+    service itself went wrong, `log` (where to read why): no socket or nobody listening (the
+    box is not running), not allowed, no answer in `timeout` seconds, the connection reset or
+    closed before a whole answer, an answer too large or not JSON."""
     conn = UnixHTTPConnection(path, timeout=timeout)
     try:
         headers = {"Content-Type": "application/json"} if body is not None else {}
@@ -77,17 +77,32 @@ def api_request(
             ) from None
         except PermissionError:
             raise StateError(f"not allowed to use {path}") from None
+        except TimeoutError:
+            raise StateError(f"{path} did not answer in {timeout:g} s; see {log}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else _said(exc)
+            raise StateError(f"the connection to {path} broke ({why}); see {log}") from None
         if len(raw) > MAX_FRAME:
             raise StateError(f"the answer from {path} was larger than {MAX_FRAME} bytes")
+        if response.length:  # what its Content-Length promised and never came
+            raise StateError(
+                f"the connection to {path} broke (the answer was cut short); see {log}"
+            )
         try:
             decoded = json.loads(raw) if raw else None
         except ValueError:
             raise StateError(
-                f"{path} answered {response.status} with a body that is not JSON; see its log"
+                f"{path} answered {response.status} with a body that is not JSON; see {log}"
             ) from None
         return response.status, decoded
     finally:
         conn.close()
+
+
+def _said(exc: BaseException) -> str:
+    """A transport failure's words: http.client's own are often empty or a whole raw line."""
+    text = str(exc).strip()
+    return type(exc).__name__ if not text else f"{type(exc).__name__}: {text[:80]!r}"
 
 
 def path_segment(value: str, what: str) -> str:
@@ -97,35 +112,3 @@ def path_segment(value: str, what: str) -> str:
     if not value:
         raise UsageError(f"name the {what}: it cannot be empty")
     return urllib.parse.quote(value, safe="")
-
-
-def refusal_text(detail: Any) -> str:
-    """A controller's refusal as one line: FastAPI's validation list (`[{"loc": [...], "msg":
-    ...}]`) as `field: message; ...`, anything else as text."""
-    if isinstance(detail, list) and all(isinstance(d, dict) for d in detail):
-        parts = []
-        for item in detail:
-            loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
-            parts.append(f"{'.'.join(loc) or 'the request'}: {item.get('msg', 'is not valid')}")
-        return "; ".join(parts)
-    return str(detail)
-
-
-class ServiceRefusal(LnkError):
-    """A service's own error, said by its API with the exit status it has there (1, 2 or 3)."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = code
-        self.run_exit_code = EXIT_RUN_REFUSED if code == EXIT_REFUSED else EXIT_RUN_ERROR
-
-
-def refused_answer(status: int, doc: Any) -> LnkError:
-    """The error for a service's refusal (`status` >= 400, its JSON body `doc`), one line: the
-    status the service's own error has (`"exit"` in the body), else by the HTTP status."""
-    detail = doc.get("detail") if isinstance(doc, dict) else doc
-    said = f"the controller refused: {refusal_text(detail) if detail not in (None, '') else status}"
-    code = doc.get("exit") if isinstance(doc, dict) else None
-    if type(code) is int and code in (EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED):
-        return ServiceRefusal(said, code)
-    return UsageError(said) if status in USAGE_STATUSES else StateError(said)

@@ -2,7 +2,10 @@
 
     LnkError                      exit 1: anything else
     ├── UsageError                exit 2: the command line is wrong
+    │   └── SessionCommandRefused     an SSH session's command that cannot pass as it is (gate)
     ├── SpecError                 exit 2: a spec file or flag cannot be read as a spec
+    │   ├── ProgramNotFoundError      the program a run names is not found (run: 127)
+    │   └── ProgramCannotRunError     the program a run names cannot be started (run: 126)
     ├── ConfigError               exit 2: a service's config file is invalid
     ├── RefusedError              exit 3: a rule refuses what a spec asks for
     │   ├── SettingsGrantRefused      opens the box's settings or agents' folders
@@ -13,13 +16,36 @@
     │   ├── CommandRefused            a [commands] entry that could run written code
     │   ├── LinkRefused               a link not owned by root on the way to a grant
     │   ├── CloudLanRefused           every private range, on a cloud's machine
+    │   ├── SandboxHomeRefused        a grant holding the folder sandboxes' homes are mounted in
     │   ├── ServiceRefused            a service call the box never grants (Telegram's setWebhook)
     │   ├── EnvRefused                a variable that changes what a granted program runs
-    │   └── LaunchRefused             a capability the wall needs is missing
-    ├── NotConfirmedError         exit 1: what a spec opens was not accepted
-    └── StateError                exit 1: the box's state (database, run dir) is unusable,
-                                          or a service of it (proxy, store bridge) does not answer
-    (SpecError's ProgramNotFoundError and ProgramCannotRunError: the program a run names)
+    │   ├── LaunchRefused             a capability the wall needs is missing
+    │   ├── KeyRefused                an SSH key line the gate will not write (gate)
+    │   ├── FolderRefused             a session folder the gate will not use (gate)
+    │   ├── GatePathRefused           a path the gate's forced command cannot hold (gate)
+    │   ├── UnsafeFolderRefused       a folder the gate trusts that others could change (gate)
+    │   ├── SessionCheckRefused       a key line whose every session the gate would refuse (gate)
+    │   ├── SessionWriteRefused       a write grant an SSH session may not have (gate)
+    │   └── KeyAccountRefused         a key let in for another account of this name (gate)
+    ├── NotConfirmedError         exit 1: what a spec opens was not accepted (run: 126)
+    ├── StateError                exit 1: the box's state (database, run dir) is unusable,
+    │   │                                 or a service of it (proxy, store bridge) does not answer
+    │   ├── ResolverBusy              a sandbox's lookups in flight are at their cap (proxy)
+    │   └── ProbesFailed              `lnk sandbox check`'s probes did not report (cli)
+    ├── RemoteError               the controller's refusal of a launch, with its own statuses
+    ├── AgentKeyRefused           an agent's public key that must not be enrolled (proofs)
+    ├── ProofRefused              a bridge call whose proof fails: one answer outward (proofs)
+    ├── BridgeError               a bridge's refusal, said to the agent that called (proof_client)
+    ├── CallRefused               a signed call whose content the store bridge refuses (bridge)
+    └── StoreRefused              a store call refused for what it asks (bridge)
+        ├── Conflict                  an append after another (its expected sequence is old)
+        ├── StaleToken                a lease's fencing token that is no longer the holder's
+        ├── LimitReached              a store's limit (events, conversations, inbox) reached
+        └── NotRunning                an inbox message to an agent that is not running
+
+    (gate: lnk_ssh_gate, proxy: lnk_proxy, bridge: lnk_bridge_store, cli: lnk_cli; the others
+    are lnk_shared's. `tests/unit/lnk_shared/test_errors.py` checks this tree against every
+    subclass in the source, and that no two errors share a name.)
 
 A command that runs a program (`lnk sandbox run`, `lnk sandbox enter`, `lnk agent start`) exits
 with the program's own status, so its own errors use statuses a program is unlikely to use for
@@ -60,6 +86,8 @@ __all__ = [
     "ProgramCannotRunError",
     "ProgramNotFoundError",
     "RefusedError",
+    "RemoteError",
+    "SandboxHomeRefused",
     "SelfWideningRefused",
     "ServiceRefused",
     "SettingsGrantRefused",
@@ -91,6 +119,19 @@ class LnkError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @classmethod
+    def said(cls, message: str) -> LnkError:
+        """This error as another process of the box said it (a service's API answer): its
+        class and so its exit statuses, with the words as they came; the fields a subclass
+        builds its message from are not sent, so they hold the whole message."""
+        error = cls.__new__(cls)
+        LnkError.__init__(error, message)
+        error._heard(message)
+        return error
+
+    def _heard(self, message: str) -> None:
+        """Set a subclass's own fields for `said` (none here)."""
 
 
 class UsageError(LnkError):
@@ -125,6 +166,9 @@ class SpecError(LnkError):
             where = f"{where}: {shown(key)}" if where else shown(key)
         super().__init__(f"{where}: {problem}" if where else problem)
 
+    def _heard(self, message: str) -> None:
+        self.problem, self.source, self.line, self.key = message, None, None, None
+
 
 class ProgramNotFoundError(SpecError):
     """The program a run names does not exist, or not where the caller can reach it."""
@@ -149,6 +193,9 @@ class RefusedError(LnkError):
         self.entry = entry
         self.why = why
         super().__init__(f"refused [{self.rule}]: {shown(entry)}: {why}")
+
+    def _heard(self, message: str) -> None:
+        self.entry, self.why = "", message
 
 
 class SettingsGrantRefused(RefusedError):
@@ -213,3 +260,13 @@ class NotConfirmedError(LnkError):
 
 class StateError(LnkError):
     pass
+
+
+class RemoteError(LnkError):
+    """The controller's refusal of a launch (its launch socket's "error" frame), with the exit
+    statuses it chose for a run and otherwise, and its words already made safe to show."""
+
+    def __init__(self, message: str, code: int, run_code: int = EXIT_RUN_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = code
+        self.run_exit_code = run_code

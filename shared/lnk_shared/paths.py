@@ -85,5 +85,18 @@ class BoxPaths:
     def controller_db(self) -> Path:
         return self.state_dir / "controller.db"
 
+    @property
+    def controller_socket(self) -> Path:
+        """The controller's API socket (management: list, stop, leases, specs, agents)."""
+        return self.run_dir / "controller.sock"
+
+    def log_of(self, service: str) -> str:
+        """Where a service's log is, said for a person: `lnk box up` writes it under the state
+        folder, a box the Ansible role installed keeps it in the journal of its unit."""
+        return (
+            f"the {service}'s log ({self.state_dir / 'logs' / f'{service}.log'}, "
+            f"or `journalctl -u lnk-{service}`)"
+        )
+
     def all(self) -> tuple[Path, ...]:
         return (self.config_dir, self.state_dir, self.run_dir)

@@ -60,8 +60,8 @@ __all__ = [
     "PROOF_VERSION",
     "REFUSAL",
     "AgentKey",
+    "AgentKeyRefused",
     "CallContext",
-    "KeyRefused",
     "NonceLedger",
     "Proof",
     "ProofPolicy",
@@ -105,7 +105,7 @@ class ProofRefused(LnkError):
         self.reason = reason
 
 
-class KeyRefused(LnkError):
+class AgentKeyRefused(LnkError):
     """A public key that must not be enrolled (wrong size, not canonical, not of prime order)."""
 
 
@@ -349,17 +349,17 @@ _IDENTITY: _Point = (0, 1, 1, 0)
 
 
 def enroll_public_key(raw: bytes) -> Ed25519PublicKey:
-    """The key, if it may be enrolled; `KeyRefused` naming why not."""
+    """The key, if it may be enrolled; `AgentKeyRefused` naming why not."""
     if len(raw) != PUBLIC_KEY_BYTES:
-        raise KeyRefused(f"an Ed25519 public key is {PUBLIC_KEY_BYTES} bytes, not {len(raw)}")
+        raise AgentKeyRefused(f"an Ed25519 public key is {PUBLIC_KEY_BYTES} bytes, not {len(raw)}")
     point = _decode_point(raw)
     if _is_identity(_multiply(point, 8)):
-        raise KeyRefused(
+        raise AgentKeyRefused(
             "this public key is a point of small order: a forged signature would verify "
             "for every message. Generate a new key pair"
         )
     if not _is_identity(_multiply(point, _L)):
-        raise KeyRefused("this public key is not in the prime-order group. Generate a new key")
+        raise AgentKeyRefused("this public key is not in the prime-order group. Generate a new key")
     return Ed25519PublicKey.from_public_bytes(raw)
 
 
@@ -368,15 +368,15 @@ def _decode_point(raw: bytes) -> _Point:
     encoded = int.from_bytes(raw, "little")
     sign, y = encoded >> 255, encoded & ((1 << 255) - 1)
     if y >= _P:
-        raise KeyRefused("this public key is not canonically encoded (y is not below p)")
+        raise AgentKeyRefused("this public key is not canonically encoded (y is not below p)")
     x2 = (y * y - 1) * pow(_D * y * y + 1, _P - 2, _P) % _P
     x = pow(x2, (_P + 3) // 8, _P)
     if (x * x - x2) % _P:
         x = x * _SQRT_M1 % _P
     if (x * x - x2) % _P:
-        raise KeyRefused("this public key is not a point on the curve")
+        raise AgentKeyRefused("this public key is not a point on the curve")
     if x == 0 and sign:
-        raise KeyRefused("this public key is not canonically encoded (x = 0 with a sign)")
+        raise AgentKeyRefused("this public key is not canonically encoded (x = 0 with a sign)")
     if x & 1 != sign:
         x = _P - x
     return (x, y, 1, x * y % _P)

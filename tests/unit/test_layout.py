@@ -30,10 +30,8 @@ CROSSINGS = {
 # Modules tested end to end (tests/e2e) but without a unit test module of their own.
 UNTESTED_ALONE = {
     "lnk_shared": {
-        "errors.py",
         "frames.py",
         "oom_scores.py",
-        "paths.py",
         "proof_client.py",
         "protected_names.py",
         "service_config.py",
@@ -41,14 +39,12 @@ UNTESTED_ALONE = {
     },
     "lnk_controller": {
         "agents_api.py",
-        "api.py",
         "denial_hints.py",
         "denial_records.py",
         "forget_account.py",
         "launch.py",
         "launch_socket.py",
         "models.py",
-        "native/build.py",
         "proxy_link.py",
         "seccomp_host_net.py",
         "service.py",
@@ -101,6 +97,46 @@ def crossings() -> dict[tuple[str, str], set[str]]:
     return out
 
 
+# Import cycles inside a package (lazy imports in functions included): each stated with why.
+CYCLES: set[frozenset[str]] = {
+    # the spec model and its sections' models refer to each other; a split of the spec is due
+    frozenset({"lnk_shared.spec", "lnk_shared.spec_models", "lnk_shared.spec_services"}),
+}
+
+
+def _module_name(package: str, path: Path) -> str:
+    parts = path.relative_to(PACKAGES[package]).with_suffix("").parts
+    return ".".join((package, *parts)).removesuffix(".__init__")
+
+
+def _imports_within(package: str, path: Path) -> set[str]:
+    """Every module of `package` that `path` imports, at its top or in a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] == package}
+
+
+def cycles(package: str) -> set[frozenset[str]]:
+    """The package's import cycles: each a set of modules that import their way back."""
+    graph = {_module_name(package, p): _imports_within(package, p) for p in _modules(package)}
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])
+        reach[start] = seen
+    return {frozenset({m} | {o for o in reach[m] if m in reach[o]}) for m in graph if m in reach[m]}
+
+
 def untested_alone() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for package, root in PACKAGES.items():
@@ -130,6 +166,25 @@ def test_each_source_module_has_its_unit_test_module_except_those_stated() -> No
     assert not {p: m for p, m in new.items() if m}, "add tests/unit/<package>/test_<module>.py"
     stale = {p: sorted(m - found.get(p, set())) for p, m in UNTESTED_ALONE.items()}
     assert not {p: m for p, m in stale.items() if m}, "now tested alone: take them off the list"
+
+
+def test_no_package_has_an_import_cycle_but_those_stated() -> None:
+    found = set().union(*(cycles(package) for package in PACKAGES))
+    assert found == CYCLES
+
+
+def test_the_scan_sees_a_lazy_import_cycle(tmp_path: Path) -> None:
+    """A cycle hidden by an import inside a function is still a cycle (not vacuous)."""
+    package = tmp_path / "lnk_fake"
+    package.mkdir()
+    (package / "a.py").write_text("from lnk_fake.b import x\n")
+    (package / "b.py").write_text("def x():\n    from lnk_fake import a\n")
+    (package / "c.py").write_text("import lnk_fake.a\n")
+    PACKAGES["lnk_fake"] = package
+    try:
+        assert cycles("lnk_fake") == {frozenset({"lnk_fake.a", "lnk_fake.b"})}
+    finally:
+        del PACKAGES["lnk_fake"]
 
 
 def test_the_scan_sees_a_crossing(tmp_path: Path) -> None:

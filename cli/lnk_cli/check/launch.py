@@ -23,7 +23,8 @@ from typing import Any
 
 from lnk_cli.check.verdicts import clean_text
 from lnk_cli.quick_run import LAUNCH_SOCKET, open_as_owner
-from lnk_shared.errors import EXIT_ERROR, LnkError, SpecError, StateError
+from lnk_shared.errors import EXIT_ERROR, RemoteError, SpecError, StateError
+from lnk_shared.paths import BoxPaths
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
@@ -32,14 +33,6 @@ __all__ = ["MAX_OUTPUT", "CheckRun", "Interrupts", "RemoteError", "run_probes"]
 MAX_OUTPUT = 8 * 1024 * 1024  # bytes of the probes' output kept; more is a hostile sandbox
 READ_CHUNK = 65536
 STOP_WAIT_S = 10.0  # after an interrupt: how long the controller may take to end the sandbox
-
-
-class RemoteError(LnkError):
-    """The controller refused or failed the launch; its exit code and words are kept."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = code
 
 
 @dataclass
@@ -118,7 +111,7 @@ def _request(
 
 
 def _connect() -> socket.socket:
-    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+    run_dir = str(BoxPaths.from_env().run_dir)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))

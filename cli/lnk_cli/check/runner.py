@@ -41,7 +41,6 @@ import secrets
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from lnk_cli.check.bait import Bait, home_of
@@ -65,6 +64,7 @@ from lnk_cli.check.swap_race import swap_findings
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
 from lnk_cli.spec_show import grants_from_arguments
 from lnk_shared.errors import EXIT_OK, StateError
+from lnk_shared.paths import BoxPaths
 
 __all__ = ["check"]
 
@@ -103,18 +103,17 @@ def _confiner_dir() -> str | None:
 def _wire_seen(sandbox_id: str) -> tuple[frozenset[str], dict[str, int], frozenset[str]]:
     """The targets the proxy allowed for this sandbox, its refusal lines per target, and
     `TARGET RULE: REASON` of each refusal, from its wire log (outside)."""
-    from lnk_shared.api_client import api_request
+    from lnk_cli.controller_api import call
 
-    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
     allowed: set[str] = set()
     refusals: dict[str, int] = {}
     refused: set[str] = set()
     offset = 0
     for _ in range(WIRE_PAGES):
         url = f"/v1/sandboxes/{sandbox_id}/wire?offset={offset}"
-        status, doc = api_request(Path(run_dir) / "controller.sock", "GET", url)
-        if status >= 400 or not isinstance(doc, dict):
-            raise StateError(f"cannot read the proxy's log of {sandbox_id} (status {status})")
+        doc = call("GET", url)
+        if not isinstance(doc, dict):
+            raise StateError(f"cannot read the proxy's log of {sandbox_id} (not a document)")
         for raw in doc.get("lines", []):
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 line = json.loads(raw)
@@ -248,7 +247,7 @@ def check(args: argparse.Namespace) -> int:
             looked: dict[str, str | None] = {}
             granted = [p.real for p in (*spec.read, *spec.write)]
             granted += [f.path.real for f in spec.with_fds]
-            run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+            run_dir = str(BoxPaths.from_env().run_dir)
             with in_environment(env_bait):
                 run = run_probes(
                     args,

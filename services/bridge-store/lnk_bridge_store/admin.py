@@ -38,7 +38,7 @@ from lnk_bridge_store.limits import HOLDER
 from lnk_bridge_store.server import BridgeServer
 from lnk_bridge_store.store import StoreRefused
 from lnk_shared.errors import LnkError
-from lnk_shared.proofs import AGENT_ID, AgentKey, KeyRefused, enroll_public_key
+from lnk_shared.proofs import AGENT_ID, AgentKey, AgentKeyRefused, enroll_public_key
 from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
 
 __all__ = [
@@ -125,7 +125,7 @@ def parse_command(untrusted: dict[str, Any], own_uid: int) -> Command:
     try:
         decoded = base64.b64decode(raw, validate=True) if isinstance(raw, str) else b""
         public_key = enroll_public_key(decoded)
-    except (binascii.Error, ValueError, KeyRefused) as exc:
+    except (binascii.Error, ValueError, AgentKeyRefused) as exc:
         raise ValueError(f"public_key: {exc}") from None
     return OpenAgent(AgentKey(agent, public_key, uid), raw)
 

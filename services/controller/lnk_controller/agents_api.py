@@ -13,7 +13,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from lnk_controller.agents import AgentPublic, AgentRegistry
-from lnk_controller.api import Caller
+from lnk_controller.api_caller import Caller
 from lnk_controller.bridge_link import forget_agent, send_message
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig

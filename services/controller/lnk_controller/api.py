@@ -1,9 +1,8 @@
 """The controller's management API (FastAPI on a unix socket): list, show, stop, pause, resume
 sandboxes, extend leases; remembered specs in `specs_api`.
 
-Who calls is the kernel's answer (SO_PEERCRED, put into the request by `PeerCredProtocol`);
-nothing the caller sends can change it, and it is checked to be the account its uid's records
-belong to (`lnk_controller.accounts`) before any route runs. A caller sees and acts on its own
+Who calls is the kernel's answer (SO_PEERCRED: `lnk_controller.api_caller`), checked to be the
+account its uid's records belong to before any route runs. A caller sees and acts on its own
 sandboxes only; root sees all, but a sandbox's command (its argument vector, which may hold
 what its owner typed) only its owner sees: `SandboxPublic.command` is null for anyone else.
 Unknown or foreign sandboxes get the same 404, so ids of others are not confirmed.
@@ -11,21 +10,21 @@ Unknown or foreign sandboxes get the same 404, so ids of others are not confirme
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lnk_controller.accounts import Accounts
 from lnk_controller.agents import AgentRegistry
+from lnk_controller.agents_api import add_agent_routes
+from lnk_controller.api_caller import Caller, PeerCredProtocol
 from lnk_controller.cgroups import freeze
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
@@ -34,38 +33,16 @@ from lnk_controller.proxy_link import set_flag
 from lnk_controller.remembered import RememberedSpecs
 from lnk_controller.retention import prune
 from lnk_controller.sandbox_store import SandboxPublic, SandboxStore
+from lnk_controller.secret_grants import secret_changed
 from lnk_controller.secret_store import SecretStore
-from lnk_shared.errors import EXIT_USAGE, LnkError
-from lnk_shared.unix import peer_cred
+from lnk_controller.secrets_api import add_secret_routes
+from lnk_controller.specs_api import add_spec_routes
+from lnk_shared.api_errors import error_answer
+from lnk_shared.errors import LnkError
 
 __all__ = ["PeerCredProtocol", "make_app"]
 
-PEER_MARK = "peercred"  # scope["client"] = (PEER_MARK, uid) for every connection
 WIRE_CHUNK = 256 * 1024  # bytes of the wire's log per answer; a follower asks again
-
-
-class PeerCredProtocol(H11Protocol):
-    """uvicorn's HTTP protocol, with the peer's uid (SO_PEERCRED) as the request's client."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        sock = transport.get_extra_info("socket")
-        cred = peer_cred(sock)
-        self.client = (PEER_MARK, cred.uid)
-
-
-def caller_uid(request: Request) -> int:
-    client = request.scope.get("client")
-    if not client or client[0] != PEER_MARK:
-        raise HTTPException(status_code=403, detail="unknown caller")
-    uid = int(client[1])
-    accounts: Accounts | None = getattr(request.app.state, "accounts", None)
-    if accounts is not None:
-        accounts.check(uid)
-    return uid
-
-
-Caller = Annotated[int, Depends(caller_uid)]
 
 
 class LeaseRequest(BaseModel):
@@ -88,22 +65,17 @@ def make_app(
     app = FastAPI(title="lnk controller", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.accounts = accounts
     if agents is not None:
-        from lnk_controller.agents_api import add_agent_routes
-
         add_agent_routes(app, cfg, agents, store)
     if secrets is not None:
-        from lnk_controller.secret_grants import secret_changed
-        from lnk_controller.secrets_api import add_secret_routes
-
         add_secret_routes(app, cfg, secrets, partial(secret_changed, cfg, store, secrets))
 
     @app.exception_handler(LnkError)
     def refused(_request: Request, exc: LnkError) -> JSONResponse:
         # What went wrong, said to the caller (a freeze that did not take, a cleanup with
         # something left, a name it may not have), instead of a bare 500; with the error's
-        # exit status, so the CLI exits as the error would have there (422: the caller's words).
-        status = 422 if exc.exit_code == EXIT_USAGE else 409
-        return JSONResponse(status_code=status, content={"detail": str(exc), "exit": exc.exit_code})
+        # class and exit statuses, so the CLI exits as the error would have here.
+        status, body = error_answer(exc)
+        return JSONResponse(status_code=status, content=body)
 
     def own(sandbox_id: str, uid: int) -> SandboxRow:
         row = store.get(sandbox_id)
@@ -196,8 +168,6 @@ def make_app(
             keep_count=cfg.ended_keep_count,
         )
         return {"records": done.records, "logs": done.logs}
-
-    from lnk_controller.specs_api import add_spec_routes
 
     add_spec_routes(app, remembered)
     return app

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from lnk_controller.api import Caller
+from lnk_controller.api_caller import Caller
 from lnk_controller.config import ControllerConfig
 from lnk_controller.secret_store import SecretStore
 from lnk_shared.errors import UsageError

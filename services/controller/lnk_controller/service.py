@@ -44,6 +44,7 @@ from lnk_controller.retention import prune_every
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore, load_box_key
 from lnk_controller.supervisor import supervise
+from lnk_shared.box_folders import folder_named, folders_for, path_of
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.kernel_features import missing_features
 from lnk_shared.unix import bind_socket
@@ -54,9 +55,8 @@ log = logging.getLogger("lnk_controller")
 # At stop, how long launches whose sandboxes were just cleaned get to tell their clients.
 DRAIN_TIMEOUT_S = 5.0
 
-RUN_DIR_MODE = 0o755  # clients must reach the sockets in it
+RUN_DIR_MODE = folder_named("run", "").mode  # clients must reach the sockets in it
 SOCKET_MODE = 0o666  # any local user may ask; SO_PEERCRED says who, and each sees only its own
-STAGING_MODE = 0o711  # sandbox uids traverse to their staged mounts, never list them
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -76,15 +76,13 @@ def _private_mount(path: Path) -> None:
 
 
 def _prepare_dirs(cfg: ControllerConfig) -> None:
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(cfg.run_dir, RUN_DIR_MODE)
-    cfg.staging_root.mkdir(exist_ok=True)
-    os.chmod(cfg.staging_root, STAGING_MODE)
+    """The controller's own folders (lnk_shared.box_folders), each with its mode set; the
+    staging folder then a mount of its own."""
+    for folder in folders_for("controller"):
+        path = path_of(folder, state_dir=cfg.state_dir, run_dir=cfg.run_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, folder.mode)
     _private_mount(cfg.staging_root)
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(cfg.state_dir, 0o755)
-    cfg.homes_dir.mkdir(exist_ok=True)
-    os.chmod(cfg.homes_dir, 0o711)
 
 
 def _check_kernel(cfg: ControllerConfig) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from lnk_controller.api import Caller
+from lnk_controller.api_caller import Caller
 from lnk_controller.remembered import RememberedSpecs, is_flags_key
 
 __all__ = ["add_spec_routes"]

@@ -8,16 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
+from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.api import make_app
 from lnk_controller.config import ControllerConfig
 from lnk_controller.db import open_database
 from lnk_controller.remembered import RememberedSpecs
@@ -25,7 +23,6 @@ from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore, load_box_key
 from lnk_controller.secrets_api import MAX_BODY_BYTES
 from lnk_shared.api_client import UnixHTTPConnection, api_request
-from lnk_shared.unix import bind_socket
 
 VALUE = "1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 SANDBOX_UID = 2_000_000_123  # inside the config's default range of sandbox uids
@@ -39,29 +36,12 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def socket_path(tmp_path: Path, engine: Engine) -> Iterator[Path]:
+def socket_path(
+    tmp_path: Path, engine: Engine, serve_api: Callable[[FastAPI], Path]
+) -> Iterator[Path]:
     cfg = ControllerConfig(run_dir=tmp_path / "run", state_dir=tmp_path / "state")
     store = SecretStore(engine, load_box_key(tmp_path / "secrets.key"))
-    app = make_app(cfg, SandboxStore(engine), RememberedSpecs(engine), secrets=store)
-    folder = Path(tempfile.mkdtemp(prefix="lnks-"))  # short: a socket's path is at most 108
-    path = folder / "api.sock"
-    sock = bind_socket(path, mode=0o666, dir_mode=0o711)
-    server = uvicorn.Server(
-        uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="critical")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            pytest.fail("the API did not start")
-        threading.Event().wait(0.01)
-    try:
-        yield path
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        path.unlink(missing_ok=True)
-        folder.rmdir()
+    yield serve_api(make_app(cfg, SandboxStore(engine), RememberedSpecs(engine), secrets=store))
 
 
 def _raw_put(path: Path, body: bytes) -> tuple[int, str]:

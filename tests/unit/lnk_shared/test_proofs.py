@@ -23,8 +23,8 @@ from lnk_shared.proofs import (
     MAX_SKEW_BOUND_S,
     REFUSAL,
     AgentKey,
+    AgentKeyRefused,
     CallContext,
-    KeyRefused,
     ProofPolicy,
     ProofRefused,
     enroll_public_key,
@@ -447,19 +447,19 @@ def test_without_the_check_a_forged_signature_verifies_for_every_message() -> No
         nonce=bytes(16),
     )
     unchecked.verify(forged, message)
-    with pytest.raises(KeyRefused, match="small order"):
+    with pytest.raises(AgentKeyRefused, match="small order"):
         enroll_public_key(IDENTITY)
 
 
 @pytest.mark.parametrize("raw", SMALL_ORDER, ids=lambda r: r.hex()[:8])
 def test_a_small_order_key_is_refused_at_enrollment(raw: bytes) -> None:
-    with pytest.raises(KeyRefused, match="small order"):
+    with pytest.raises(AgentKeyRefused, match="small order"):
         enroll_public_key(raw)
 
 
 @pytest.mark.parametrize("raw", NON_CANONICAL, ids=lambda r: r.hex()[:8])
 def test_a_non_canonical_key_is_refused_at_enrollment(raw: bytes) -> None:
-    with pytest.raises(KeyRefused, match="canonical"):
+    with pytest.raises(AgentKeyRefused, match="canonical"):
         enroll_public_key(raw)
 
 
@@ -473,14 +473,14 @@ def test_a_mixed_order_key_is_refused_at_enrollment() -> None:
     zi = pow(z, proofs._P - 2, proofs._P)
     x, y = x * zi % proofs._P, y * zi % proofs._P
     encoded = (y | ((x & 1) << 255)).to_bytes(32, "little")
-    with pytest.raises(KeyRefused, match="prime-order"):
+    with pytest.raises(AgentKeyRefused, match="prime-order"):
         enroll_public_key(encoded)
 
 
 def test_a_point_off_the_curve_and_a_wrong_size_are_refused() -> None:
-    with pytest.raises(KeyRefused, match="not a point"):
+    with pytest.raises(AgentKeyRefused, match="not a point"):
         enroll_public_key(bytes([2]) + bytes(31))
-    with pytest.raises(KeyRefused, match="32 bytes"):
+    with pytest.raises(AgentKeyRefused, match="32 bytes"):
         enroll_public_key(bytes(31))
 
 
