@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lnk_controller.native import build as native
-from lnk_controller.native.build import CLIENT, CONFINER, PROGRAMS, SOURCES, SPAWNER
+from lnk_controller.native.build import CLIENT, CONFINER, CONNECTOR, PROGRAMS, SOURCES, SPAWNER
 
 
 def test_every_c_file_in_the_folder_is_in_a_programs_list() -> None:
@@ -30,8 +30,17 @@ def test_every_listed_source_exists_and_each_program_has_its_list() -> None:
         (SPAWNER, ["lnk_spawn.c"]),
         (
             CLIENT,
-            ["lnk_client.c", "lnk_client_dialogue.c", "lnk_client_json.c", "lnk_client_text.c"],
+            [
+                "lnk_client.c",
+                "lnk_client_bridge.c",
+                "lnk_client_dialogue.c",
+                "lnk_client_json.c",
+                "lnk_client_proof.c",
+                "lnk_client_text.c",
+                "lnk_client_values.c",
+            ],
         ),
+        (CONNECTOR, ["lnk_connect.c"]),
     ],
 )
 def test_each_program_is_built_from_its_own_files(program: str, names: list[str]) -> None:
