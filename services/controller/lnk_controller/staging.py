@@ -27,6 +27,11 @@ A placeholder sealed (the flag set, and its name still its inode after that) get
 bind from the wall: the flag alone refuses its removal, rename, replacement, filling and chmod
 to everyone without CAP_LINUX_IMMUTABLE, and a bind each (~49 for an empty folder) was most of
 a write grant's start. Where the flag does not take, the bind stands over it as before.
+Since a sealed placeholder is on no command line, most are made while bwrap starts: a held start
+(`stage_sandbox(hold=True)`, placeholder_plan.py) makes the first under each folder before the
+start, to ask the filesystem whether the flag takes, and the rest (`make_held`) while bwrap and
+the confiner start; the confiner waits on a pipe for the controller's release, sent only once
+every one is made, sealed and checked (launch.py), and anything but the release refuses.
 
 Kept out of a plain `ls` too? A plain `ls` (no `-a`) already hides the dot names; the five
 that are not (mise.toml, mise.local.toml, bunfig.toml, rust-toolchain, rust-toolchain.toml)
@@ -69,6 +74,7 @@ from pathlib import Path
 from lnk_controller import idmap_mounts, late_close
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
+from lnk_controller.placeholder_plan import HeldPlaceholders, parent_of, split_probes
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
@@ -81,7 +87,10 @@ __all__ = [
     "TMPFS_NAMES",
     "Staged",
     "hidden_mount_points",
+    "make_held",
+    "placeholder_entries",
     "remove_placeholder",
+    "stage_placeholders",
     "stage_sandbox",
     "wanted_paths",
 ]
@@ -114,6 +123,9 @@ class Staged:
     shm: str
     home: str
     usr: str | None = None  # the noexec clone of /usr bwrap binds from, if one was made
+    # Placeholders to make while the sandbox starts held (`stage_sandbox(hold=True)`): the
+    # program may be released only after `make_held` made and sealed every one.
+    held: tuple[HeldPlaceholders, ...] = ()
 
 
 def wanted_paths(
@@ -310,6 +322,7 @@ def _placeholders(
     as_files: bool = False,
     caller: CallerCredentials | None = None,
     staged: str = "",
+    entries: list[tuple[str, bytes | None]] | None = None,
 ) -> list[tuple[str, bool]]:
     """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
     from the owner's descriptor (no path lookup for a swapped link to redirect); return their
@@ -317,16 +330,13 @@ def _placeholders(
     the wall's). They are recorded in one write once made (each record names the very inode,
     which exists only then), also when making one fails; only then are they made the owner's
     and immutable. Each is made as the owner (`caller`, see `_make_as_owner`): never in a
-    folder of another user's that the owner could not write."""
+    folder of another user's that the owner could not write. `entries` (from
+    `placeholder_entries`): these only, not every missing one."""
     made: list[_Made] = []
     sealed: list[tuple[str, bool]] = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
     try:
-        wanted = []
-        for entry, missing in _missing_entries(dir_fd):
-            # unsafe_placeholders_visible: an empty file git lists
-            visible = as_files and missing is None and "/" not in entry and _is_file_name(entry)
-            wanted.append((entry, b"" if visible else missing))
+        wanted = _entries_at(dir_fd, as_files=as_files) if entries is None else entries
         entry = ""
         try:
             making = _make_all_as_owner(dir_fd, wanted, caller=caller, owner_uid=owner_uid)
@@ -363,6 +373,107 @@ def _placeholders(
             os.close(m.parent_fd)
         os.close(dir_fd)
     return sealed
+
+
+def _entries_at(dir_fd: int, *, as_files: bool) -> list[tuple[str, bytes | None]]:
+    """(entry, content) of each placeholder a write grant open at `dir_fd` needs now."""
+    wanted = []
+    for entry, missing in _missing_entries(dir_fd):
+        # unsafe_placeholders_visible: an empty file git lists
+        visible = as_files and missing is None and "/" not in entry and _is_file_name(entry)
+        wanted.append((entry, b"" if visible else missing))
+    return wanted
+
+
+def placeholder_entries(source_fd: int, *, as_files: bool) -> list[tuple[str, bytes | None]]:
+    """(entry, content: None for an empty folder) of each placeholder the write grant open at
+    `source_fd` needs now, in the order they are made."""
+    dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
+    try:
+        return _entries_at(dir_fd, as_files=as_files)
+    finally:
+        os.close(dir_fd)
+
+
+def stage_placeholders(
+    *,
+    sandbox_id: str,
+    store: SandboxStore,
+    folder: str,
+    source_fd: int,
+    owner_uid: int,
+    owner_gid: int,
+    as_files: bool,
+    caller: CallerCredentials | None,
+    staged: str,
+    hold: bool,
+) -> tuple[list[tuple[str, bool]], HeldPlaceholders | None]:
+    """A write grant's placeholders before its sandbox starts: (each path with whether it is
+    sealed, the ones left for a held start or None). Without `hold`, all are made now. With it,
+    the first under each folder is made now (placeholder_plan.split_probes); where it sealed,
+    the rest under that folder are left to `make_held` and listed as sealed (the wall puts no
+    bind over them); where it did not, they are made now too, each keeping its bind."""
+    entries = placeholder_entries(source_fd, as_files=as_files)
+    now, later = split_probes(entries) if hold else (entries, [])
+
+    def make(wanted: list[tuple[str, bytes | None]]) -> list[tuple[str, bool]]:
+        return _placeholders(
+            sandbox_id=sandbox_id,
+            store=store,
+            folder=folder,
+            source_fd=source_fd,
+            owner_uid=owner_uid,
+            owner_gid=owner_gid,
+            as_files=as_files,
+            caller=caller,
+            staged=staged,
+            entries=wanted,
+        )
+
+    made = make(now)
+    sealed_under = {parent_of(os.path.relpath(path, folder)) for path, ok in made if ok}
+    unsealed = [e for e in later if parent_of(e[0]) not in sealed_under]
+    later = [e for e in later if parent_of(e[0]) in sealed_under]
+    if unsealed:
+        made += make(unsealed)
+    if not later:
+        return made, None
+    held = HeldPlaceholders(folder, source_fd, staged, tuple(later), owner_uid, owner_gid)
+    return made + [(os.path.join(folder, entry), True) for entry, _ in later], held
+
+
+def make_held(
+    held: tuple[HeldPlaceholders, ...],
+    *,
+    sandbox_id: str,
+    store: SandboxStore,
+    caller: CallerCredentials | None,
+) -> None:
+    """Make and seal the placeholders left for the held start (`Staged.held`), recorded as any
+    others. Each must seal: a held start put no bind on bwrap's command line for them, so one
+    that did not (its name swapped before the flag was set, or a folder below on a filesystem
+    without it) refuses the launch, which is then never released."""
+    for grant in held:
+        made = _placeholders(
+            sandbox_id=sandbox_id,
+            store=store,
+            folder=grant.folder,
+            source_fd=grant.source_fd,
+            owner_uid=grant.owner_uid,
+            owner_gid=grant.owner_gid,
+            caller=caller,
+            staged=grant.staged,
+            entries=list(grant.entries),
+        )
+        for path, sealed in made:
+            if not sealed:
+                raise LaunchRefused(
+                    path,
+                    "its placeholder could not be made immutable as the sandbox started (the "
+                    "name changed while it was made, or the folder holding it is on another "
+                    "filesystem): nothing ran; run it again, and if it recurs, make that folder "
+                    "a plain folder of the grant's own filesystem",
+                )
 
 
 @dataclass(frozen=True)
@@ -587,15 +698,19 @@ def stage_sandbox(
     program_files: frozenset[str] = frozenset(),
     unsafe: tuple[str, ...] = (),
     caller: CallerCredentials | None = None,
+    hold: bool = False,
 ) -> Staged:
     """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
     closed): read grants noexec, each granted program in one bound on its own, and a noexec
-    clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`)."""
+    clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`). With `hold`
+    (the sandbox starts held, its program released by the caller), the placeholders that will
+    seal are left for `make_held` (`Staged.held`, placeholder_plan.py)."""
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
     idmap_mounts.mount_staging_root(staging)  # the clean-up's one detach takes all below it
     binds: list[Bind] = []
     placeholders: list[tuple[str, bool]] = []
+    held: list[HeldPlaceholders] = []
     wanted = _wanted(
         grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
     )
@@ -620,7 +735,7 @@ def stage_sandbox(
                 raise StateError(f"{real} was not opened as judged: nothing is bound")
             guarded = "unsafe_protected_names_unguarded" not in unsafe
             if write and guarded and stat.S_ISDIR(os.fstat(source_fd).st_mode):
-                placeholders += _placeholders(
+                made_now, held_here = stage_placeholders(
                     sandbox_id=sandbox_id,
                     store=store,
                     folder=real,
@@ -630,7 +745,11 @@ def stage_sandbox(
                     as_files="unsafe_placeholders_visible" in unsafe,
                     caller=caller,
                     staged=str(target),
+                    hold=hold,
                 )
+                placeholders += made_now
+                if held_here is not None:
+                    held.append(held_here)
             if programs_apart:
                 runs_here = is_program or real in execute
             else:  # unsafe_loader_maps_anything: a grant holding a program is exec-capable
@@ -670,4 +789,5 @@ def stage_sandbox(
         made["shm"],
         made["home"],
         str(usr) if usr is not None else None,
+        tuple(held),
     )
