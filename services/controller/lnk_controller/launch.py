@@ -61,6 +61,7 @@ from lnk_controller.launch_request import LaunchRequest, TerminalSize
 from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
+from lnk_controller.placeholders import make_held
 from lnk_controller.remembered import RememberedSpecs, flags_key
 from lnk_controller.sandbox_env import compose_environment
 from lnk_controller.sandbox_store import SandboxStore
@@ -78,7 +79,6 @@ from lnk_controller.staging import (
     TMPFS_NAMES,
     Staged,
     hidden_mount_points,
-    make_held,
     stage_sandbox,
     wanted_paths,
 )

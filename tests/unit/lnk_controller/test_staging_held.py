@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lnk_controller.placeholder_plan import HeldPlaceholders
-from lnk_controller.staging import (
+from lnk_controller.placeholders import (
     _set_immutable,
     make_held,
     placeholder_entries,
