@@ -30,8 +30,8 @@ from lnk_controller import (
 )
 from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
+from lnk_controller.placeholders import PLACEHOLDER, remove_placeholder
 from lnk_controller.sandbox_store import SandboxStore
-from lnk_controller.staging import PLACEHOLDER, remove_placeholder
 from lnk_shared.errors import StateError
 
 __all__ = ["BRIDGE_RECORD", "PROXY_RECORD", "clean_sandbox", "reconcile"]

@@ -20,6 +20,7 @@ import logging
 import os
 import pwd
 import stat
+import subprocess
 import threading
 from collections.abc import Mapping
 from concurrent import futures
@@ -61,16 +62,19 @@ from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.denial_hints import rules_of
 from lnk_controller.denials import DenialReader
-from lnk_controller.launch_request import LaunchRequest
+from lnk_controller.host_users import HostUser
+from lnk_controller.launch_request import LaunchRequest, TerminalSize
 from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
+from lnk_controller.placeholders import make_held
 from lnk_controller.remembered import RememberedSpecs, flags_key
 from lnk_controller.sandbox_env import compose_environment
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_controller.spawn import (
     MIN_LANDLOCK_ABI,
+    RELEASE,
     Running,
     confiner_policy,
     spawn_sandbox,
@@ -79,11 +83,12 @@ from lnk_controller.spawn import (
 )
 from lnk_controller.staging import (
     TMPFS_NAMES,
+    Staged,
     hidden_mount_points,
     stage_sandbox,
     wanted_paths,
 )
-from lnk_controller.stdio_guard import guard_stdio
+from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
 from lnk_controller.wall import Bind
 from lnk_controller.write_links import symlink_places
 from lnk_shared.cloud import detect_cloud
@@ -643,6 +648,7 @@ class Launcher:
                 exec_over=exec_mounts.system_exec_binds(judged.execute, LOADERS)
                 if self._programs_apart(judged)
                 else (),
+                hold=True,  # the placeholders that seal are made while bwrap starts
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
@@ -760,23 +766,18 @@ class Launcher:
                 unsafe_append=cfg.unsafe_append_stdout,
             )
             stdio = guarded.streams
-        try:
-            if self.denials is not None:  # before its first process: its first denial is mapped
-                self.denials.started(row.id, row.host_uid)
-            process, master, status_r = spawn_sandbox(
-                cfg=cfg,
-                row=row,
-                user=user,
-                layout_args=layout_args,
-                policy=policy,
-                stdio=stdio,
-                terminal=request.terminal,
-                limiter=lambda group: self._apply_limits(row.id, group, limits),
-            )
-        except BaseException:
-            if guarded is not None:
-                guarded.close()
-            raise
+        process, master, status_r = self._spawn(
+            row=row,
+            user=user,
+            layout_args=layout_args,
+            policy=policy,
+            stdio=stdio,
+            terminal=request.terminal,
+            limits=limits,
+            staged=staged,
+            judged=judged,
+            guarded=guarded,
+        )
         if guarded is not None:
             guarded.started()
         running = Running(row=row, process=process, terminal_master=master, stdio=guarded)
@@ -789,6 +790,80 @@ class Launcher:
             limits=self.limits_said(running),
         )
         return running
+
+    def _spawn(
+        self,
+        *,
+        row: SandboxRow,
+        user: HostUser,
+        layout_args: dict[str, object],
+        policy: dict[str, object],
+        stdio: tuple[int, int, int],
+        terminal: TerminalSize | None,
+        limits: Limits | None,
+        staged: Staged,
+        judged: Judged,
+        guarded: GuardedStdio | None,
+    ) -> tuple[subprocess.Popen[bytes], int | None, int]:
+        """Start the sandbox's chain; for a held start, make its placeholders meanwhile and
+        release its program. Whatever fails, nothing of the program has run."""
+        cfg = self.cfg
+        # A held start (placeholders left to make, `Staged.held`): the confiner waits on this
+        # pipe, which only this thread writes, until every one is made and sealed.
+        release_r, release_w = os.pipe2(os.O_CLOEXEC) if staged.held else (-1, -1)
+        try:
+            if self.denials is not None:  # before its first process: its first denial is mapped
+                self.denials.started(row.id, row.host_uid)
+            process, master, status_r = spawn_sandbox(
+                cfg=cfg,
+                row=row,
+                user=user,
+                layout_args=layout_args,
+                policy=policy,
+                stdio=stdio,
+                terminal=terminal,
+                limiter=lambda group: self._apply_limits(row.id, group, limits),
+                release_fd=release_r,
+            )
+        except BaseException:
+            if guarded is not None:
+                guarded.close()
+            if release_w >= 0:
+                os.close(release_w)
+            raise
+        finally:
+            if release_r >= 0:
+                os.close(release_r)
+        if release_w >= 0:
+            try:
+                self._release_held(row, staged, judged, release_w)
+            except BaseException:
+                process.kill()  # never released: the confiner refuses at the pipe's end
+                process.wait()
+                os.close(status_r)
+                if master is not None:
+                    os.close(master)
+                if guarded is not None:
+                    guarded.close()
+                raise
+        return process, master, status_r
+
+    def _release_held(
+        self, row: SandboxRow, staged: Staged, judged: Judged, release_w: int
+    ) -> None:
+        """Make and seal the placeholders of a held start while bwrap and the confiner start,
+        then release the program (`spawn.RELEASE`); the pipe is closed either way, and a
+        confiner that reads its end without the release refuses to run anything."""
+        try:
+            make_held(
+                staged.held,
+                sandbox_id=row.id,
+                store=self.store,
+                caller=judged.caller or credentials_of(row.owner_uid),
+            )
+            os.write(release_w, RELEASE)
+        finally:
+            os.close(release_w)
 
     def _apply_limits(self, sandbox_id: str, group: Path, limits: Limits | None) -> list[str]:
         applied = sandbox_limits.apply(self.cfg.limits, sandbox_id, group, limits)

@@ -16,6 +16,11 @@ programs started by subprocess, which forks and execs in C. Data the sandbox nee
 bwrap copies, and so do the host's regular /etc files of `ETC_FILES` (opened here, copied by
 bwrap: see wall.py for why).
 
+A held start (`release_fd`): the confiner is told `--release-fd N` and waits there, confined
+but before the program, for the controller's one byte `RELEASE` (launch.py sends it once a write
+grant's placeholders are made and sealed); the pipe's end without it refuses, so a launch the
+controller abandons, or a controller that dies, never runs the program.
+
 bwrap's options (the staging paths, the owner's folders, the environment with whatever the
 caller put in it) go in as a memfd too, read by `bwrap --args FD`, and the program's argv as a
 file the confiner reads (`lnk-sandbox --`): every local user can read any process's
@@ -62,6 +67,7 @@ from lnk_shared.kernel_features import time_namespaces
 __all__ = [
     "MAX_ETC_COPY_BYTES",
     "MIN_LANDLOCK_ABI",
+    "RELEASE",
     "Running",
     "confiner_policy",
     "open_etc_entries",
@@ -77,6 +83,10 @@ MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
 # usual system (ld.so.cache, mime.types) are well under 1 MiB.
 MAX_ETC_COPY_BYTES = 4 * 1024 * 1024
 _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
+# What the controller writes on a held launch's release pipe (`--release-fd`) once the program
+# may run; the confiner (native/lnk_sandbox.c, RELEASE_BYTE) refuses on anything else, end of
+# file included, so a launch the controller abandons or dies in never runs its program.
+RELEASE = b"R"
 
 
 @dataclass
@@ -187,6 +197,14 @@ def split_confiner_command(command: tuple[str, ...]) -> tuple[tuple[str, ...], b
     return command[:2], b"".join(os.fsencode(arg) + b"\0" for arg in command[2:])
 
 
+def held_confiner_command(command: tuple[str, ...], release_fd: int) -> tuple[str, ...]:
+    """`command` (the confiner first) with the confiner told to wait for its release on
+    `release_fd` before the program runs (`lnk-sandbox --release-fd N`)."""
+    if len(command) < 2 or "--" not in command[1:]:
+        raise LaunchRefused("the sandbox's command line", "the confiner's command has no `--`")
+    return (command[0], "--release-fd", str(release_fd), *command[1:])
+
+
 def split_bwrap_argv(argv: list[str], command: tuple[str, ...]) -> tuple[list[str], bytes]:
     """(what stays on the command line, bwrap's options as `--args` reads them: each followed
     by a NUL) for `bwrap_argv`'s `[bwrap, *options, "--", *command]`, split by the command's
@@ -274,14 +292,19 @@ def spawn_sandbox(
     stdio: tuple[int, int, int],
     terminal: TerminalSize | None,
     limiter: Callable[[Path], list[str]] | None = None,
+    release_fd: int = -1,
 ) -> tuple[subprocess.Popen[bytes], int | None, int]:
     """Start the chain; return (process, pty master or None, read end of bwrap's status).
     `limiter` writes the sandbox's limits for its (empty) cgroup and returns the launcher's
-    options that apply the rest (sandbox_limits.Applied.launcher_args)."""
+    options that apply the rest (sandbox_limits.Applied.launcher_args). With `release_fd` (a
+    pipe's read end, passed to the chain; the caller keeps the write end) the confiner holds the
+    program until the controller writes RELEASE there (`held_confiner_command`)."""
     home_inside = layout_args["home"].dest
     command, argv_data = split_confiner_command(tuple(layout_args["command"]))
     if cfg.unsafe_command_line_visible:
         command, argv_data = tuple(layout_args["command"]), None
+    if release_fd >= 0:
+        command = held_confiner_command(command, release_fd)
     passwd, group = sandbox_passwd(user.name, user.uid, user.gid, home_inside)
     data_fds = [
         _memfd("passwd", passwd),
@@ -364,7 +387,13 @@ def spawn_sandbox(
                 stdin=streams[0],
                 stdout=streams[1],
                 stderr=streams[2],
-                pass_fds=(*data_fds, *(fd for fd, _ in etc_copies), status_w, args_fd),
+                pass_fds=(
+                    *data_fds,
+                    *(fd for fd, _ in etc_copies),
+                    status_w,
+                    args_fd,
+                    *([release_fd] if release_fd >= 0 else []),
+                ),
                 close_fds=True,
                 env={},
                 cwd="/",

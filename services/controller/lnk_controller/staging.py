@@ -27,6 +27,11 @@ A placeholder sealed (the flag set, and its name still its inode after that) get
 bind from the wall: the flag alone refuses its removal, rename, replacement, filling and chmod
 to everyone without CAP_LINUX_IMMUTABLE, and a bind each (~49 for an empty folder) was most of
 a write grant's start. Where the flag does not take, the bind stands over it as before.
+Since a sealed placeholder is on no command line, most are made while bwrap starts: a held start
+(`stage_sandbox(hold=True)`, placeholder_plan.py) makes the first under each folder before the
+start, to ask the filesystem whether the flag takes, and the rest (`make_held`) while bwrap and
+the confiner start; the confiner waits on a pipe for the controller's release, sent only once
+every one is made, sealed and checked (launch.py), and anything but the release refuses.
 
 Kept out of a plain `ls` too? A plain `ls` (no `-a`) already hides the dot names; the five
 that are not (mise.toml, mise.local.toml, bunfig.toml, rust-toolchain, rust-toolchain.toml)
@@ -56,54 +61,35 @@ owner can still remove it).
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import pwd
 import stat
-import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lnk_controller import idmap_mounts, late_close
+from lnk_controller import idmap_mounts
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
+from lnk_controller.placeholder_plan import HeldPlaceholders
+from lnk_controller.placeholders import stage_placeholders
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
-from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
-from lnk_shared.protected_names import PROTECTED_NAMES
 from lnk_shared.refusals import inside
 
 __all__ = [
-    "PLACEHOLDER",
     "TMPFS_NAMES",
     "Staged",
     "hidden_mount_points",
-    "remove_placeholder",
     "stage_sandbox",
     "wanted_paths",
 ]
 
-PLACEHOLDER = "placeholder:"
-SEP = "\0"  # between a placeholder record's host path and its staged path: in no path
 # The sandbox's /tmp, /dev/shm and home: tmpfs in its staging folder, recorded in its record
 # when it is written (SandboxStore.create(staged=...)), so staging needs no write for them.
 TMPFS_NAMES = ("tmp", "shm", "home")
 SYSTEM_PROGRAM_DIRS = ("/usr",)  # bound read-only in every sandbox: no extra bind needed
-# What a placeholder inside `.git` holds, where an empty file would change what git does: git
-# reads its common folder from `commondir` (and dies on an empty one); "." is `.git` itself, as
-# if the file were absent. Git never lists what is inside `.git`, so these stay unseen.
-GIT_PLACEHOLDER_CONTENT = {".git/commondir": b".\n"}
-# The largest content above: a regular file placeholder holding more was filled by someone.
-MAX_PLACEHOLDER_BYTES = 16
-# FS_IOC_SETFLAGS/GETFLAGS (the `long` ioctls of linux/fs.h) and FS_IMMUTABLE_FL: a
-# placeholder nobody but root may remove, rename or fill while its sandbox runs (the kernel
-# drops the sandbox's cover when the name is removed from the host's side).
-FS_IOC_GETFLAGS = 0x80086601
-FS_IOC_SETFLAGS = 0x40086602
-FS_IMMUTABLE_FL = 0x00000010
 
 
 @dataclass(frozen=True)
@@ -114,6 +100,9 @@ class Staged:
     shm: str
     home: str
     usr: str | None = None  # the noexec clone of /usr bwrap binds from, if one was made
+    # Placeholders to make while the sandbox starts held (`stage_sandbox(hold=True)`): the
+    # program may be released only after `make_held` made and sealed every one.
+    held: tuple[HeldPlaceholders, ...] = ()
 
 
 def wanted_paths(
@@ -159,313 +148,6 @@ def _wanted(
         if programs_apart or program in program_files or not in_grant:
             wanted.append((program, False, True))
     return wanted
-
-
-def placeholder_content(entry: str) -> bytes | None:
-    """What stands in for a missing protected entry: None for an empty folder, else a regular
-    file's bytes. At the top of a write folder it is always an empty folder, whatever the tool
-    expects there, because git never lists or adds an empty folder: `git status` outside and
-    `git add -A` inside see nothing of the box's. Inside `.git` (which git never lists) it is
-    what git reads as if the entry were absent."""
-    name = next((n for n in PROTECTED_NAMES if n.path == entry), None)
-    if "/" not in entry or name is None or name.kind == "folder":
-        return None
-    return GIT_PLACEHOLDER_CONTENT.get(entry, b"")
-
-
-def _is_file_name(entry: str) -> bool:
-    """True when the tools expect a file at `entry` (nothing protected below it)."""
-    kinds = {
-        n.kind if n.path == entry else "folder"
-        for n in PROTECTED_NAMES
-        if n.path.split("/")[0] == entry
-    }
-    return kinds == {"file"}
-
-
-def _missing_entries(dir_fd: int) -> list[tuple[str, bytes | None]]:
-    """(entry, placeholder content: None for a folder) for each protected entry missing at the
-    top of a folder: the outermost missing part, so a missing `.git` gets one placeholder
-    covering everything git reads inside it."""
-    missing: dict[str, bytes | None] = {}
-    for entry in PROJECT_RUN_DOT_ENTRIES:
-        parts = entry.split("/")
-        for depth in range(1, len(parts) + 1):
-            part = "/".join(parts[:depth])
-            try:
-                info = os.lstat(part, dir_fd=dir_fd)
-            except FileNotFoundError:
-                missing[part] = None if depth < len(parts) else placeholder_content(part)
-                break
-            if not stat.S_ISDIR(info.st_mode):
-                break  # a file (a worktree's `.git` pointer) is bound read-only as it is
-    return sorted(missing.items())
-
-
-def _make_placeholder(parent_fd: int, name: str, content: bytes | None) -> int:
-    """Make one placeholder (an empty folder, or a file holding `content`) under `parent_fd`;
-    return it open."""
-    if content is None:
-        os.mkdir(name, 0o555, dir_fd=parent_fd)
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        return os.open(name, flags, dir_fd=parent_fd)
-    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(name, create, 0o444, dir_fd=parent_fd)
-    try:
-        os.write(fd, content)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _make_as_owner(
-    dir_fd: int,
-    parent: str,
-    name: str,
-    content: bytes | None,
-    *,
-    caller: CallerCredentials | None,
-    owner_uid: int,
-) -> tuple[int, int] | None:
-    """Make one placeholder as the owner would (`caller_credentials`): (its fd, its parent's
-    fd), or None where the owner may not make it and could not make itself able to, because a
-    folder on the way is another user's (then the sandbox, which writes only as the owner,
-    cannot make the name either, and root must not make anything in that user's folder).
-    Where the folder in the way is the owner's own (a `.git` it made 0555), the sandbox could
-    chmod it and make the name: root makes the placeholder, as the owner could have."""
-    entry = f"{parent}/{name}" if parent else name
-    made = _make_all_as_owner(dir_fd, [(entry, content)], caller=caller, owner_uid=owner_uid)
-    return next(made)[1]
-
-
-def _make_all_as_owner(
-    dir_fd: int,
-    entries: list[tuple[str, bytes | None]],
-    *,
-    caller: CallerCredentials | None,
-    owner_uid: int,
-) -> Iterator[tuple[str, tuple[int, int] | None]]:
-    """`_make_as_owner` for each (entry, content), yielded as made: (entry, its fd and its
-    parent's, or None). One switch to the owner's credentials for all of them (a dozen raw
-    syscalls each way, against ~49 placeholders for an empty folder), then root's fallback for
-    those the owner was refused. The consumer runs between two yields with this thread's file
-    ids the owner's: it only records what was made."""
-    refused: list[tuple[str, bytes | None]] = []
-    with caller_credentials(caller) if caller is not None else contextlib.nullcontext():
-        for entry, content in entries:
-            parent, _, name = entry.rpartition("/")
-            try:
-                opened = _make_walking(dir_fd, parent, name, content)
-            except PermissionError:
-                if caller is None:
-                    raise
-                refused.append((entry, content))
-                continue
-            yield entry, opened
-    for entry, content in refused:
-        parent, _, name = entry.rpartition("/")
-        owned = _folders_owned_by(dir_fd, parent, owner_uid)
-        yield entry, _make_walking(dir_fd, parent, name, content) if owned else None
-
-
-def _make_walking(dir_fd: int, parent: str, name: str, content: bytes | None) -> tuple[int, int]:
-    """Walk from `dir_fd` down to `parent`, then make the placeholder `name` there: (its fd,
-    its parent's)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    parent_fd = os.dup(dir_fd)
-    for part in parent.split("/") if parent else ():  # each step O_NOFOLLOW, not only the
-        try:  # last: a `.git` swapped for a link must not lead root's fallback elsewhere
-            below = os.open(part, flags, dir_fd=parent_fd)
-        finally:
-            os.close(parent_fd)
-        parent_fd = below
-    try:
-        return _make_placeholder(parent_fd, name, content), parent_fd
-    except BaseException:
-        os.close(parent_fd)
-        raise
-
-
-def _folders_owned_by(dir_fd: int, parent: str, uid: int) -> bool:
-    """Whether every folder from the grant's top down to `parent` is `uid`'s (lstat, no link
-    followed: the walk found them as folders)."""
-    path = ""
-    for part in ["", *(parent.split("/") if parent else [])]:
-        path = f"{path}/{part}".strip("/")
-        info = os.lstat(path or ".", dir_fd=dir_fd)
-        if info.st_uid != uid:
-            return False
-    return True
-
-
-def _placeholders(
-    *,
-    sandbox_id: str,
-    store: SandboxStore,
-    folder: str,
-    source_fd: int,
-    owner_uid: int,
-    owner_gid: int,
-    as_files: bool = False,
-    caller: CallerCredentials | None = None,
-    staged: str = "",
-) -> list[tuple[str, bool]]:
-    """Make an empty stand-in for each missing dot entry tools run, in a write grant, working
-    from the owner's descriptor (no path lookup for a swapped link to redirect); return their
-    paths, each with whether it is sealed (see `_sealed`: then it needs no read-only bind of
-    the wall's). They are recorded in one write once made (each record names the very inode,
-    which exists only then), also when making one fails; only then are they made the owner's
-    and immutable. Each is made as the owner (`caller`, see `_make_as_owner`): never in a
-    folder of another user's that the owner could not write."""
-    made: list[_Made] = []
-    sealed: list[tuple[str, bool]] = []
-    dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=source_fd)
-    try:
-        wanted = []
-        for entry, missing in _missing_entries(dir_fd):
-            # unsafe_placeholders_visible: an empty file git lists
-            visible = as_files and missing is None and "/" not in entry and _is_file_name(entry)
-            wanted.append((entry, b"" if visible else missing))
-        entry = ""
-        try:
-            making = _make_all_as_owner(dir_fd, wanted, caller=caller, owner_uid=owner_uid)
-            for entry, opened in making:
-                if opened is None:
-                    continue  # a folder of another user's the sandbox cannot write either
-                made_fd, parent_fd = opened
-                info = os.fstat(made_fd)
-                path = os.path.join(folder, entry)
-                # Also where it is through the grant's staged mount (`staged`): the folder may
-                # be moved or renamed on the host while the sandbox runs, but the mount holds
-                # the folder itself, so the clean-up finds the placeholder there wherever it went.
-                at = f"{SEP}{staged}/{entry}" if staged else ""
-                record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}{at}"
-                made.append(_Made(made_fd, parent_fd, entry.rpartition("/")[2], path, record, info))
-        except OSError as exc:
-            raise LaunchRefused(
-                f"{folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
-            ) from None
-        finally:
-            if made:  # recorded even when a later one failed, so clean-up removes them
-                store.add_mounts(sandbox_id, [m.record for m in made])
-        for m in made:
-            try:
-                if (m.info.st_uid, m.info.st_gid) != (owner_uid, owner_gid):
-                    os.fchown(m.fd, owner_uid, owner_gid)  # root's fallback made it, or a group
-                immutable = _set_immutable(m.fd, True)
-            except OSError as exc:
-                raise LaunchRefused(m.path, f"cannot keep it read-only: {exc.strerror}") from None
-            sealed.append((m.path, immutable and _sealed(m.info, m.parent_fd, m.name)))
-    finally:
-        for m in made:
-            os.close(m.fd)
-            os.close(m.parent_fd)
-        os.close(dir_fd)
-    return sealed
-
-
-@dataclass(frozen=True)
-class _Made:
-    """A placeholder made and open: its fd, its parent's, its name there, its path, its
-    record, and its fstat when made."""
-
-    fd: int
-    parent_fd: int
-    name: str
-    path: str
-    record: str
-    info: os.stat_result
-
-
-def _sealed(made: os.stat_result, parent_fd: int, name: str) -> bool:
-    """Whether `name` under `parent_fd` is still the immutable placeholder `made` (its fstat
-    when made). Then nobody without CAP_LINUX_IMMUTABLE (no sandbox) can remove, rename,
-    replace, fill or chmod it, or make anything inside it, so the wall needs no read-only bind
-    over it: one mount fewer per name (and one fewer mount-table parse in bwrap). Checked after
-    the flag is set: a name swapped before that is not our inode and keeps its bind."""
-    try:
-        there = os.lstat(name, dir_fd=parent_fd)
-    except OSError:
-        return False
-    return (there.st_dev, there.st_ino) == (made.st_dev, made.st_ino)
-
-
-def _set_immutable(fd: int, on: bool) -> bool:
-    """Set or clear FS_IMMUTABLE_FL on an open placeholder; whether it now is as asked. A
-    filesystem without the flag (ENOTTY, EOPNOTSUPP, EINVAL) leaves the placeholder removable
-    by its owner, which only uncovers the name for the owner's own writes (the wall's bind
-    over it then stands in the sandbox's way); nothing else is given up."""
-    try:
-        buf = bytearray(struct.pack("l", 0))
-        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
-        (flags,) = struct.unpack("l", buf)
-        wanted = flags | FS_IMMUTABLE_FL if on else flags & ~FS_IMMUTABLE_FL
-        if wanted != flags:
-            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("l", wanted))
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-        return False
-    return True
-
-
-def _holds_only_placeholder(fd: int, info: os.stat_result) -> bool:
-    if stat.S_ISDIR(info.st_mode):
-        return True  # rmdir itself refuses a folder someone filled
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PLACEHOLDER_BYTES:
-        return False
-    return os.pread(fd, MAX_PLACEHOLDER_BYTES + 1, 0) in (b"", *GIT_PLACEHOLDER_CONTENT.values())
-
-
-def remove_placeholder(record: str) -> None:
-    """Remove a placeholder if it is still the one made here (same inode) and still holds only
-    what was put there; one that someone filled meanwhile is theirs now and stays. It is looked
-    for first through the grant's staged mount (still mounted: placeholders go first), which
-    holds the folder wherever it was moved on the host meanwhile, then at its host path (a
-    record without a staged path, or a clean-up run again after the unmount)."""
-    dev, ino, paths = record[len(PLACEHOLDER) :].split(":", 2)
-    path, _, staged = paths.partition(SEP)
-    if staged and _remove_if_ours(staged, int(dev), int(ino)):
-        return
-    _remove_if_ours(path, int(dev), int(ino))
-
-
-def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
-    """Remove the placeholder at `path` if it is inode (dev, ino) and holds only what was put
-    there; whether `path` was that inode (removed, or kept as filled by someone)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        info = os.lstat(path)
-        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-            return False
-        fd = os.open(path, flags)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError as exc:
-        raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
-    removed = False
-    try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != (dev, ino):
-            return False
-        if not _holds_only_placeholder(fd, info):
-            return True
-        _set_immutable(fd, False)
-        if stat.S_ISDIR(info.st_mode):
-            os.rmdir(path)
-        else:
-            os.unlink(path)
-        removed = True
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
-            raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
-    finally:
-        if removed:  # the name is gone; the inode's freeing (a discard's wait) comes later
-            late_close.close_later(fd)
-        else:
-            os.close(fd)
-    return True
 
 
 def _inside_binds(
@@ -587,15 +269,19 @@ def stage_sandbox(
     program_files: frozenset[str] = frozenset(),
     unsafe: tuple[str, ...] = (),
     caller: CallerCredentials | None = None,
+    hold: bool = False,
 ) -> Staged:
     """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
     closed): read grants noexec, each granted program in one bound on its own, and a noexec
-    clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`)."""
+    clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`). With `hold`
+    (the sandbox starts held, its program released by the caller), the placeholders that will
+    seal are left for `make_held` (`Staged.held`, placeholder_plan.py)."""
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
     idmap_mounts.mount_staging_root(staging)  # the clean-up's one detach takes all below it
     binds: list[Bind] = []
     placeholders: list[tuple[str, bool]] = []
+    held: list[HeldPlaceholders] = []
     wanted = _wanted(
         grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
     )
@@ -620,7 +306,7 @@ def stage_sandbox(
                 raise StateError(f"{real} was not opened as judged: nothing is bound")
             guarded = "unsafe_protected_names_unguarded" not in unsafe
             if write and guarded and stat.S_ISDIR(os.fstat(source_fd).st_mode):
-                placeholders += _placeholders(
+                made_now, held_here = stage_placeholders(
                     sandbox_id=sandbox_id,
                     store=store,
                     folder=real,
@@ -630,7 +316,11 @@ def stage_sandbox(
                     as_files="unsafe_placeholders_visible" in unsafe,
                     caller=caller,
                     staged=str(target),
+                    hold=hold,
                 )
+                placeholders += made_now
+                if held_here is not None:
+                    held.append(held_here)
             if programs_apart:
                 runs_here = is_program or real in execute
             else:  # unsafe_loader_maps_anything: a grant holding a program is exec-capable
@@ -670,4 +360,5 @@ def stage_sandbox(
         made["shm"],
         made["home"],
         str(usr) if usr is not None else None,
+        tuple(held),
     )

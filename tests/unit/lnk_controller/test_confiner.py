@@ -475,3 +475,68 @@ def test_a_missing_argv_file_runs_nothing(lnk_sandbox: Path, tmp_path: Path) -> 
     result = _run_argv_file(lnk_sandbox, policy_file, tmp_path / "none")
     assert result.returncode == 126
     assert "cannot read its arguments" in result.stderr
+
+
+def _run_held(
+    binary: Path, policy_file: Path, release: bytes | None, *target: str
+) -> subprocess.CompletedProcess[str]:
+    """The confiner told to wait on a pipe's read end (`--release-fd`), the pipe written
+    `release` (None: nothing) and closed by this side before it is read."""
+    read_end, write_end = os.pipe()
+    try:
+        if release is not None:
+            os.write(write_end, release)
+        os.close(write_end)
+        write_end = -1
+        held = [str(binary), "--policy", str(policy_file), "--release-fd", str(read_end), "--"]
+        return subprocess.run(
+            [*held, *target],
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            pass_fds=(read_end,),
+        )
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def test_a_released_start_runs_the_target_without_the_release_descriptor(
+    lnk_sandbox: Path, tmp_path: Path
+) -> None:
+    policy_file = _write(tmp_path, encode_policy(_policy(tmp_path)))
+    script = "import os; print(sorted(os.listdir('/proc/self/fd')))"
+    result = _run_held(lnk_sandbox, policy_file, b"R", PYTHON, "-I", "-S", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "['0', '1', '2', '3']\n"  # 3: the listing's own descriptor
+
+
+@pytest.mark.parametrize("release", [None, b"X", b"\0"], ids=["end of file", "X", "NUL"])
+def test_a_start_the_controller_does_not_release_runs_nothing(
+    lnk_sandbox: Path, tmp_path: Path, release: bytes | None
+) -> None:
+    """The controller abandoned the launch (a placeholder did not seal) or died: the pipe's
+    end, or anything but the release byte, and the target never runs."""
+    marker = tmp_path / "ran"
+    policy_file = _write(tmp_path, encode_policy(_policy(tmp_path)))
+    result = _run_held(lnk_sandbox, policy_file, release, TOUCH, str(marker))
+    assert result.returncode == 126
+    assert "the controller did not release it" in result.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", ["", "2", "-1", "x3", "99999999"])
+def test_a_wrong_release_descriptor_runs_nothing(lnk_sandbox: Path, value: str) -> None:
+    result = subprocess.run(
+        [str(lnk_sandbox), "--release-fd", value, "--", TOUCH, "/tmp/lnk-never"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 126
+    assert "--release-fd must be a descriptor number" in result.stderr
+    assert not os.path.exists("/tmp/lnk-never")

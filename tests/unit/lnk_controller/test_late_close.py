@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from lnk_controller import late_close
-from lnk_controller.staging import PLACEHOLDER, remove_placeholder
+from lnk_controller.placeholders import PLACEHOLDER, remove_placeholder
 
 
 def record(path: Path) -> str:

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from lnk_controller.spawn import split_bwrap_argv, split_confiner_command
+from lnk_controller.spawn import held_confiner_command, split_bwrap_argv, split_confiner_command
 from lnk_controller.wall import ARGV_PATH, Bind, SandboxLayout, bwrap_argv
 from lnk_shared.errors import LaunchRefused
 
@@ -103,3 +103,21 @@ def test_the_argv_file_is_copied_read_only_where_the_confiner_reads_it() -> None
     at = argv.index(ARGV_PATH)
     assert argv[at - 4 : at] == ["--perms", "0444", "--file", "11"]
     assert argv[-3:] == ["--", "/c", "--"]
+
+
+@pytest.mark.parametrize(
+    ("command", "held"),
+    [
+        (("/c", "--"), ("/c", "--release-fd", "7", "--")),
+        (("/c", "--", "/bin/cat", "x"), ("/c", "--release-fd", "7", "--", "/bin/cat", "x")),
+    ],
+)
+def test_a_held_start_tells_the_confiner_its_release_descriptor(
+    command: tuple[str, ...], held: tuple[str, ...]
+) -> None:
+    assert held_confiner_command(command, 7) == held
+
+
+def test_a_held_start_without_the_confiners_separator_is_refused() -> None:
+    with pytest.raises(LaunchRefused, match="no `--`"):
+        held_confiner_command(("/bin/true",), 7)

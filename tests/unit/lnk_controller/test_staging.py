@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.staging import (
+from lnk_controller.placeholders import (
     PLACEHOLDER,
     _missing_entries,
     _set_immutable,
-    _wanted,
     remove_placeholder,
-    wanted_paths,
 )
+from lnk_controller.staging import _wanted, wanted_paths
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 from lnk_shared.protected_names import GIT_REDIRECTS
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.staging import (
-    _inside_binds,
+from lnk_controller.placeholders import (
     _placeholders,
     _sealed,
     _set_immutable,
     remove_placeholder,
 )
+from lnk_controller.staging import _inside_binds
 from lnk_controller.wall import Bind
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 

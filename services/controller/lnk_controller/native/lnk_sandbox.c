@@ -15,8 +15,17 @@
  * seccomp bind the one thread that becomes the target.
  *
  * Usage: lnk-sandbox [--policy FILE] -- PROGRAM [ARGS...]   (--policy: tests only)
- *        lnk-sandbox [--policy FILE] [--argv FILE] --        (the program's argv from a file)
+ *        lnk-sandbox [--policy FILE] [--argv FILE] [--release-fd N] --
+ *                                      (the program's argv from a file; wait to be released)
  *        lnk-sandbox --relay SOCKET PORT                     (the proxy benchmark)
+ *
+ * --release-fd N: the read end of a pipe only the controller writes. The confiner confines
+ * itself as above, then waits there for the one byte RELEASE_BYTE before it starts the relays
+ * and execs the target: the controller makes and seals a write grant's placeholders while bwrap
+ * and this program start (staging.py), and releases the target once every one is in place.
+ * Anything else (end of file: the controller closed it or died; another byte; an error) refuses,
+ * so a launch the controller abandons never runs its program. The descriptor is closed before
+ * the relays start and the target runs: neither holds it.
  *
  * The controller gives the program's argv in a file (ARGV_PATH: NUL-terminated arguments,
  * copied by bwrap like the policy), so bwrap's and this program's command lines, which every
@@ -50,6 +59,8 @@
 #define MAX_BPF_INSNS 4096                    /* BPF_MAXINSNS: the kernel's limit */
 #define EXIT_REFUSED 126                      /* the shell's "cannot execute": nothing ran */
 #define EXIT_NOT_FOUND 127                    /* the shell's "command not found" */
+#define RELEASE_BYTE 'R' /* spawn.RELEASE: the controller's go; end of file never releases */
+#define MAX_RELEASE_FD 1000000 /* above any descriptor number a process holds (fs.nr_open) */
 
 /* Landlock (include/uapi/linux/landlock.h; Debian 12's headers predate ABI 4). The syscall
    numbers are the same on x86_64 and aarch64 (new syscalls share one numbering since 5.1). */
@@ -480,12 +491,47 @@ static void start_relays(void) {
     }
 }
 
-static void close_inherited(void) {
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
+/* Close every descriptor above stdio but `keep` (-1: none). */
+static void close_inherited(int keep) {
+    unsigned first = 3U, last = ~0U;
+    if (keep >= 3) { /* below it, then above it */
+        if (keep > 3 && syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0U) != 0)
+            refuse("cannot close its inherited descriptors: %s", errname(errno));
+        first = (unsigned)keep + 1;
+    }
+    if (syscall(SYS_close_range, first, last, 0U) == 0)
         return;
     long max = sysconf(_SC_OPEN_MAX); /* kernels before 5.9 */
-    for (long fd = 3; fd < (max > 0 ? max : 1024); fd++)
+    for (long fd = first; fd < (max > 0 ? max : 1024); fd++)
         close((int)fd);
+}
+
+static int parse_release_fd(const char *text) {
+    size_t length = strlen(text);
+    long fd = -1;
+    if (length > 0 && length <= 7 && strspn(text, "0123456789") == length)
+        fd = strtol(text, NULL, 10);
+    if (fd < 3 || fd > MAX_RELEASE_FD) {
+        fprintf(stderr, "lnk-sandbox: --release-fd must be a descriptor number from 3, not '%s'\n",
+                text);
+        exit(EXIT_REFUSED);
+    }
+    return (int)fd;
+}
+
+/* Wait for the controller's RELEASE_BYTE on `fd`, then close it; anything else refuses. */
+static void wait_released(int fd) {
+    char byte = 0;
+    ssize_t n;
+    do
+        n = read(fd, &byte, 1);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        refuse("cannot read the controller's release: %s", errname(errno));
+    if (n == 0 || byte != RELEASE_BYTE)
+        refuse("the controller did not release it (the launch was abandoned)");
+    if (close(fd) != 0)
+        refuse("cannot close the release descriptor: %s", errname(errno));
 }
 
 /* The program's argv from `path`: NUL-terminated arguments, at least one, none empty-named. */
@@ -531,7 +577,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--relay") == 0)
         return relay_main(argc, argv);
     const char *policy_path = POLICY_PATH, *argv_path = ARGV_PATH;
-    int first = 1;
+    int first = 1, release_fd = -1;
     if (first + 1 < argc && strcmp(argv[first], "--policy") == 0) { /* tests: inside, bound */
         policy_path = argv[first + 1];
         first += 2;
@@ -540,18 +586,24 @@ int main(int argc, char **argv) {
         argv_path = argv[first + 1];
         first += 2;
     }
+    if (first + 1 < argc && strcmp(argv[first], "--release-fd") == 0) {
+        release_fd = parse_release_fd(argv[first + 1]);
+        first += 2;
+    }
     if (first >= argc || strcmp(argv[first], "--") != 0) {
-        fputs("lnk-sandbox: usage: lnk-sandbox [--policy FILE] [--argv FILE] -- "
-              "[PROGRAM [ARGS...]]\n",
+        fputs("lnk-sandbox: usage: lnk-sandbox [--policy FILE] [--argv FILE] [--release-fd N] "
+              "-- [PROGRAM [ARGS...]]\n",
               stderr);
         return EXIT_REFUSED;
     }
     char **target_argv = first + 1 < argc ? argv + first + 1 : load_argv(argv_path);
     target = target_argv[0];
-    close_inherited();
+    close_inherited(release_fd);
     load_policy(policy_path);
     apply_landlock();
     load_seccomp(&policy.seccomp, "the syscall filter");
+    if (release_fd >= 0)
+        wait_released(release_fd);
     start_relays();
     if (policy.block_unix_sockets == 1)
         load_seccomp(&policy.seccomp_unix, "the unix-socket block");

@@ -1,0 +1,169 @@
+"""A held start's placeholders (staging.stage_placeholders, make_held): before the start only
+the first under each folder is made, and where it sealed the rest wait for the held start;
+where the filesystem has no immutable flag (ramfs here) every one is made before the start, as
+before, keeping the wall's bind; a held one that does not seal refuses the launch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lnk_controller.placeholder_plan import HeldPlaceholders
+from lnk_controller.placeholders import (
+    _set_immutable,
+    make_held,
+    placeholder_entries,
+    remove_placeholder,
+    stage_placeholders,
+)
+from lnk_shared.errors import LaunchRefused
+from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
+
+TOP_LEVEL = sorted({entry.split("/")[0] for entry in PROJECT_RUN_DOT_ENTRIES})
+IN_GIT = sorted(e for e in PROJECT_RUN_DOT_ENTRIES if e.startswith(".git/"))
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="FS_IMMUTABLE_FL and mounts need root")
+
+
+class Records:
+    """The store's add_mounts, kept in memory."""
+
+    def __init__(self) -> None:
+        self.records: list[str] = []
+
+    def add_mounts(self, sandbox_id: str, records: list[str]) -> None:
+        self.records += records
+
+
+def _unseal_all(path: Path) -> None:
+    for entry in path.rglob("*"):
+        if entry.is_mount():
+            continue
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            _set_immutable(fd, False)
+        finally:
+            os.close(fd)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "project"
+    path.mkdir()
+    yield path
+    _unseal_all(path)  # a failed test must not leave immutable entries behind
+
+
+@pytest.fixture
+def ramfs(tmp_path: Path) -> Iterator[Path]:
+    """A folder on ramfs, which has no FS_IMMUTABLE_FL."""
+    path = tmp_path / "ramfs"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "lnk-test", str(path)], check=True)
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _stage(folder: Path, records: Records, *, hold: bool) -> tuple[list[tuple[str, bool]], Any]:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    made, held = stage_placeholders(
+        sandbox_id="sbx-test",
+        store=records,  # type: ignore[arg-type]
+        folder=str(folder),
+        source_fd=fd,
+        owner_uid=os.getuid(),
+        owner_gid=os.getgid(),
+        as_files=False,
+        caller=None,
+        staged="",
+        hold=hold,
+    )
+    if held is None:
+        os.close(fd)
+    return made, held
+
+
+def _make_held(held: HeldPlaceholders, records: Records) -> None:
+    try:
+        make_held((held,), sandbox_id="sbx-test", store=records, caller=None)  # type: ignore[arg-type]
+    finally:
+        os.close(held.source_fd)
+
+
+def test_a_held_start_makes_only_the_probe_first_and_every_one_before_the_release(
+    folder: Path,
+) -> None:
+    records = Records()
+    made, held = _stage(folder, records, hold=True)
+    assert held is not None
+    assert sorted(os.path.basename(p) for p, _ in made) == TOP_LEVEL  # all listed...
+    assert all(sealed for _, sealed in made)  # ...as sealed: the wall binds none of them
+    assert os.listdir(folder) == [TOP_LEVEL[0]], "more than the probe made before the start"
+    assert [e for e, _ in held.entries] == TOP_LEVEL[1:]
+    _make_held(held, records)
+    assert sorted(os.listdir(folder)) == TOP_LEVEL
+    with pytest.raises(PermissionError):
+        (folder / TOP_LEVEL[-1]).rmdir()  # sealed: immutable
+    assert len(records.records) == len(TOP_LEVEL)  # every one recorded, so clean-up finds it
+    for record in records.records:
+        remove_placeholder(record)
+    assert os.listdir(folder) == []
+
+
+def test_without_hold_every_placeholder_is_made_before_the_start(folder: Path) -> None:
+    made, held = _stage(folder, Records(), hold=False)
+    assert held is None
+    assert sorted(os.listdir(folder)) == TOP_LEVEL
+    assert all(sealed for _, sealed in made)
+
+
+def test_where_the_flag_does_not_take_every_one_is_made_before_the_start_unsealed(
+    ramfs: Path,
+) -> None:
+    records = Records()
+    made, held = _stage(ramfs, records, hold=True)
+    assert held is None, "a held start on a filesystem without the flag"
+    assert sorted(os.listdir(ramfs)) == TOP_LEVEL
+    assert not any(sealed for _, sealed in made), "unsealed ones must keep the wall's bind"
+    for record in records.records:
+        remove_placeholder(record)
+
+
+def test_a_git_folder_on_another_filesystem_has_its_own_probe(folder: Path) -> None:
+    """`.git` on ramfs inside a grant on ext4: the top's placeholders wait for the held start,
+    `.git`'s are all made before it (unsealed, each bound by the wall)."""
+    git = folder / ".git"
+    git.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "lnk-test", str(git)], check=True)
+    try:
+        records = Records()
+        made, held = _stage(folder, records, hold=True)
+        assert held is not None
+        in_git = {os.path.relpath(p, folder): s for p, s in made if "/.git/" in p}
+        assert sorted(in_git) == IN_GIT and not any(in_git.values())
+        assert sorted(os.listdir(git)) == sorted(e.split("/")[1] for e in IN_GIT)
+        assert all("/" not in e for e, _ in held.entries), "a .git entry left for the start"
+        _make_held(held, records)
+        for record in records.records:
+            remove_placeholder(record)
+        assert os.listdir(git) == []
+    finally:
+        subprocess.run(["umount", "-l", str(git)], check=False)
+
+
+def test_a_held_placeholder_that_does_not_seal_refuses_the_launch(ramfs: Path) -> None:
+    records = Records()
+    fd = os.open(ramfs, os.O_RDONLY | os.O_DIRECTORY)
+    entries = tuple(placeholder_entries(fd, as_files=False)[:2])
+    held = HeldPlaceholders(str(ramfs), fd, "", entries, os.getuid(), os.getgid())
+    with pytest.raises(LaunchRefused, match="could not be made immutable as the sandbox started"):
+        _make_held(held, records)
+    assert len(records.records) == 2, "made, so recorded for the clean-up"
+    for record in records.records:
+        remove_placeholder(record)
+    assert os.listdir(ramfs) == []
