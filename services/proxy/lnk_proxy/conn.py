@@ -45,6 +45,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from lnk_proxy.fair_share import CURRENT
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.tunnel_buffers import LARGE, SMALL, TunnelBuffers
 from lnk_shared.addresses import IPAddress
@@ -171,6 +172,9 @@ class Conn:
                 self._reader = None
             if timer is not None:
                 timer.cancel()
+        share = CURRENT.get()  # the sandbox's share of the loop: its turn may come later
+        if share is not None and (turn := share.take()) is not None:
+            await turn
 
     async def readable(self) -> None:
         """Until the socket is readable (or, listening, has a connection to accept)."""

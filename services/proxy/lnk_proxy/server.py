@@ -74,6 +74,7 @@ from lnk_proxy import machine, service_relay
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
+from lnk_proxy.fair_share import CURRENT, LoopShares, Share
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.forward import BadResponse, forward_http
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
@@ -130,6 +131,9 @@ IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELET
 # a page load asks for a few dozen; past this a sandbox is refused, never queued.
 MAX_WAITING_LOOKUPS = 256
 ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connections close
+# Connections accepted from one listener before its next wake-up (a step of its share of the
+# loop, `fair_share`): a sandbox's burst of connects waits in its own backlog, not in the loop.
+ACCEPT_PER_WAKE = 8
 BAD_GATEWAY = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
     b"Content-Length: 31\r\nConnection: close\r\n\r\nlnk: the origin did not answer\n"
@@ -165,6 +169,7 @@ class _Listener:
     hosted: HostedGrant = field(default_factory=HostedGrant)  # the hosted ones' providers
     flag_refusal: _Refusal | None = None  # its flags as last read, while `flags_known`
     flags_known: bool = False  # read since the watch last said a name of it changed
+    share: Share | None = None  # its share of the event loop's turns (`fair_share`)
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only
@@ -211,6 +216,7 @@ class ProxyServer:
         # Reads the machine view: its own thread, never behind sandboxes' lookups.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-view")
         self.service_tls = tls_context(config.unsafe_service_ca)  # service rules' upstreams
+        self.shares = LoopShares()  # each sandbox's steps per turn of the loop (`fair_share`)
 
     async def start(self) -> None:
         """Prepare the log folder, read this machine (StateError if it cannot), and read it
@@ -387,6 +393,7 @@ class ProxyServer:
         if self.config.unsafe_ssh_port_by_any_entry:  # a test switch (config.py warns)
             grants = replace(grants, unsafe_listed_only_ports_open=True)
         listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        listener.share = self.shares.share()
         listener.services = services or ServiceGrant()
         listener.models = models or ModelGrant()
         listener.hosted = HostedGrant(listener.models.rules)
@@ -433,17 +440,24 @@ class ProxyServer:
     async def _accept_forever(self, listener: _Listener) -> None:
         # Accept first, wait only when none is pending; the listening socket stays in the
         # selector between waits (`Conn`): a connection per request costs no epoll_ctl here.
+        CURRENT.set(listener.share)  # its wake-ups are steps of its sandbox's share
         listener.watch = Conn(listener.sock)
+        in_a_row = 0
         while True:
+            if in_a_row >= ACCEPT_PER_WAKE:  # the rest wait in the backlog for a later turn
+                in_a_row = 0
+                await listener.watch.readable()
             try:
                 sock, _ = listener.sock.accept()
             except (BlockingIOError, InterruptedError):
+                in_a_row = 0
                 await listener.watch.readable()
                 continue
             except OSError as exc:
                 log.error("accept on %s failed: %s", listener.path, exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
+            in_a_row += 1  # a refused one counts too: its line and its answer are work
             if len(listener.connections) >= self.config.max_connections_per_sandbox:
                 limit = self.config.max_connections_per_sandbox
                 self._refuse_now(listener, sock, "too-many-connections", f"{limit} already open")
@@ -499,6 +513,14 @@ class ProxyServer:
         return refusal
 
     async def _serve(self, listener: _Listener, sock: socket.socket) -> None:
+        CURRENT.set(listener.share)  # this task's (and its children's) steps are its sandbox's
+        share = listener.share  # its first step too: a flood's head is there at its accept
+        if share is not None and (turn := share.take()) is not None:
+            try:
+                await turn
+            except BaseException:  # cancelled while waiting (a stop): nothing else holds it
+                sock.close()
+                raise
         client = Conn(sock)
         try:
             while await self._one_request(listener, client):
@@ -879,6 +901,9 @@ class ProxyServer:
                 return _Refusal("too-many-lookups", str(exc))
             finally:
                 listener.lookups -= 1
+            share = listener.share  # the answer's wake-up is a step of the sandbox's share
+            if share is not None and (turn := share.take()) is not None:
+                await turn
             if resolver.caches_answers:
                 listener.answers.put(target.host, addresses)
         if self.machine is None:
