@@ -16,7 +16,9 @@ which key arrived (scrubbed on the way back) and which tools were left.
 
 A streamed answer sends its first event, then waits until the file `<dir>/release-<TEXT>`
 exists when the last user text is `hold:<TEXT>` (a test shows the first byte was not held back),
-and sends the rest.
+and sends the rest. When the last user text is `stamp`, the first event carries `"sent_ns"`,
+this machine's CLOCK_MONOTONIC as it is written (`stamped`: bench/proxy_hosted_path.py times
+the first byte's way from the upstream to the client by it).
 
 Security limitations: none needed; it only ever listens inside a namespace the tests made.
 """
@@ -27,6 +29,7 @@ import asyncio
 import json
 import os
 import secrets
+import time
 from typing import Any
 
 RELEASE_POLL_S = 0.01  # a streamed answer waiting on its test's release file
@@ -247,6 +250,17 @@ def answer(
             None,
         )
     return 200, {"reached": path}, None
+
+
+def stamped(body: bytes, event: bytes) -> bytes:
+    """The first event, with the time it is written when the request asks (see above)."""
+    try:
+        parsed = json.loads(body) if body else {}
+    except ValueError:
+        return event
+    if not isinstance(parsed, dict) or _last_text(parsed) != "stamp":
+        return event
+    return event.replace(b"data: {", b'data: {"sent_ns": %d, ' % time.monotonic_ns(), 1)
 
 
 async def held(directory: str, body: bytes) -> None:

@@ -225,6 +225,8 @@ class Host:
         if close:
             lines.append("Connection: close")
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        if events:
+            events = [MODELS.stamped(body, events[0]), *events[1:]]
         for index, event in enumerate(events):
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
             await writer.drain()

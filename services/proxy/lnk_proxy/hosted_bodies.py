@@ -38,9 +38,11 @@ from lnk_proxy.strict_json import BodyRefused
 
 __all__ = [
     "DROPPED_KEYS",
+    "FETCH_NAMES",
     "INLINE_SOURCES",
     "judge_body",
     "kept_tool",
+    "may_fetch",
 ]
 
 # Top-level and per-tool keys that hand the provider a server, a container or a caller to run
@@ -55,6 +57,10 @@ _CONTENT_KEYS = ("messages", "system", "input", "instructions")
 # Blocks whose `input`/`arguments` are the model's own call: judged by the sandbox, not here.
 _CALL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 _CONTAINERS = (dict, list)  # what the parse makes
+# Every key `_judge_block` refuses a block by, and the one `type` value it refuses: a body
+# with none of them as a string is not walked (`may_fetch`).
+FETCH_NAMES = ("file_id", "file_url", "source", "image_url", "item_reference")
+_FETCH_STRING = re.compile(b'"(?:' + b"|".join(n.encode() for n in FETCH_NAMES) + b')"')
 _MAX_NAME_SHOWN = 64  # a removed tool's type or name in the wire log
 
 
@@ -89,17 +95,21 @@ def judge_body(
     issued: Container[str],
     *,
     keep_tools: bool = False,
+    canonical: bytes | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """(the body to forward, what was removed) for `endpoint` ("messages", "count_tokens",
     "chat", "responses", "embeddings"); BodyRefused naming the first thing refused.
     `keep_tools` (the proxy's `unsafe_keep_server_tools`, tests only) keeps every tool, so
-    `lnk sandbox check` can show that class leak."""
+    `lnk sandbox check` can show that class leak. `canonical` is `strict_json.Parsed`'s
+    serialisation of `body`: when none of `FETCH_NAMES` is a string in it, no block can be
+    refused as a fetch and the content is not walked."""
     out = dict(body)
     removed = [f"dropped {key}" for key in DROPPED_KEYS if out.pop(key, None) is not None]
     _refuse_references(kind, out, issued)
-    for key in _CONTENT_KEYS:
-        if key in out:
-            _refuse_fetches(out[key])
+    if may_fetch(canonical):
+        for key in _CONTENT_KEYS:
+            if key in out:
+                _refuse_fetches(out[key])
     if "tools" in out and keep_tools:
         removed.append("kept every tool: unsafe_keep_server_tools")
     elif "tools" in out:
@@ -112,6 +122,16 @@ def judge_body(
         after = f" (judged: {'; '.join(removed)})" if removed else ""
         raise BodyRefused(f"{shown} is not in the rule's models{after}", "model-name")
     return out, tuple(removed)
+
+
+def may_fetch(canonical: bytes | None) -> bool:
+    """Whether a body's serialisation could hold a block `_judge_block` refuses (True when
+    there is none to look at). In the encoder's compact output a string is its characters
+    between quotes, only `"`, `\\` and control characters escaped, so a key or value that
+    is exactly one of `FETCH_NAMES` (none has a character to escape) is always the bytes
+    `"name"` in it; a quoted name inside a longer string may match too, which costs only the
+    walk."""
+    return canonical is None or _FETCH_STRING.search(canonical) is not None
 
 
 def _refuse_references(kind: str, body: dict[str, Any], issued: Container[str]) -> None:

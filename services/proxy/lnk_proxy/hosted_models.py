@@ -228,9 +228,23 @@ def judge_hosted(
         if untrusted_body:
             raise RequestRefused("model-body", f"a body on {method} {path}")
         return HostedForward(kind, method, path, kept, b"", dropped)
-    value = strict_json.loads(untrusted_body)
-    judged, removed = judge_body(kind, endpoint, value, allows_model, issued, keep_tools=keep_tools)
-    body = strict_json.dumps(judged)
+    parsed = strict_json.read(untrusted_body)
+    judged, removed = judge_body(
+        kind,
+        endpoint,
+        parsed.value,
+        allows_model,
+        issued,
+        keep_tools=keep_tools,
+        canonical=parsed.canonical,
+    )
+    # Nothing changed (no key dropped, no tool removed: the judged copy equals the parse, and
+    # the judge puts in no number or bool that could equal another type): the serialisation
+    # strict_json made of the parse is this body's.
+    canonical = parsed.canonical
+    body = (
+        canonical if canonical is not None and judged == parsed.value else strict_json.dumps(judged)
+    )
     return HostedForward(kind, method, path, kept, body, dropped + removed)
 
 

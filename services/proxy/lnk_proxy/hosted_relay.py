@@ -98,7 +98,9 @@ async def exchange(
         sock.close()
         raise
     try:
-        writer.write(upstream_head(forward, host, secret) + forward.body)
+        # Two pieces, not one joined copy of a body of up to MAX_BODY_BYTES: the TLS
+        # transport encrypts each from where it lies.
+        writer.writelines((upstream_head(forward, host, secret), forward.body))
         async with asyncio.timeout(io_timeout_s):
             await writer.drain()
         observe = issued.reader() if forward.kind == "openai" else None

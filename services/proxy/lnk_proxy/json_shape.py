@@ -1,0 +1,74 @@
+"""The shape of a JSON text: its structural bytes outside strings (`:` `[` `]` `{` `}`), in
+order, found with bytes methods only (each a loop in C: no Python step per byte or per token).
+
+`strict_json` compares the shape of the client's bytes with the shape of its own serialisation
+of what the C parser made of them: a key given twice in one object leaves one pair in the parse
+(the last wins), so the serialisation has one `:` fewer and the shapes differ. `depth` bounds
+the nesting from the shape, so the fast path never walks the value in Python.
+
+Why the scan is exact, for a text a strict parser accepted (the precondition: `shape` is never
+given anything else):
+- Outside strings, valid JSON has no backslash and no quote other than a string's delimiters;
+  a UTF-8 continuation or lead byte is never below 0x80, so every `\\`, `"`, `:`, `[`, `]`,
+  `{` and `}` byte is that ASCII character, wherever it stands.
+- Inside a string, a backslash begins an escape of exactly one following character. In a
+  maximal run of backslashes the first begins an escape (the byte before it is no backslash,
+  so nothing escapes it), so the run is read as pairs from its left, and an odd run's last one
+  escapes the byte after the run, which is not a backslash. `bytes.replace` matches left to
+  right without overlap in the original bytes, so deleting every `\\\\` removes exactly the
+  escaped backslashes; each backslash left escapes the byte that still follows it. Deleting
+  every `\\"` then removes exactly the escaped quotes: no pair can form across a deletion,
+  because a backslash left was never the end of a run. `\\u0022` is six bytes with no quote
+  in them and so is no delimiter, as in the parser.
+- What remains has only delimiter quotes, which alternate open and close: splitting on `"`
+  puts the outside of strings at the even places.
+
+Security limitations: this does NOT validate JSON (on other input the shape means nothing),
+and its cost is a few passes over the text, plus up to `max_depth` passes over the shape in
+`depth`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["depth_within", "pairs_in", "shape"]
+
+# Every byte but the structural ones and the quote: deleted before the split on quotes.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'":[]{}')
+# The brackets of both kinds as one kind, colons gone: nesting is all `depth_within` reads.
+_BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]")
+
+
+def shape(valid_json: bytes) -> bytes:
+    """The structural bytes of `valid_json` outside its strings, in order (see the docstring)."""
+    text = valid_json
+    if b"\\" in text:  # one memchr first: many bodies have no escape at all
+        text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return b"".join(text.translate(None, _NOT_STRUCTURE).split(b'"')[::2])
+
+
+def pairs_in(value: object) -> int:
+    """The members of every object in a parsed value (a walk in Python: one step per container,
+    so cheaper than a shape only where containers are few per byte)."""
+    pairs = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            pairs += len(item)
+            stack += [v for v in item.values() if type(v) is dict or type(v) is list]
+        elif type(item) is list:
+            stack += [v for v in item if type(v) is dict or type(v) is list]
+    return pairs
+
+
+def depth_within(structure: bytes, max_depth: int) -> bool:
+    """Whether the containers of a shape nest at most `max_depth` deep (the outermost is 1).
+    Each pass deletes every innermost empty pair (`[]` in the original bytes of the pass,
+    without overlap), so exactly one level goes per pass: empty after `max_depth` passes iff
+    no container lies deeper."""
+    nesting = structure.translate(_BRACKETS_ONLY, b":")
+    for _ in range(max_depth):
+        if not nesting:
+            return True
+        nesting = nesting.replace(b"[]", b"")
+    return not nesting
