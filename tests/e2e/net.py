@@ -331,7 +331,7 @@ class TestInternet:
                     if status is not None
                     else f"was not ready within {READY_TIMEOUT_S:.0f} s (it said {line!r})"
                 )
-                raise NetSetupError(f"the server of {host.name} {why}:\n{stderr}")
+                raise NetSetupError(f"the server of {host.name} did not start: it {why}\n{stderr}")
 
     def _cert_names(self, host: Host) -> list[str]:
         """Every name that answers the host's address, now or after a rebind."""
