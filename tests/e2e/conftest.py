@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from as_user import as_user
+from box_teardown import end_box
 
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = PREFIX / "venv" / "bin" / "lnk"
@@ -212,6 +213,7 @@ def running_box() -> Iterator[RunningBox]:
         left = [u for u in _leftovers(first, first + UID_BLOCK - 1) if u not in before]
         groups = _cgroups_left(state_dir / "controller.db")
         staged = list((run_dir / "sandboxes").iterdir()) if (run_dir / "sandboxes").exists() else []
+        ended = end_box(run_dir)  # a service `box down` missed, then every mount under it
         subprocess.run(
             ["umount", "-l", str(run_dir / "sandboxes")], capture_output=True, check=False
         )
@@ -222,6 +224,7 @@ def running_box() -> Iterator[RunningBox]:
         assert not left, f"sandbox users left behind: {left}"
         assert not staged, f"staging left behind: {staged}"
         assert not groups, f"sandbox cgroups left behind: {groups}"
+        assert not ended, f"the box's teardown left: {ended}"
 
 
 def _cgroups_left(database: Path) -> list[str]:
@@ -348,6 +351,8 @@ def _private_box(
         box.lnk("box", "down")
         with suppress(OSError, ValueError):
             os.kill(box.controller_pid(), signal.SIGKILL)
+        # Every process of the box gone (a controller still starting too), then its mounts.
+        ended = end_box(box.run_dir)
         subprocess.run(
             ["umount", "-R", "-l", str(box.run_dir / "sandboxes")], capture_output=True, check=False
         )
@@ -367,6 +372,7 @@ def _private_box(
             subprocess.run(["umount", "-l", str(box.state_dir)], capture_output=True, check=False)
         for path in (box.run_dir, box.state_dir, box.config_dir):
             shutil.rmtree(path, ignore_errors=True)
+        assert not ended, f"the box's teardown left: {ended}"
 
 
 @pytest.fixture

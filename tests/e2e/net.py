@@ -70,7 +70,9 @@ GUARD_PROTO = "76"  # marks our `unreachable` guard routes so leftovers can be f
 GUARD_METRIC = "4095"  # above the connected route's 0, so the guard only acts once it is gone
 HTTP_PORT = 80
 HTTPS_PORT = 443
-READY_TIMEOUT_S = 10.0  # servers bind in ~0.1 s; far slower means something is broken
+# Servers bind in ~0.1 s on a quiet machine; a Python start importing ssl and cryptography, a few
+# at once, takes seconds on a loaded 2-core one (load 12 seen): past a minute, something is broken.
+READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 2.0  # a server answers SIGTERM at once; then SIGKILL
 CERT_VALIDITY = dt.timedelta(days=2)  # a test run is hours at most
 
@@ -317,9 +319,19 @@ class TestInternet:
             self.servers.append(server)
         deadline = time.monotonic() + READY_TIMEOUT_S
         for host, server in zip(self.hosts.values(), self.servers, strict=True):
-            if _read_line(server, deadline) != b"ready\n":
+            line = _read_line(server, deadline)
+            if line != b"ready\n":
                 stderr = (self.tmp / f"{host.log.stem}.err").read_text(errors="replace")
-                raise NetSetupError(f"the server of {host.name} did not start:\n{stderr}")
+                try:  # a server whose stdout closed is ending: its status says why
+                    status: int | None = server.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    status = None
+                why = (
+                    f"ended with status {status}"
+                    if status is not None
+                    else f"was not ready within {READY_TIMEOUT_S:.0f} s (it said {line!r})"
+                )
+                raise NetSetupError(f"the server of {host.name} did not start: it {why}\n{stderr}")
 
     def _cert_names(self, host: Host) -> list[str]:
         """Every name that answers the host's address, now or after a rebind."""
@@ -576,7 +588,8 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _read_line(server: subprocess.Popen[bytes], deadline: float) -> bytes:
-    """The server's first line of stdout, or b"" if it ends or the deadline passes first."""
+    """The server's first line of stdout, or what it said by then if it ends or the deadline
+    passes first: never a wait past the deadline (select bounds every read)."""
     assert server.stdout is not None
     line = b""
     while not line.endswith(b"\n"):

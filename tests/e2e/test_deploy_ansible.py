@@ -20,7 +20,7 @@ import stat
 import subprocess
 import tomllib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +79,7 @@ class Deployment:
     converge: PlaybookRun
     owner: Owner
     internet: TestInternet
+    upgrade_wheel: Future[Path]  # built while the converge runs (the upgrade test's)
 
     def lnk_as_owner(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The DEPLOYED `lnk` (its own prefix), as the owner, pointed at the deployed box."""
@@ -128,16 +129,24 @@ def deployed() -> Iterator[Deployment]:
         box.work.mkdir(mode=0o700)
         sshd = RootSshd(box.work / "sshd")
         owner = None
+        # The upgrade's wheel (a compile of its own) is built beside the converge, which mostly
+        # waits on Ansible and pip, instead of in the upgrade test; in a folder of its own, as
+        # build_wheel finds the wheel it made by what is new in its folder.
+        builder = ThreadPoolExecutor(max_workers=1)
         try:
             owner = _make_owner()
             wheel = build_wheel(box.work / "wheels", box.work / "build")
+            newer = builder.submit(
+                build_wheel, box.work / "wheels-upgrade", box.work / "build", upgrade=True
+            )
             sshd.start()
             box.prepare(sshd)
             converge = box.playbook(wheel)
             assert converge.ok, converge.failure()
             box.start_box_sshd()
-            yield Deployment(box, sshd, wheel, converge, owner, internet)
+            yield Deployment(box, sshd, wheel, converge, owner, internet, newer)
         finally:
+            builder.shutdown(wait=True)  # before cleanup removes the folder it builds in
             problems = box.cleanup(sshd)
             if owner is not None:
                 subprocess.run(["userdel", "-r", owner.name], capture_output=True, check=False)
@@ -522,7 +531,7 @@ def test_an_upgrade_restarts_each_service_once_and_migrates_the_database(
     pids = {name: box.services.pid(name) for name in before}
     users_before = _passwd_names(box.tag)
     assert sorted(users_before) == sorted([box.proxy_user, box.bridge_store_user, box.box_user])
-    newer = build_wheel(box.work / "wheels", box.work / "build", upgrade=True)
+    newer = deployed.upgrade_wheel.result()
 
     run = box.playbook(newer)
 

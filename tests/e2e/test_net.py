@@ -319,7 +319,10 @@ def test_setup_failing_halfway_removes_what_it_made(
 ) -> None:
     prefix = "lx" + secrets.token_hex(2)
     monkeypatch.setattr(net, "SERVER", tmp_path / "no-such-server.py")
-    with pytest.raises(net.NetSetupError, match="did not start"), TestInternet(prefix):
+    with (
+        pytest.raises(net.NetSetupError, match="did not start: it ended with status 2"),
+        TestInternet(prefix),
+    ):
         pass
     assert _with_prefix(prefix) == []
     assert _stray_routes() == []
