@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_store import controller_paused
 from bridge_helpers import as_uid, bridge_admin
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -57,43 +58,54 @@ def test_an_agent_is_created_listed_sent_to_and_removed(running_box: Any) -> Non
         assert sent.returncode == 0, sent.stderr
 
         # The agent's side: its socket opened as the controller would for a sandbox of uid
-        # READER_UID, and the inbox read with a call signed by the agent's own key.
-        opened = bridge_admin(
-            box.run_dir,
-            {
-                "op": "open",
-                "agent": agent_id,
-                "public_key": agent["public_key"],
-                "host_uid": READER_UID,
-            },
-        )
-        path = Path(opened["socket"])
-        folders = (path.parents[2], path.parents[1])  # bridge-store/, agents/
-        for folder_ in folders:
-            folder_.chmod(0o711)  # for a moment, as the bind into its sandbox would let it reach
-        try:
-            signer = ProofSigner(agent_id, private, "inbox")
-            read = as_uid(
-                READER_UID,
-                lambda: call_bridge(path, signer, "inbox.read", {"after_id": 0, "limit": 5}),
-            )
-            forged = ProofSigner(agent_id, Ed25519PrivateKey.generate(), "inbox")
-            refused = as_uid(
-                READER_UID,
-                lambda: call_bridge(path, forged, "inbox.read", {"after_id": 0, "limit": 5}),
-            )
-        finally:
-            for folder_ in folders:
-                folder_.chmod(0o700)
+        # READER_UID, and the inbox read with a call signed by the agent's own key; the
+        # controller held still meanwhile, or its bridge reconcile closes a socket no live
+        # sandbox holds within a second (the flake this test had under load).
+        with controller_paused(box.run_dir):
+            read, refused = _read_inbox_as_agent(box.run_dir, agent_id, agent, private)
         assert [(m["from"], m["message"]) for m in read["messages"]] == [("owner", "hello agent")]
         assert "refused the call" in refused["exception"]
-        bridge_admin(box.run_dir, {"op": "close", "agent": agent_id})
         assert base64.b64decode(agent["public_key"])  # registered, 32 bytes
     finally:
         removed = box.as_owner("agent", "remove", name)
     assert removed.returncode == 0, removed.stderr
     assert not (box.state_dir / "agent-keys" / f"{agent_id}.pem").exists()
     assert name not in box.as_owner("agent", "list").stdout
+
+
+def _read_inbox_as_agent(
+    run_dir: Path, agent_id: str, agent: dict[str, Any], private: Ed25519PrivateKey
+) -> tuple[Any, Any]:
+    """The inbox read with the agent's key and with a forged one, from READER_UID."""
+    opened = bridge_admin(
+        run_dir,
+        {
+            "op": "open",
+            "agent": agent_id,
+            "public_key": agent["public_key"],
+            "host_uid": READER_UID,
+        },
+    )
+    path = Path(opened["socket"])
+    folders = (path.parents[2], path.parents[1])  # bridge-store/, agents/
+    for folder_ in folders:
+        folder_.chmod(0o711)  # for a moment, as the bind into its sandbox would let it reach
+    try:
+        signer = ProofSigner(agent_id, private, "inbox")
+        read = as_uid(
+            READER_UID,
+            lambda: call_bridge(path, signer, "inbox.read", {"after_id": 0, "limit": 5}),
+        )
+        forged = ProofSigner(agent_id, Ed25519PrivateKey.generate(), "inbox")
+        refused = as_uid(
+            READER_UID,
+            lambda: call_bridge(path, forged, "inbox.read", {"after_id": 0, "limit": 5}),
+        )
+    finally:
+        for folder_ in folders:
+            folder_.chmod(0o700)
+    bridge_admin(run_dir, {"op": "close", "agent": agent_id})
+    return read, refused
 
 
 def test_an_unknown_agent_cannot_be_sent_to_or_removed(running_box: Any) -> None:
