@@ -25,7 +25,11 @@ from lnk_shared.paths import BoxPaths
 
 __all__ = ["register"]
 
-START_TIMEOUT_S = 15.0  # the controller migrates its database and reconciles before answering
+# The controller migrates its database and reconciles before answering; a Python service's
+# imports alone took over 15 s on a loaded 2-core machine. The wait watches the process, so a
+# service that dies is said at once; only one that hangs alive waits this long (systemd's
+# default start timeout is 90 s).
+START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0  # it cleans every running sandbox before it exits
 ANSWER_WAIT_S = 2.0  # one "are you up?" question while starting: asked again until START_TIMEOUT_S
 
