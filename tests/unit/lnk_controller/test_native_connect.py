@@ -11,7 +11,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,8 +85,13 @@ def stand_in(answer: Answer) -> Iterator[StandIn]:
     try:
         yield state
     finally:
+        # close() alone does not wake a thread blocked in accept() (it waited out TIMEOUT_S
+        # at every test's end); shutdown() of a listening socket does, on Linux.
+        with suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
         server.close()
         thread.join(TIMEOUT_S)
+        assert not thread.is_alive()
 
 
 def run(

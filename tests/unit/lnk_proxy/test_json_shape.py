@@ -1,4 +1,5 @@
-"""lnk_proxy.strict_json's fast reader and json_shape, against the reader they replaced: for many
+"""lnk_proxy.json_shape (the structure outside strings, its pairs and depth) and strict_json's fast
+reader built on it, against the reader they replaced: for many
 generated bodies (escapes that spell a quote or a backslash, keys given twice under other
 spellings, nesting at the bound, numbers at every limit, one-byte mutations) the new reader and
 the old one give the same verdict, the same value and the same bytes out, or both refuse with

@@ -1,7 +1,8 @@
-"""A held start's placeholders (staging.stage_placeholders, make_held): before the start only
-the first under each folder is made, and where it sealed the rest wait for the held start;
-where the filesystem has no immutable flag (ramfs here) every one is made before the start, as
-before, keeping the wall's bind; a held one that does not seal refuses the launch."""
+"""lnk_controller.placeholders in a held start (staging.stage_placeholders, make_held): before
+the start only the first under each folder is made, and where it sealed the rest wait for the
+held start; where the filesystem has no immutable flag (ramfs here) every one is made before
+the start, as before, keeping the wall's bind; a held one that does not seal refuses the
+launch."""
 
 from __future__ import annotations
 
