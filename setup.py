@@ -3,11 +3,13 @@ and the C client in place of the `lnk` script; all else is pyproject.toml.
 
 `pip install .` (scripts/install) and `pip wheel` (the Ansible deploy, the compose image) both
 run build_py and build_scripts, so every installed copy has the binaries at
-lnk_controller/native/lnk-sandbox and lnk_controller/native/lnk-spawn (mode 0755), and `bin/lnk`
-is the C client (native/lnk_client.c), which runs the Python CLI (cli/bin/lnk's entry point) for
-all but a plain `lnk sandbox run` without a terminal; `bin/lnk-connect` beside it is ssh's
-ProxyCommand inside a sandbox (native/lnk_connect.c). The wheel holds binaries for one platform,
-so it is tagged for it (py3-none-<platform>).
+lnk_controller/native/lnk-sandbox and lnk_controller/native/lnk-spawn (mode 0755: where the
+controller's config looks for them, though the confiner's sources are the in-sandbox room's,
+sandbox/lnk_inside/native/), and `bin/lnk` is the C client (cli/lnk_cli/native/lnk_client.c),
+which runs the Python CLI (cli/bin/lnk's entry point) for all but a plain `lnk sandbox run`
+without a terminal; `bin/lnk-connect` beside it is ssh's ProxyCommand inside a sandbox
+(sandbox/lnk_inside/native/lnk_connect.c). Every source is listed in lnk_shared/native_build.py.
+The wheel holds binaries for one platform, so it is tagged for it (py3-none-<platform>).
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
-NATIVE_BUILD = (
-    Path(__file__).resolve().parent / "services/controller/lnk_controller/native/build.py"
-)
+NATIVE_BUILD = Path(__file__).resolve().parent / "shared/lnk_shared/native_build.py"
 
 
 def _native_build() -> ModuleType:
-    """native/build.py, loaded by path: the package itself is not importable while building."""
+    """lnk_shared/native_build.py, loaded by path: the packages are not importable while
+    building."""
     spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE_BUILD)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load {NATIVE_BUILD}")

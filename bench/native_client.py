@@ -1,4 +1,5 @@
-"""The `lnk` client in C (native/lnk_client*.c) against the Python client, on one private box.
+"""The `lnk` client in C (cli/lnk_cli/native/lnk_client*.c) against the Python client, on one
+private box.
 
     sudo /opt/lnk/venv/bin/python bench/native_client.py [--runs 40]
 

@@ -27,7 +27,7 @@ from net import OTHER, WWW, TestInternet  # noqa: E402
 from lnk_shared.unix import recv_frame, send_frame  # noqa: E402
 
 SOURCES = ("shared", "services/proxy")
-NATIVE = CHECKOUT / "services" / "controller" / "lnk_controller" / "native"
+NATIVE_BUILD = CHECKOUT / "shared" / "lnk_shared" / "native_build.py"
 NOBODY = 65534  # uid and gid (nogroup): the proxies' user, as in the e2e tests
 SANDBOX = "bench"
 SECRET = "bench-secret-" + "0" * 32
@@ -272,11 +272,11 @@ INSTALLED_CONFINER = Path(
 
 def confiner_binary(folder: Path) -> Path:
     """lnk-sandbox built from this checkout's C (what the bench measures, as it does the
-    proxy's code) by native/build.py, loaded by path as setup.py does; the installed one when
-    there is no compiler."""
-    spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE / "build.py")
+    proxy's code) by lnk_shared/native_build.py, loaded by path as setup.py does; the installed
+    one when there is no compiler."""
+    spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE_BUILD)
     if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {NATIVE / 'build.py'}")
+        raise RuntimeError(f"cannot load {NATIVE_BUILD}")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     try:

@@ -19,7 +19,7 @@ Starts a private box (its own run/state dirs, `lnk box up`), then measures:
 Limits are on as on any box (`--limits off` sets limits.unsafe_no_limits to see their cost);
 the owner's count and memory sum are raised for the concurrent launches, all one owner's.
 The client is the installed `lnk`: for this plain form without a terminal, the C client
-(lnk_controller/native/lnk_client.c); `bench/native_client.py` sets it against the Python one.
+(lnk_cli/native/lnk_client.c); `bench/native_client.py` sets it against the Python one.
 Reports figures only; asserts nothing but success.
 """
 

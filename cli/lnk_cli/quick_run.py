@@ -12,7 +12,7 @@ request (tests/unit/lnk_cli/test_quick_run.py holds them equal). It speaks the l
 frames (`lnk_shared.unix`: a 4-byte big-endian length, then a JSON object; descriptors ride on
 the first byte) with the C modules under those: `_socket`, `_signal` and `_json`.
 
-The installed `lnk` is a C program (lnk_controller/native/lnk_client.c) that speaks this same
+The installed `lnk` is a C program (lnk_cli/native/lnk_client.c) that speaks this same
 form itself when neither stdin nor stdout is a terminal, and runs this CLI otherwise; this path
 serves the rest of the form (one of them a terminal), and its request is the one the C client
 must send byte for byte (tests/unit/lnk_cli/test_native_client.py).

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lnk_cli.check import caller_env, probes_caps, probes_left
+from lnk_inside import probes_caps, probes_env, probes_left
 
 __all__ = ["KERNEL_CALLS", "hosts_file_names", "main", "run_step"]
 
@@ -558,7 +558,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "hosts": _hosts,
     "boot_time": _boot_time,
     **probes_left.STEPS,
-    **caller_env.STEPS,
+    **probes_env.STEPS,
     **probes_caps.STEPS,
     "limits": _limits,
 }

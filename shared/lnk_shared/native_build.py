@@ -1,17 +1,22 @@
-"""Compile the box's programs from the C sources beside this file: the confiner,
-`lnk-sandbox` (lnk_sandbox.c and the relay), the launcher, `lnk-spawn` (lnk_spawn.c, which the
-controller runs as root to start bwrap), the client, `lnk` (lnk_client*.c: `lnk sandbox
-run`'s quick path and an agent's bridge calls, the Python CLI for the rest), and the connector,
-`lnk-connect` (lnk_connect.c: ssh's ProxyCommand inside a sandbox).
+"""Compile the box's C programs from each room's sources: the confiner, `lnk-sandbox`
+(lnk_inside/native/lnk_sandbox.c and the relay: it runs inside every sandbox), the connector,
+`lnk-connect` (lnk_inside/native/lnk_connect.c: ssh's ProxyCommand inside a sandbox), the
+launcher, `lnk-spawn` (lnk_controller/native/lnk_spawn.c, which the controller runs as root to
+start bwrap), and the client, `lnk` (lnk_cli/native/lnk_client*.c: the caller's program,
+`lnk sandbox run`'s quick path and an agent's bridge calls, the Python CLI for the rest).
 
-Each program's sources are named one by one in `SOURCES`: a new .c file beside them joins no
-program (least of all the confiner, which runs inside every sandbox) until a line here lists it,
-and `unlisted()` names any that none does (a unit test fails on one).
+One build for the three rooms, here because lnk_shared is the one package every room may
+depend on: the flags (static, hardened) are fixed in one place, and each program's sources are
+named one by one in `SOURCES`, in its room's `native/` folder (`ROOMS`). A new .c file there
+joins no program (least of all the confiner) until a line here lists it, and `unlisted()` names
+any that none does (a unit test fails on one).
 
-Used by setup.py (which loads this file by path, before the package is importable), by the
-unit tests and by hand (`python build.py DIR` writes them all into DIR). Static: nothing needs the
-ELF loader or the box's libc inside the sandbox to start them, and the hardening flags are fixed
-here, in one place.
+Used by setup.py (which loads this file by path, before the packages are importable), by the
+unit tests and by hand (`python native_build.py DIR` writes them all into DIR). The rooms'
+folders are found beside this package: in a checkout, each package sits in its own top-level
+folder (`CHECKOUT_FOLDERS`, pyproject.toml's `where`); installed, the packages are siblings in
+site-packages, their C sources shipped as package data. Static: nothing needs the ELF loader or
+the box's libc inside the sandbox to start them.
 """
 
 from __future__ import annotations
@@ -23,22 +28,23 @@ from pathlib import Path
 
 __all__ = [
     "CFLAGS",
+    "CHECKOUT_FOLDERS",
     "CLIENT",
     "CONFINER",
     "CONNECTOR",
     "LIBRARIES",
     "PROGRAMS",
+    "ROOMS",
     "SOURCES",
-    "SOURCES_DIR",
     "SPAWNER",
     "BuildError",
     "build",
     "build_all",
+    "native_folder",
     "sources_of",
     "unlisted",
 ]
 
-SOURCES_DIR = Path(__file__).resolve().parent
 CFLAGS = (
     "-std=c11",
     "-O2",
@@ -58,8 +64,23 @@ CLIENT = "lnk"
 CONNECTOR = "lnk-connect"
 PROGRAMS = (CONFINER, SPAWNER, CLIENT, CONNECTOR)
 
-# Each program's C files, in this folder. One line per file, so another branch's new file is
-# one added line (a library to link would get its own table beside this one).
+# Each program's room: the package whose `native/` folder holds its sources (who runs it).
+ROOMS: dict[str, str] = {
+    CONFINER: "lnk_inside",  # inside every sandbox, hostile ground
+    CONNECTOR: "lnk_inside",
+    SPAWNER: "lnk_controller",  # root's, in the controller
+    CLIENT: "lnk_cli",  # the caller's
+}
+# In a checkout, the top-level folder each room's package sits in (pyproject.toml's `where`).
+CHECKOUT_FOLDERS: dict[str, str] = {
+    "lnk_inside": "sandbox",
+    "lnk_controller": "services/controller",
+    "lnk_cli": "cli",
+}
+_HERE = Path(__file__).resolve().parent
+
+# Each program's C files, in its room's native/ folder. One line per file, so another branch's
+# new file is one added line (a library to link would get its own table beside this one).
 SOURCES: dict[str, tuple[str, ...]] = {
     CONFINER: (
         "lnk_sandbox.c",
@@ -87,17 +108,47 @@ class BuildError(RuntimeError):
     """A program could not be compiled (no compiler, or the compiler refused the sources)."""
 
 
-def sources_of(program: str, folder: Path = SOURCES_DIR) -> list[str]:
-    """The paths of `program`'s C files in `folder`, as `SOURCES` lists them."""
+def _checkout_root() -> Path | None:
+    """The checkout this file is in (shared/lnk_shared/), or None when it is installed."""
+    root = _HERE.parents[1]
+    if _HERE.parent.name == "shared" and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def native_folder(room: str) -> Path:
+    """The `native/` folder of `room`'s package, in this checkout or this installation."""
+    if room not in CHECKOUT_FOLDERS:
+        raise ValueError(f"no such room: {room} (one of {', '.join(CHECKOUT_FOLDERS)})")
+    root = _checkout_root()
+    base = _HERE.parent if root is None else root / CHECKOUT_FOLDERS[room]
+    return base / room / "native"
+
+
+def sources_of(program: str, folder: Path | None = None) -> list[str]:
+    """The paths of `program`'s C files, as `SOURCES` lists them, in its room's folder (or in
+    `folder`)."""
     if program not in SOURCES:
         raise ValueError(f"no such program: {program} (one of {', '.join(PROGRAMS)})")
-    return [str(folder / name) for name in SOURCES[program]]
+    where = native_folder(ROOMS[program]) if folder is None else folder
+    return [str(where / name) for name in SOURCES[program]]
 
 
-def unlisted(folder: Path = SOURCES_DIR) -> list[str]:
-    """The .c files in `folder` that no program lists: built into nothing until one does."""
-    listed = {name for names in SOURCES.values() for name in names}
-    return sorted(p.name for p in folder.glob("*.c") if p.name not in listed)
+def unlisted(folder: Path | None = None) -> list[str]:
+    """The .c files that no program of their room lists, in every room's folder (or that no
+    program lists, in `folder`): built into nothing until one does."""
+    if folder is not None:
+        listed = {name for names in SOURCES.values() for name in names}
+        return sorted(p.name for p in folder.glob("*.c") if p.name not in listed)
+    found = []
+    for room in CHECKOUT_FOLDERS:
+        listed = {
+            name for program, names in SOURCES.items() if ROOMS[program] == room for name in names
+        }
+        found += [
+            f"{room}/{p.name}" for p in native_folder(room).glob("*.c") if p.name not in listed
+        ]
+    return sorted(found)
 
 
 def build(out_path: str | Path, *, program: str = CONFINER, cc: str = "cc") -> Path:

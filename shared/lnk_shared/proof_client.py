@@ -57,8 +57,8 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 
     The file must be a regular file of the caller's own that nobody else may read (no group
     or other bits: the box writes it 0400), at most `KEY_FILE_MAX_BYTES`: a key another user
-    could read or replace is not this agent's alone. The C client (native/lnk_client_proof.c)
-    refuses the same, with the same messages."""
+    could read or replace is not this agent's alone. The C client
+    (lnk_cli/native/lnk_client_proof.c) refuses the same, with the same messages."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as exc:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from as_user import as_user
 
-from lnk_controller.native.build import CLIENT, build
+from lnk_shared.native_build import CLIENT, build
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py

@@ -1,4 +1,4 @@
-"""`lnk` in C (native/lnk_client.c) against a real box, run by its real unprivileged owner.
+"""`lnk` in C (lnk_cli/native/lnk_client.c) against a real box, run by its real unprivileged owner.
 
 The quick-path runs use a copy of the binary alone in its folder: no python3 beside it, so any
 fall-back to Python would fail with "cannot run the Python CLI"; a sandbox that ran proves the
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from as_user import as_user
 
-from lnk_controller.native.build import CLIENT, build
+from lnk_shared.native_build import CLIENT, build
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py

@@ -17,6 +17,7 @@ PACKAGES = {
     "lnk_bridge_store": ROOT / "services" / "bridge-store" / "lnk_bridge_store",
     "lnk_ssh_gate": ROOT / "services" / "ssh-gate" / "lnk_ssh_gate",
     "lnk_cli": ROOT / "cli" / "lnk_cli",
+    "lnk_inside": ROOT / "sandbox" / "lnk_inside",  # what runs inside a sandbox
 }
 SKIPPED_PARTS = {"migrations", "__pycache__"}  # Alembic's generated revisions; caches
 
@@ -25,6 +26,15 @@ CROSSINGS = {
     # root's one-shot admin commands (`lnk box up|authorize`, the forced command of `enter`)
     # write the SSH gate's files; issue 20 moves them into a room of their own.
     ("lnk_cli", "lnk_ssh_gate"): {"authorize_command.py", "box_commands.py", "enter_command.py"},
+    # `lnk sandbox check` plans the steps the probe program runs inside and reads its results:
+    # the plan and the verdicts share the probe's constants (MARKER_TIME, KERNEL_CALLS, ...).
+    # Outside reads inside, never the other way (lnk_inside imports nothing of the box).
+    ("lnk_cli", "lnk_inside"): {
+        "check/caller_side.py",
+        "check/plan_left.py",
+        "check/runner.py",
+        "check/verdicts.py",
+    },
 }
 
 # Modules tested end to end (tests/e2e) but without a unit test module of their own.
@@ -158,6 +168,17 @@ def test_each_package_imports_only_itself_lnk_shared_and_the_stated_crossings() 
 
 def test_lnk_shared_imports_no_other_package_of_the_box() -> None:
     assert not any(importer == "lnk_shared" for importer, _ in crossings())
+
+
+def test_what_runs_inside_a_sandbox_imports_nothing_of_the_box_but_itself() -> None:
+    """lnk_inside is hostile ground started with `python -I -S` and its own folder on the path:
+    not even lnk_shared (the standard library only), so no service's code is importable there."""
+    found = {
+        str(path.relative_to(PACKAGES["lnk_inside"])): others
+        for path in _modules("lnk_inside")
+        if (others := (_imported(path) & set(PACKAGES)) - {"lnk_inside"})
+    }
+    assert found == {}
 
 
 def test_each_source_module_has_its_unit_test_module_except_those_stated() -> None:

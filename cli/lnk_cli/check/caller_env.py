@@ -5,8 +5,9 @@ and the caller's terminal and locale: `TERM`, `LANG`, `LC_*`). The check makes a
 its own with a random secret, puts it in its own environment for the run (not named by any
 `--env`, so its client must not send it), and also sends it in the launch request's terminal
 variables, as a client that passed its whole environment would: the controller must drop it.
-Inside, the probe reads its own environment (`os.environ` and `/proc/self/environ`); the secret
-found there is `leaked` (controller.toml's `unsafe_caller_env_unfiltered` reopens it).
+Inside, the probe (lnk_inside/probes_env.py) reads its own environment (`os.environ` and
+`/proc/self/environ`); the secret found there is `leaked` (controller.toml's
+`unsafe_caller_env_unfiltered` reopens it).
 
 Security limitations: this does NOT try what a program outside could hand the sandbox by other
 means (a file in a granted folder, a socket it may reach); those are the folders' and the
@@ -22,9 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["STEPS", "CallerEnvBait", "caller_env_probes", "in_environment"]
+__all__ = ["CallerEnvBait", "caller_env_probes", "in_environment"]
 
-ENVIRON_LIMIT = 65536  # bytes of its own environment the probe sends back
 BAIT_NAME_PREFIX = "LNK_CHECK_CALLER_"  # an LNK_ name: `--env` refuses it, so none can name it
 
 
@@ -73,15 +73,3 @@ def caller_env_probes(bait: CallerEnvBait) -> list[Any]:
             (Evidence("secret", bait.value),),
         )
     ]
-
-
-def _own_environ(_step: dict[str, Any]) -> dict[str, Any]:
-    """Inside: the probe's own environment, as the program would read it."""
-    found = [f"{k}={v}" for k, v in os.environ.items()]
-    with open("/proc/self/environ", "rb") as f:
-        found.append(f.read(ENVIRON_LIMIT).decode("latin-1"))
-    data = "\n".join(found)[:ENVIRON_LIMIT]
-    return {"outcome": "through", "detail": "read its own environment", "data": data}
-
-
-STEPS = {"own_environ": _own_environ}  # registered in probes.STEPS

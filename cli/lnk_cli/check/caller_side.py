@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 
 from lnk_cli.check.plan import REFUSED, Evidence, Probe
-from lnk_cli.check.probes import boot_time, hosts_file_names
+from lnk_inside.probes import boot_time, hosts_file_names
 
 __all__ = ["AppendBait", "CallerSide", "caller_probes", "gather", "hosts_names"]
 

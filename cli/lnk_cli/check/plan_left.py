@@ -34,7 +34,7 @@ from lnk_cli.check.plan import (
     read_folders,
     write_folders,
 )
-from lnk_cli.check.probes import KERNEL_CALLS
+from lnk_inside.probes import KERNEL_CALLS
 from lnk_shared.grants import Grants
 from lnk_shared.refusals import inside
 

@@ -9,7 +9,7 @@ report. Exit 0 when nothing leaked, 1 when anything did
 (or the check could not be completed: a sandbox that cannot be built is an error, not a pass).
 
 Design choices (issue 5):
-- How the probes get in: the controller runs its own probe program (`lnk_cli.check.probes`)
+- How the probes get in: the controller runs its own probe program (`lnk_inside.probes`)
   with the box's Python, started like the confiner (`-I -S`, root-owned, readable by every
   sandbox). That Python is granted as a command for this launch only, which adds nothing a
   user could not grant themselves; every other program stays ungranted, so "exec of an
@@ -58,11 +58,11 @@ from lnk_cli.check.plan_left import wall_probes
 from lnk_cli.check.plan_models import model_probes
 from lnk_cli.check.plan_services import service_probes
 from lnk_cli.check.plan_ssh import ssh_probes
-from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.report import print_human, print_json
 from lnk_cli.check.swap_race import swap_findings
 from lnk_cli.check.verdicts import Outside, ProbesFailed, clean_text, judge_all
 from lnk_cli.spec_show import grants_from_arguments
+from lnk_inside.probes import MARKER_TIME
 from lnk_shared.errors import EXIT_OK, StateError
 from lnk_shared.paths import BoxPaths
 

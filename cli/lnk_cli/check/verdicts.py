@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
-from lnk_cli.check.probes import MARKER_TIME
+from lnk_inside.probes import MARKER_TIME
 from lnk_shared.display import shown_cut
 from lnk_shared.errors import StateError
 

@@ -5,8 +5,8 @@
  * Why in C: under a finite [commands] list the box grants its `lnk` but never the Python behind
  * it (box_client.py), so the signing cannot be Python's. Ed25519 and SHA-256 are libsodium's
  * (crypto_sign_detached over the seed's key pair, crypto_hash_sha256), linked statically
- * (native/build.py LIBRARIES): nothing here is hand-written crypto. The nonce is 16 bytes of
- * getrandom(2).
+ * (lnk_shared/native_build.py LIBRARIES): nothing here is hand-written crypto. The nonce is 16
+ * bytes of getrandom(2).
  *
  * The key file: a regular file of the caller's own (its owner is this process's uid), readable
  * by nobody else (no group or other bits), at most KEY_FILE_MAX_BYTES, holding one unencrypted

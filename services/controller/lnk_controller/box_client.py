@@ -2,7 +2,7 @@
 grant): the box grants its own client and puts `lnk` on the sandbox's PATH, whatever the spec's
 `[commands]` list says, and grants nothing else: no interpreter.
 
-How: the client is the install's `bin/lnk`, the static C client (native/lnk_client.c), which
+How: the client is the install's `bin/lnk`, the static C client (lnk_cli/native/lnk_client.c), which
 makes an agent's bridge calls itself (lnk_client_bridge.c), signing each with the agent's
 Ed25519 key (lnk_client_proof.c, libsodium linked in). What is granted is added to what
 Landlock lets the sandbox execute (its real path) and is bound as the very file judged, like
@@ -11,8 +11,8 @@ inside starts with `BOX_BIN_INSIDE`, a folder of bwrap's read-only root holding 
 `lnk`, to the client: nothing else of the venv (its pip, its `python`) is put on PATH. Shown
 as "granted by the box" in the approval and `lnk spec show`.
 
-The box's ssh connector, `lnk-connect` (native/lnk_connect.c, beside the client in bin/), is
-granted the same way to every sandbox with a proxy, under any `[commands]` list: it is the
+The box's ssh connector, `lnk-connect` (lnk_inside/native/lnk_connect.c, beside the client in bin/),
+is granted the same way to every sandbox with a proxy, under any `[commands]` list: it is the
 `ProxyCommand` of the GIT_SSH_COMMAND the box sets (client_proxy_env.py), a static program that
 only opens a CONNECT through the sandbox's own proxy, which judges it. Not on PATH (ssh names it
 by its full path); shown as "granted by the box" too.

@@ -23,9 +23,9 @@ grants, never about closing anything:
 
 - `GIT_SSH_COMMAND`: git over ssh (`git clone ssh://host/repo`, `git@host:repo`). ssh reads
   no proxy variable; its `ProxyCommand` is the box's connector, `lnk-connect %h %p`
-  (native/lnk_connect.c: one CONNECT to the relay HTTP_PROXY names, then bytes both ways), so
-  the proxy judges the host and port 22 (reached only where `[internet]` lists `host:22`) and
-  logs the tunnel. Why git's variable and not an ssh config file: nothing is written to the
+  (lnk_inside/native/lnk_connect.c: one CONNECT to the relay HTTP_PROXY names, then bytes both
+  ways), so the proxy judges the host and port 22 (reached only where `[internet]` lists `host:22`)
+  and logs the tunnel. Why git's variable and not an ssh config file: nothing is written to the
   sandbox's home or an agent's folder (where a user's own config lives), it cannot be left
   behind, and a plain `ssh` the user runs keeps the user's own choices (it fails closed: no
   route). A user's own GIT_SSH_COMMAND is refused (env_names: the box's own), not merged: a

@@ -89,11 +89,11 @@ class ControllerConfig(BaseModel):
     prefix: Path = Field(default_factory=lambda: Path(sys.prefix).parent, strict=False)
     python: Path = Field(default_factory=lambda: Path(sys.prefix) / "bin" / "python", strict=False)
     bwrap: Path = Field(default=Path("/usr/bin/bwrap"), strict=False)
-    confiner: Path = Field(  # lnk-sandbox, built into the package at install (native/build.py)
+    confiner: Path = Field(  # lnk-sandbox, built in at install (lnk_shared/native_build.py)
         default_factory=lambda: Path(__file__).resolve().parent / "native" / "lnk-sandbox",
         strict=False,
     )
-    spawner: Path = Field(  # lnk-spawn, the launcher the controller runs as root (native/build.py)
+    spawner: Path = Field(  # lnk-spawn, the launcher run as root (lnk_shared/native_build.py)
         default_factory=lambda: Path(__file__).resolve().parent / "native" / "lnk-spawn",
         strict=False,
     )

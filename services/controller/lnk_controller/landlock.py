@@ -1,8 +1,8 @@
 """Landlock, as the controller sees it: which ABI this kernel offers, before a launch.
 
-The confiner (`native/lnk_sandbox.c`) applies the rules inside each sandbox and checks the ABI
-again there; the controller only probes it, to refuse a launch up front (`Launcher.preflight`)
-and to log it at start, naming what is missing.
+The confiner (`lnk_inside/native/lnk_sandbox.c`) applies the rules inside each sandbox and checks
+the ABI again there; the controller only probes it, to refuse a launch up front
+(`Launcher.preflight`) and to log it at start, naming what is missing.
 
 What Landlock does NOT stop, and so what the rest of the wall must: `mmap(PROT_EXEC)` of a
 readable file (the ELF loader, once executable, runs any readable ELF: under a finite list the

@@ -131,7 +131,7 @@ SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 # program.
 PROBE_BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from lnk_cli.check.probes import main; sys.exit(main(sys.argv[2:]))"
+    "from lnk_inside.probes import main; sys.exit(main(sys.argv[2:]))"
 )
 
 
@@ -449,7 +449,7 @@ class Launcher:
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
         Python (granted as a command for this launch only, as a user could grant it) running
-        `lnk_cli.check.probes`, whatever the caller sent."""
+        `lnk_inside.probes`, whatever the caller sent."""
         argv = (str(self.cfg.python), "-I", "-S", "-c", PROBE_BOOT, SITE_PACKAGES, *request.argv)
         return dataclasses.replace(request, argv=argv)
 

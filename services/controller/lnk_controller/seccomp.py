@@ -4,8 +4,8 @@ Trusts: the kernel, and `libseccomp.so.2` (loaded through ctypes) to compile the
 into BPF faithfully for the native architecture.
 
 What it does: the controller compiles the rules to BPF here, once per process (`programs`), and
-writes them into the confiner's policy; the confiner (`native/lnk_sandbox.c`) only loads them,
-after no_new_privs and Landlock, so it needs neither libseccomp nor Python inside the sandbox.
+writes them into the confiner's policy; the confiner (`lnk_inside/native/lnk_sandbox.c`) only loads
+them, after no_new_privs and Landlock, so it needs neither libseccomp nor Python inside the sandbox.
 The first program (`compile_filter`) has the default ALLOW and makes each call in
 `DENIED_SYSCALLS` fail (EPERM unless noted) before the kernel acts on it: kernel keyrings, BPF,
 perf, userfaultfd, ptrace and cross-process memory access, new namespaces (`unshare`, `setns`,

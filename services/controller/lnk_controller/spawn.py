@@ -1,6 +1,6 @@
 """Starting the sandbox's process: the confiner's policy, the bwrap layout, and the chain
 `lnk-spawn` (the launcher, native/lnk_spawn.c) → `bwrap … lnk-sandbox …` (the confiner,
-native/lnk_sandbox.c).
+lnk_inside/native/lnk_sandbox.c).
 
 lnk-spawn, run as root, dies with the controller's launching thread and starts bwrap's parent as
 pid 1 of a new pid namespace, born in the sandbox's cgroup (clone3 with CLONE_INTO_CGROUP: no
@@ -84,8 +84,8 @@ MAX_STATUS_BYTES = 64 * 1024  # bwrap's status documents are a few hundred bytes
 MAX_ETC_COPY_BYTES = 4 * 1024 * 1024
 _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*([0-9]+)')
 # What the controller writes on a held launch's release pipe (`--release-fd`) once the program
-# may run; the confiner (native/lnk_sandbox.c, RELEASE_BYTE) refuses on anything else, end of
-# file included, so a launch the controller abandons or dies in never runs its program.
+# may run; the confiner (lnk_inside/native/lnk_sandbox.c, RELEASE_BYTE) refuses on anything else,
+# end of file included, so a launch the controller abandons or dies in never runs its program.
 RELEASE = b"R"
 
 
@@ -137,7 +137,7 @@ POLICY_HEADER = "lnk-confiner-policy 2"  # first line of the policy file: format
 
 def encode_policy(policy: dict[str, Any]) -> str:
     """The confiner's policy as tab-separated lines (key, value), which its small C parser reads
-    (native/lnk_sandbox.c): one line per path or port; `tcp_*\t-` restricts with no port
+    (lnk_inside/native/lnk_sandbox.c): one line per path or port; `tcp_*\t-` restricts with no port
     allowed; a missing tcp key leaves TCP to the network namespace; `seccomp` and
     `seccomp_unix` are the BPF programs (hex) the confiner loads, compiled here."""
     lines = [POLICY_HEADER]

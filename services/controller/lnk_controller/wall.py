@@ -60,7 +60,7 @@ __all__ = [
 SANDBOX_HOSTNAME = "lnk-sandbox"
 POLICY_PATH = "/run/lnk-confiner/policy"  # where the confiner finds its policy inside
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"  # the kernel's id of this boot, one per host
-ARGV_PATH = "/run/lnk-confiner/argv"  # and the program's argv (native/lnk_sandbox.c)
+ARGV_PATH = "/run/lnk-confiner/argv"  # and the program's argv (lnk_inside/native/lnk_sandbox.c)
 # Top-level folders that merged-usr systems make links into /usr; bound as links when they are.
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The /etc files programs need to start, resolve users, find libraries and check TLS; nothing

@@ -1,5 +1,5 @@
-"""The `lnk` command in C (native/lnk_client*.c), built once per session, and a scripted fake
-controller on a real launch socket for it to talk to.
+"""The `lnk` command in C (lnk_cli/native/lnk_client*.c), built once per session, and a scripted
+fake controller on a real launch socket for it to talk to.
 
 `native_client`: the binary in a folder laid out as a venv's (bin/lnk beside bin/python3,
 pyvenv.cfg and lib/ of the venv running these tests), so its fallback finds the Python CLI
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.native.build import CLIENT, build
 from lnk_shared.frames import HEADER_BYTES, MAX_FDS, no_duplicate_keys
+from lnk_shared.native_build import CLIENT, build
 from lnk_shared.unix import peer_cred
 
 TIMEOUT_S = 10.0

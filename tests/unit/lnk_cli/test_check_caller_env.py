@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-from lnk_cli.check import probes
 from lnk_cli.check.caller_env import (
     BAIT_NAME_PREFIX,
     CallerEnvBait,
@@ -48,10 +47,3 @@ def test_the_secret_found_inside_is_leaked(data: str, verdict: str) -> None:
     said = data.format(name=bait.name, value=bait.value)
     result = {"outcome": "through", "detail": "read its own environment", "data": said}
     assert judge_probe(probe, result, Outside()).verdict == verdict
-
-
-def test_the_step_reads_the_probes_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LNK_UNIT_BAIT", "bait-value-1")
-    result = probes.run_step({"id": "caller-env", "kind": "own_environ"})
-    assert result["outcome"] == "through"
-    assert "LNK_UNIT_BAIT=bait-value-1" in result["data"]

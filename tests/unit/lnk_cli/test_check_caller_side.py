@@ -23,8 +23,8 @@ from lnk_cli.check.caller_side import (
     hosts_names,
 )
 from lnk_cli.check.plan import LEAKED, REFUSED
-from lnk_cli.check.probes import boot_time, run_step
 from lnk_cli.check.verdicts import Outside, judge_probe
+from lnk_inside.probes import boot_time, run_step
 
 HOST = CallerSide(
     ("box1", "box1.example.net"), "b" * 36, "m" * 32, terminal_fd=2, boot_time=1_700_000_000
@@ -149,7 +149,7 @@ def test_the_symlink_step_makes_the_link_it_is_given(tmp_path: Path) -> None:
 
 
 TERMINAL_STEP = (
-    "import json; from lnk_cli.check.probes import run_step; "
+    "import json; from lnk_inside.probes import run_step; "
     "print(json.dumps(run_step({'id': 't', 'kind': 'terminal'})))"
 )
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
-from lnk_cli.check.probes import MARKER_TIME
 from lnk_cli.check.verdicts import Outside, ProbesFailed, judge_all, judge_probe
+from lnk_inside.probes import MARKER_TIME
 
 SECRET = "ab" * 32
 STOPPED: dict[str, Any] = {"outcome": "stopped", "detail": "EACCES", "data": ""}

@@ -1,5 +1,5 @@
-"""`lnk bridge` in the C client (native/lnk_client_bridge.c, lnk_client_proof.c): what it sends
-is the Python client's proof byte for byte (Ed25519 is deterministic: the same key, nonce and
+"""`lnk bridge` in the C client (lnk_cli/native/lnk_client_bridge.c, lnk_client_proof.c): what it
+sends is the Python client's proof byte for byte (Ed25519 is deterministic: the same key, nonce and
 time sign the same), the real store bridge accepts it, every answer is printed as Python prints
 it, and a key file Python refuses is refused here too, before anything is sent.
 
@@ -644,7 +644,7 @@ def test_the_c_clients_constants_are_the_python_ones() -> None:
     from lnk_cli import bridge_commands
     from lnk_shared import proof_client, proofs
 
-    native = Path(__file__).parents[3] / "services/controller/lnk_controller/native"
+    native = Path(__file__).parents[3] / "cli/lnk_cli/native"
     text = "".join(p.read_text() for p in sorted(native.glob("lnk_client*.[ch]")))
 
     def define(name: str) -> str:

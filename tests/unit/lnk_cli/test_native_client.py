@@ -1,5 +1,5 @@
-"""The `lnk` command in C (native/lnk_client.c): the quick path of `lnk sandbox run` sends the
-request the Python quick path sends, byte for byte, answers the controller as it does (same
+"""The `lnk` command in C (lnk_cli/native/lnk_client.c): the quick path of `lnk sandbox run` sends
+the request the Python quick path sends, byte for byte, answers the controller as it does (same
 messages, same exit codes), refuses bad frames cleanly, forwards signals, and execs the Python
 CLI for everything else. The Python client runs beside it against the same fake controller
 (conftest.py), so "the same" is checked, not assumed.
@@ -746,7 +746,7 @@ def test_the_c_clients_statuses_are_the_python_ones() -> None:
     from lnk_cli.exit_statuses import RUNS
     from lnk_shared import errors
 
-    native = Path(__file__).parents[3] / "services/controller/lnk_controller/native"
+    native = Path(__file__).parents[3] / "cli/lnk_cli/native"
     header = (native / "lnk_client.h").read_text()
     for name in ("EXIT_ERROR", "EXIT_RUN_ERROR", "EXIT_RUN_REFUSED"):
         found = re.search(rf"#define {name} (\d+)", header)
@@ -818,7 +818,7 @@ def test_the_c_clients_spec_limit_is_the_python_one() -> None:
 
     from lnk_shared.spec_size import MAX_SPEC_BYTES
 
-    source = Path(__file__).parents[3] / "services/controller/lnk_controller/native/lnk_client.c"
+    source = Path(__file__).parents[3] / "cli/lnk_cli/native/lnk_client.c"
     found = re.search(r"#define SPEC_MAX_BYTES \((\d+) \* (\d+)\)", source.read_text())
     assert found is not None
     assert int(found[1]) * int(found[2]) == MAX_SPEC_BYTES

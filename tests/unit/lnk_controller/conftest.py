@@ -1,5 +1,5 @@
-"""The confiner and the launcher, compiled once per session from this checkout's sources
-(native/build.py); the controller's API served by real uvicorn on a real unix socket."""
+"""The controller's API served by real uvicorn on a real unix socket (the confiner and the
+launcher, compiled once per session, are tests/unit/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -13,25 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from lnk_controller.api import PeerCredProtocol
-from lnk_controller.native.build import CONFINER, SPAWNER, build_all
 from lnk_shared.unix import bind_socket
-
-
-@pytest.fixture(scope="session")
-def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("native")
-    build_all(folder)
-    return folder
-
-
-@pytest.fixture(scope="session")
-def lnk_sandbox(native_dir: Path) -> Path:
-    return native_dir / CONFINER
-
-
-@pytest.fixture(scope="session")
-def lnk_spawn(native_dir: Path) -> Path:
-    return native_dir / SPAWNER
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""The confiner (lnk-sandbox, compiled from native/) checks again inside: a policy it cannot
-read, parse or apply makes it exit 126 before the target runs; with a policy it can apply, the
-target runs confined (Landlock, no_new_privs, both seccomp programs, no inherited descriptor)."""
+"""The confiner (lnk-sandbox, compiled from lnk_inside/native/) checks again inside: a policy it
+cannot read, parse or apply makes it exit 126 before the target runs; with a policy it can apply,
+the target runs confined (Landlock, no_new_privs, both seccomp programs, no inherited
+descriptor)."""
 
 from __future__ import annotations
 

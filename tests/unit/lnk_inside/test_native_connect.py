@@ -1,6 +1,6 @@
-"""The box's ssh connector in C (native/lnk_connect.c), run for real against a stand-in proxy on
-127.0.0.1 here: its argument handling (a table, each bad one refused before it connects), the
-one CONNECT it sends, the bytes both ways (the server's first bytes arriving with the proxy's
+"""The box's ssh connector in C (lnk_inside/native/lnk_connect.c), run for real against a stand-in
+proxy on 127.0.0.1 here: its argument handling (a table, each bad one refused before it connects),
+the one CONNECT it sends, the bytes both ways (the server's first bytes arriving with the proxy's
 answer, a half-close), and a refusal said on stderr. What the proxy decides is tested with the
 proxy (test_policy.py) and end to end (tests/e2e/test_git_ssh.py)."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.native.build import CONNECTOR
+from lnk_shared.native_build import CONNECTOR
 
 TIMEOUT_S = 10.0
 BANNER = b"SSH-2.0-standin\r\n"  # an ssh server speaks first

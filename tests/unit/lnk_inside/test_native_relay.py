@@ -1,4 +1,5 @@
-"""The in-sandbox relay in C (native/relay.c), run for real against unix-socket servers here.
+"""The in-sandbox relay in C (lnk_inside/native/relay.c), run for real against unix-socket servers
+here.
 
 `lnk-sandbox --relay SOCKET PORT` (conftest builds it once per session) serves the way the
 proxy benchmark runs it; a small harness compiled from relay.c calls `relay_start` as the
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.native.build import CFLAGS, SOURCES_DIR
+from lnk_shared.native_build import CFLAGS, CONFINER, native_folder, sources_of
 
 TIMEOUT_S = 10.0
 PAYLOAD = 3 << 20  # random bytes each way: several pipe-fulls, so the pipe grows
@@ -77,9 +78,12 @@ def relay_binary(lnk_sandbox: Path) -> Path:
 def harness_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("harness")
     (folder / "harness.c").write_text(HARNESS)
-    out, relay_c = folder / "relay-harness", str(SOURCES_DIR / "relay.c")
+    out = folder / "relay-harness"
+    # the confiner's sources but its main: the relay and what it links
+    relay = [path for path in sources_of(CONFINER) if Path(path).name != "lnk_sandbox.c"]
+    include = native_folder("lnk_inside")
     subprocess.run(
-        ["cc", *CFLAGS, f"-I{SOURCES_DIR}", "-o", str(out), f"{folder}/harness.c", relay_c],
+        ["cc", *CFLAGS, f"-I{include}", "-o", str(out), f"{folder}/harness.c", *relay],
         check=True,
         capture_output=True,
         timeout=120,

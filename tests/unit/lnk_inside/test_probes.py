@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from lnk_cli.check.probes import MARKER_TIME, run_step
+from lnk_inside.probes import MARKER_TIME, run_step
 
-CLI_DIR = str(Path(__file__).resolve().parents[3] / "cli")
+INSIDE_DIR = str(Path(__file__).resolve().parents[3] / "sandbox")
 # How the controller starts it (lnk_controller.launch.PROBE_BOOT), with this checkout's path.
 BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from lnk_cli.check.probes import main; sys.exit(main(sys.argv[2:]))"
+    "from lnk_inside.probes import main; sys.exit(main(sys.argv[2:]))"
 )
 
 
@@ -175,7 +175,7 @@ def test_the_program_starts_as_the_controller_starts_it_and_prints_one_document(
         {"id": "two", "kind": "list", "path": str(tmp_path / "missing")},
     ]
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", BOOT, CLI_DIR, json.dumps(plan)],
+        [sys.executable, "-I", "-S", "-c", BOOT, INSIDE_DIR, json.dumps(plan)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -232,7 +232,7 @@ def test_git_visible_reports_files_and_links_not_empty_folders(tmp_path: Path) -
 def test_hold_returns_once_its_stdin_is_closed() -> None:
     read_end, write_end = os.pipe()
     done = subprocess.Popen(
-        [sys.executable, "-I", "-c", BOOT, CLI_DIR, json.dumps([{"id": "h", "kind": "hold"}])],
+        [sys.executable, "-I", "-c", BOOT, INSIDE_DIR, json.dumps([{"id": "h", "kind": "hold"}])],
         stdin=read_end,
         stdout=subprocess.PIPE,
         text=True,
@@ -262,7 +262,7 @@ def test_an_oom_score_below_the_floor_goes_through() -> None:
 RAISED = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from lnk_cli.check.probes import run_step
+from lnk_inside.probes import run_step
 with open("/proc/self/oom_score_adj", "w") as f:
     f.write("500")
 os.setgroups([])
@@ -275,7 +275,7 @@ print(json.dumps(run_step({"kind": "limits", "what": "oom_score", "count": 500})
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising and dropping needs root")
 def test_an_oom_score_at_the_floor_that_cannot_be_lowered_is_stopped() -> None:
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", RAISED, CLI_DIR],
+        [sys.executable, "-I", "-S", "-c", RAISED, INSIDE_DIR],
         capture_output=True,
         text=True,
         timeout=60,
@@ -292,14 +292,14 @@ LIMITED = """
 import json, resource, sys
 sys.path.insert(0, sys.argv[1])
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-from lnk_cli.check.probes import run_step
+from lnk_inside.probes import run_step
 print(json.dumps(run_step({"kind": "limits", "what": "open_files", "count": 4096})))
 """
 
 
 def test_limits_steps_are_stopped_at_a_limit() -> None:
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", LIMITED, CLI_DIR],
+        [sys.executable, "-I", "-S", "-c", LIMITED, INSIDE_DIR],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lnk_cli.check.probes import run_step
+from lnk_inside.probes import run_step
 
 CAP = 5  # the stand-in's tunnel cap
 REFUSAL = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 32\r\n\r\nlnk: refused (too-many-tunnels)\n"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from lnk_cli.check.plan_left import LIBRARY_CANDIDATES
-from lnk_cli.check.probes import run_step
+from lnk_inside.probes import run_step
 
 IN_CHILD = (
-    "import json, sys; from lnk_cli.check.probes import run_step; "
+    "import json, sys; from lnk_inside.probes import run_step; "
     "print(json.dumps(run_step(json.loads(sys.argv[1]))))"
 )
 
