@@ -85,6 +85,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     CONFINER: (
         "lnk_sandbox.c",
         "relay.c",
+        "write_all.c",
     ),
     SPAWNER: ("lnk_spawn.c",),
     CLIENT: (
@@ -96,7 +97,10 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "lnk_client_text.c",
         "lnk_client_values.c",
     ),
-    CONNECTOR: ("lnk_connect.c",),
+    CONNECTOR: (
+        "lnk_connect.c",
+        "write_all.c",  # shared with the confiner's relay
+    ),
 }
 # Linked after a program's sources: the client signs an agent's bridge calls with Ed25519 from
 # libsodium's libsodium.a (Debian's libsodium-dev), a small audited library with no config

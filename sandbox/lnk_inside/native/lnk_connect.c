@@ -34,6 +34,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "write_all.h"
+
 #define MAX_HOST 253              /* DNS limit on a name's text; an IPv6 literal is shorter */
 #define MAX_ANSWER 4096           /* the proxy's answer to a CONNECT: a status line, a few headers */
 #define MAX_SHOWN 200             /* of a refusal's answer, said on stderr: its status and body */
@@ -103,19 +105,6 @@ static long relay_port(void) {
     memcpy(digits, rest, length);
     digits[length] = '\0';
     return port_of(digits);
-}
-
-static bool write_all(int fd, const char *data, size_t length) {
-    while (length > 0) {
-        ssize_t n = write(fd, data, length);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        data += n;
-        length -= (size_t)n;
-    }
-    return true;
 }
 
 /* The answer's first line and body, printable characters only, at most MAX_SHOWN of each. */

@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include "relay.h"
+#include "write_all.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -80,19 +81,6 @@ static void close_keeping_errno(int fd) {
     int saved = errno;
     close(fd);
     errno = saved;
-}
-
-static bool write_all(int fd, const char *data, size_t length) {
-    while (length > 0) {
-        ssize_t n = write(fd, data, length);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        data += n;
-        length -= (size_t)n;
-    }
-    return true;
 }
 
 /* The direction is over: pass the end on (the peer reads EOF while the other direction goes
