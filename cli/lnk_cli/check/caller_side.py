@@ -4,7 +4,7 @@ its terminal, an append-only stdout, a link left in a write folder, the host's n
 `gather` reads the facts outside (this machine's names, boot id and machine-id; whether the
 check has a terminal to offer); `caller_probes` turns them into probes (pure); `AppendBait` is
 the append-only file the sandbox gets as its stderr, as a `>> log` would be. The steps they
-run inside are in probes.py (`terminal`, `append_only`, `symlink`, `hosts`, `read`).
+run inside are in lnk_inside/probes.py (`terminal`, `append_only`, `symlink`, `hosts`, `read`).
 
 - terminal: the check passes its own terminal (its stdin's or stderr's, when it has one) as
   the sandbox's stdin; inside, a terminal on any stream is a leak (the probe sets its modes to

@@ -2,8 +2,9 @@
 
 `build_plan` turns the judged grants (as the caller sees them, `lnk spec show`'s view) and the
 bait set up outside into a list of `Probe`s. Each probe has the step the sandbox runs
-(`probes.py`; paths, ports and nonces only, never a secret), what a person reads as "tried",
-the expected verdict and the outside evidence `verdicts.py` weighs with the sandbox's answer.
+(`lnk_inside/probes.py`; paths, ports and nonces only, never a secret), what a person reads as
+"tried", the expected verdict and the outside evidence `verdicts.py` weighs with the sandbox's
+answer.
 
 Expected: `allowed` when a grant opens it, `known gap` for what the wall documents it does not
 stop (a `[localhost]` port's server, dot entries below the top of a written folder),

@@ -15,8 +15,8 @@ proxy, judged as the relay's connections are):
 - a request carrying a key of its own (`x-api-key` / `Authorization`): refused `model-own-key`
   (an account the sandbox controls at the provider would carry data out).
 
-Each is a plain `proxy` step (`probes.py`); the evidence is the proxy's wire log: an allowed
-decision for the target is a leak, and so is a refusal that does not say what must have been
+Each is a plain `proxy` step (`lnk_inside/probes.py`); the evidence is the proxy's wire log: an
+allowed decision for the target is a leak, and so is a refusal that does not say what must have been
 judged (`wire-said`). Does NOT make an allowed call (it would spend the owner's key), nor look at
 what the provider does with an allowed prompt.
 """

@@ -10,8 +10,8 @@ Per local rule, through the sandbox's proxy:
   log show no allowed decision for it (the `unsafe_skip_model_route_check` proxy setting
   reopens exactly this: `leaked`).
 
-Each is a plain `proxy` step (`probes.py`) naming the sandbox's own loopback port; the evidence
-is the proxy's wire log (an allowed decision for exactly that URL is a leak).
+Each is a plain `proxy` step (`lnk_inside/probes.py`) naming the sandbox's own loopback port; the
+evidence is the proxy's wire log (an allowed decision for exactly that URL is a leak).
 
 Does NOT call the inference routes (they would run the model), nor try the body checks (a
 model not allowed, a URL, a tool, a template: `tests/unit/lnk_proxy/test_model_bodies.py`

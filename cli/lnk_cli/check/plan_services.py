@@ -10,7 +10,7 @@ Per rule, through the sandbox's proxy:
 - a request carrying a key of its own (Telegram: a token in the token position; bearer: its
   own `Authorization`): an account the sandbox controls at the same host would carry data out.
 
-Each is a plain `proxy` step (`probes.py`) naming the rule's host, never the secret; the
+Each is a plain `proxy` step (`lnk_inside/probes.py`) naming the rule's host, never the secret; the
 evidence is the proxy's wire log (an allowed decision for exactly that target is a leak).
 
 Does NOT try the allowed methods (they would act with the owner's key on the real service),

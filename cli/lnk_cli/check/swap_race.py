@@ -86,8 +86,8 @@ class Swaps:
         _exchange(self.read, self.read_bait)
 
     def plan(self) -> str:
-        """The probe program's steps (`probes.py`): write into the write grant, read the read
-        grant's file."""
+        """The probe program's steps (`lnk_inside/probes.py`): write into the write grant, read the
+        read grant's file."""
         return json.dumps(
             [
                 {
