@@ -14,7 +14,7 @@ import sys
 import termios
 import tty
 
-from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_request
+from lnk_cli.launch_dialogue import LAUNCH_SOCKET, dialogue, held_signals, launch_request
 from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.errors import SpecError, StateError, UsageError
 from lnk_shared.spec_flags import flags_document
@@ -145,7 +145,7 @@ def run_in_sandbox(
                 f"the box is not running (no launch socket in {run_dir}); "
                 "start it with `lnk box up`"
             ) from None
-        with sock, kept_modes(), held_signals():  # the modes as they were, after (quick_run)
+        with sock, kept_modes(), held_signals():  # the modes as they were, after (launch_dialogue)
             try:
                 send_frame(sock, request, fds)
                 for fd in opened:

@@ -1,16 +1,17 @@
-"""`lnk sandbox run [--spec FILE] [--yes] -- PROGRAM [ARGS...]` without a terminal, on as few
-imports as a launch needs; and what both clients share: the launch request, the dialogue that
-follows it (opening grants as the owner, the approval question, forwarding signals), and
-holding signals while the sandbox starts.
+"""The launch dialogue, the client's half, as both Python clients speak it: the launch request,
+the answers that follow it (opening grants as the owner, the approval question, forwarding
+signals), and holding signals while the sandbox starts. And `lnk sandbox run [--spec FILE]
+[--yes] -- PROGRAM [ARGS...]` without a terminal (`quick_run`), on as few imports as a launch
+needs.
 
 Why a second path: on a small machine each of argparse, json, socket and signal costs 10-15 ms
 to import (mostly the enum and re modules they pull in), and the client was a third of a
 sandbox's start. This path takes only that plain form, with stdin and stdout not both a
 terminal; any other flag or spelling, a terminal, or a Python without the `_json` accelerator
 goes to the full client (`launch_client`), whose argparse reads the same words into the same
-request (tests/unit/lnk_cli/test_quick_run.py holds them equal). It speaks the launch socket's
-frames (`lnk_shared.unix`: a 4-byte big-endian length, then a JSON object; descriptors ride on
-the first byte) with the C modules under those: `_socket`, `_signal` and `_json`.
+request (tests/unit/lnk_cli/test_launch_dialogue.py holds them equal). It speaks the launch
+socket's frames (`lnk_shared.unix`: a 4-byte big-endian length, then a JSON object; descriptors
+ride on the first byte) with the C modules under those: `_socket`, `_signal` and `_json`.
 
 The installed `lnk` is a C program (lnk_controller/native/lnk_client.c) that speaks this same
 form itself when neither stdin nor stdout is a terminal, and runs this CLI otherwise; this path

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lnk_cli.check.verdicts import clean_text
-from lnk_cli.quick_run import LAUNCH_SOCKET, open_as_owner
+from lnk_cli.launch_dialogue import LAUNCH_SOCKET, open_as_owner
 from lnk_shared.errors import EXIT_ERROR, RemoteError, SpecError, StateError
 from lnk_shared.paths import BoxPaths
 from lnk_shared.spec_flags import flags_document

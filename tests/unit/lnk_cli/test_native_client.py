@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lnk_cli.quick_run import no_flags
+from lnk_cli.launch_dialogue import no_flags
 from lnk_shared.errors import EXIT_ERROR, EXIT_RUN_ERROR, EXIT_RUN_REFUSED
 from lnk_shared.frames import MAX_FDS, MAX_FRAME
 
