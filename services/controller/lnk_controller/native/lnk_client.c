@@ -51,7 +51,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#define LAUNCH_SOCKET "launch.sock"
+#define LAUNCH_SOCKET LNK_LAUNCH_SOCKET
 #define DEFAULT_RUN_DIR "/run/lnk"
 #define PYTHON "python3" /* beside this program: the venv's, whose site-packages hold lnk_cli */
 #define PYTHON_MAIN "from lnk_cli.__main__ import main; main()"

@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const int FORWARDED[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static const int FORWARDED[] = {LNK_FORWARDED_SIGNALS};
 #define FORWARDED_COUNT (sizeof FORWARDED / sizeof FORWARDED[0])
 
 /* The connection failed: `error` is an errno, or 0 for the controller's EOF. Python's quick
@@ -407,7 +407,7 @@ __attribute__((noreturn)) static void approved(const struct json_value *message)
 /* launch_dialogue._ended: the exit status, the controller's error, or a StateError. */
 __attribute__((noreturn)) static void ended(const struct json_value *message) {
     const struct json_value *type = json_get(message, "type");
-    if (json_is(type, "exit")) {
+    if (json_is(type, LNK_FRAME_EXIT)) {
         const struct json_value *status = json_get(message, "status");
         bool usable = status != NULL && status->kind == JSON_INT && status->integer >= INT_MIN &&
                       status->integer <= INT_MAX;
@@ -421,7 +421,7 @@ __attribute__((noreturn)) static void ended(const struct json_value *message) {
         exit(usable ? (int)status->integer : EXIT_RUN_ERROR);
     }
     struct text m = message_start();
-    if (json_is(type, "error")) { /* the status the controller chose for a run */
+    if (json_is(type, LNK_FRAME_ERROR)) { /* the status the controller chose for a run */
         const struct json_value *code = json_get(message, "run_exit");
         struct text said = {0};
         text_str_of(&said, json_get(message, "message"));
@@ -440,13 +440,13 @@ void dialogue(int sock) {
         struct json_value message;
         receive_frame(sock, &message);
         const struct json_value *type = json_get(&message, "type");
-        if (json_is(type, "open")) {
+        if (json_is(type, LNK_FRAME_OPEN)) {
             open_as_owner(sock, json_get(&message, "paths"));
-        } else if (json_is(type, "approve?")) {
+        } else if (json_is(type, LNK_FRAME_APPROVE_QUESTION)) {
             refuse_approval(json_get(&message, "lines"));
-        } else if (json_is(type, "approved")) {
+        } else if (json_is(type, LNK_FRAME_APPROVED)) {
             approved(&message);
-        } else if (json_is(type, "started")) {
+        } else if (json_is(type, LNK_FRAME_STARTED)) {
             struct json_value final;
             wait_final(sock, &final);
             ended(&final);
