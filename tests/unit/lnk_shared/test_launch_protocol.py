@@ -9,16 +9,8 @@ from typing import Any
 
 import pytest
 
+from lnk_shared import errors
 from lnk_shared import launch_protocol as protocol
-from lnk_shared.errors import (
-    EXIT_ERROR,
-    EXIT_RUN_ERROR,
-    FrameError,
-    NotConfirmedError,
-    RemoteError,
-    StateError,
-    UsageError,
-)
 
 NUMBERS = {name: int(getattr(signal, name)) for name in protocol.FORWARDED_SIGNALS}
 LAUNCH = protocol.launch_frame(
@@ -75,16 +67,16 @@ def test_the_launch_frame_passes_stdio_first_and_takes_the_spec_and_with_fds() -
 
 def test_a_launch_field_outside_the_definition_is_refused_naming_it() -> None:
     body = {**LAUNCH, "uid": 0}
-    with pytest.raises(FrameError, match="bad launch frame: uid is not a field") as caught:
+    with pytest.raises(errors.FrameError, match="bad launch frame: uid is not a field") as caught:
         protocol.launch_fields(body)
     assert (caught.value.frame, caught.value.field) == (protocol.LAUNCH, "uid")
-    assert isinstance(caught.value, UsageError) and isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, errors.UsageError) and isinstance(caught.value, ValueError)
     assert protocol.launch_fields(dict(LAUNCH)) == LAUNCH
 
 
 @pytest.mark.parametrize("frame", [{}, {"type": "open"}, {"type": ["launch"]}])
 def test_a_frame_of_another_type_is_refused(frame: dict[str, Any]) -> None:
-    with pytest.raises(FrameError, match="bad launch frame: type must be 'launch'"):
+    with pytest.raises(errors.FrameError, match="bad launch frame: type must be 'launch'"):
         protocol.expect(frame, protocol.LAUNCH)
 
 
@@ -108,7 +100,7 @@ def test_only_an_approve_of_the_hash_asked_approves(frame: dict[str, Any], appro
     "frame", [{"type": "approve", "hash": "h", "yes": True}, {"type": "decline", "hash": "h"}]
 )
 def test_an_answer_with_a_field_outside_the_definition_is_refused(frame: dict[str, Any]) -> None:
-    with pytest.raises(FrameError, match="is not a field"):
+    with pytest.raises(errors.FrameError, match="is not a field"):
         protocol.approval(frame, "h")
 
 
@@ -134,14 +126,14 @@ def test_opened_grants_are_exactly_the_paths_asked_each_a_passed_descriptor() ->
     ],
 )
 def test_opened_grants_outside_the_definition_are_refused(grants: object, fd_count: int) -> None:
-    with pytest.raises(FrameError, match="bad opened frame: grants"):
+    with pytest.raises(errors.FrameError, match="bad opened frame: grants"):
         protocol.opened_grants({"type": "opened", "grants": grants}, PATHS, fd_count)
 
 
 def test_an_opened_frame_with_another_field_or_another_frame_is_refused() -> None:
-    with pytest.raises(FrameError, match="bad opened frame: fds is not a field"):
+    with pytest.raises(errors.FrameError, match="bad opened frame: fds is not a field"):
         protocol.opened_grants({**protocol.opened_frame(PATHS), "fds": [0]}, PATHS, 2)
-    with pytest.raises(NotConfirmedError, match="did not open"):
+    with pytest.raises(errors.NotConfirmedError, match="did not open"):
         protocol.opened_grants({"type": "decline"}, PATHS, 2)
 
 
@@ -170,22 +162,22 @@ def test_any_other_signal_frame_is_ignored(frame: dict[str, Any]) -> None:
 def test_the_clients_read_the_controllers_answers_as_they_always_have() -> None:
     assert protocol.asked_paths({"type": "open", "paths": ["/a"]}) == ["/a"]
     for bad in ("/a", ["/a", 1], None):
-        with pytest.raises(StateError, match="not a list of paths"):
+        with pytest.raises(errors.StateError, match="not a list of paths"):
             protocol.asked_paths({"type": "open", "paths": bad})
     assert protocol.question({"lines": ["a", 5, None], "hash": "h"}) == (["a", "5", "None"], "h")
     assert protocol.approved_hash({"hash": 7}) == (False, "7")
     assert protocol.started_sandbox({}) == ("", "none")
     assert protocol.exit_status({"status": 3}) == (3, None)
-    assert protocol.exit_status({"status": "3", "message": 5}) == (EXIT_RUN_ERROR, "5")
-    assert protocol.exit_status({}, EXIT_ERROR) == (EXIT_ERROR, None)
+    assert protocol.exit_status({"status": "3", "message": 5}) == (errors.EXIT_RUN_ERROR, "5")
+    assert protocol.exit_status({}, errors.EXIT_ERROR) == (errors.EXIT_ERROR, None)
     error = protocol.remote_error({"exit": 3, "run_exit": 126, "message": "refused"})
-    assert isinstance(error, RemoteError)
+    assert isinstance(error, errors.RemoteError)
     assert (str(error), error.exit_code, error.run_exit_code) == ("refused", 3, 126)
     fallback = protocol.remote_error({"exit": "3"})
     assert (str(fallback), fallback.exit_code, fallback.run_exit_code) == (
         "None",
-        EXIT_ERROR,
-        EXIT_RUN_ERROR,
+        errors.EXIT_ERROR,
+        errors.EXIT_RUN_ERROR,
     )
 
 
