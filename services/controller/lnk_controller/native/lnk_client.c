@@ -18,7 +18,8 @@
  * with launch_request's), the same messages and exit codes. On the launch socket
  * ($LNK_RUN_DIR/launch.sock, /run/lnk by default) each frame is a 4-byte big-endian length and
  * a JSON object (lnk_client_json.c), descriptors passed with SCM_RIGHTS on its first byte
- * (lnk_client_dialogue.c):
+ * (lnk_client_dialogue.c); the frames, their fields and limits are lnk_shared/launch_protocol.py's
+ * (lnk_launch_protocol.h is written from it):
  *     -> {"type": "launch", ...} + stdin, stdout, stderr (+ the spec file, opened here)
  *     <- {"type": "open", "paths": [...]}  -> {"type": "opened", "grants": {path: i}} + O_PATH
  *     <- {"type": "approve?", ...}         (no terminal to ask on: refused, as in Python)
