@@ -13,8 +13,8 @@
  * `<this program's folder>/python3 -P -c "from lnk_cli.__main__ import main; main()" WORDS...`
  * (-P: a folder named lnk_cli in the caller's working folder must not be imported).
  *
- * The quick path speaks what launch_dialogue._launch and launch_dialogue.dialogue speak, and says what they
- * say: the same request (byte for byte: tests/unit/lnk_cli/test_native_client.py compares it
+ * The quick path speaks what launch_dialogue._launch and launch_dialogue.dialogue speak, and
+ * says what they say: the same request (byte for byte: tests/unit/lnk_cli/test_native_client.py compares it
  * with launch_request's), the same messages and exit codes. On the launch socket
  * ($LNK_RUN_DIR/launch.sock, /run/lnk by default) each frame is a 4-byte big-endian length and
  * a JSON object (lnk_client_json.c), descriptors passed with SCM_RIGHTS on its first byte
@@ -210,7 +210,8 @@ static bool seen_before(char **entry, size_t key_length) {
     return false;
 }
 
-/* launch_dialogue.launch_request(command, no_flags(), yes=yes), key for key and in the same order. */
+/* launch_dialogue.launch_request(command, no_flags(), yes=yes), key for key and in the same
+   order. */
 static void launch_request(struct text *t, const struct plain_run *run, bool spec) {
     char *cwd = getcwd(NULL, 0);
     if (cwd == NULL) {
