@@ -14,8 +14,8 @@
  * (-P: a folder named lnk_cli in the caller's working folder must not be imported).
  *
  * The quick path speaks what launch_dialogue._launch and launch_dialogue.dialogue speak, and
- * says what they say: the same request (byte for byte: tests/unit/lnk_cli/test_native_client.py compares it
- * with launch_request's), the same messages and exit codes. On the launch socket
+ * says what they say: the same request (byte for byte: tests/unit/lnk_cli/test_native_client.py
+ * compares it with launch_request's), the same messages and exit codes. On the launch socket
  * ($LNK_RUN_DIR/launch.sock, /run/lnk by default) each frame is a 4-byte big-endian length and
  * a JSON object (lnk_client_json.c), descriptors passed with SCM_RIGHTS on its first byte
  * (lnk_client_dialogue.c); the frames, their fields and limits are lnk_shared/launch_protocol.py's
