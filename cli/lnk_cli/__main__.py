@@ -9,7 +9,7 @@ import sys
 def main() -> None:
     words = sys.argv[1:]
     if words[:2] == ["sandbox", "run"]:  # a sandbox's start: the path with the fewest imports
-        from lnk_cli.quick_run import quick_run
+        from lnk_cli.launch_dialogue import quick_run
 
         status = quick_run(words[2:])
         if status is not None:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from lnk_cli.exit_statuses import EPILOG, runs_a_program
-from lnk_cli.quick_run import reported
+from lnk_cli.launch_dialogue import reported
 from lnk_shared.errors import EXIT_USAGE, UsageError
 
 __all__ = ["build_parser", "leaves", "run"]

@@ -14,9 +14,10 @@ import sys
 import termios
 import tty
 
-from lnk_cli.quick_run import LAUNCH_SOCKET, dialogue, held_signals, launch_request
+from lnk_cli.launch_dialogue import LAUNCH_SOCKET, dialogue, held_signals, launch_request
 from lnk_cli.terminal_modes import kept_modes
 from lnk_shared.errors import SpecError, StateError, UsageError
+from lnk_shared.launch_protocol import add_spec, add_with_fd, terminal_size
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.spec_size import refuse_oversized_spec
 from lnk_shared.unix import recv_frame, send_frame
@@ -108,14 +109,13 @@ def run_in_sandbox(
     terminal = None
     if not dry and sys.stdin.isatty() and sys.stdout.isatty():
         rows, cols = _winsize(0)
-        terminal = {"rows": rows, "cols": cols}
+        terminal = terminal_size(rows, cols)
     fds: list[int] = [0, 1, 2]
     opened: list[int] = []
+    # With `agent` (`lnk agent start`), the controller checks it is the caller's.
     request = launch_request(
-        command, flags_document(args), yes=bool(args.yes), dry=dry, terminal=terminal
+        command, flags_document(args), yes=bool(args.yes), dry=dry, terminal=terminal, agent=agent
     )
-    if agent is not None:  # `lnk agent start`: the controller checks it is the caller's
-        request["agent"] = agent
     try:
         if args.spec:
             try:
@@ -127,13 +127,13 @@ def run_in_sandbox(
                     f"cannot open the spec file: {exc.strerror}", source=args.spec
                 ) from None
             refuse_oversized_spec(opened[-1], args.spec)  # `opened` is closed below
-            request["fds"]["spec"] = len(fds)
+            add_spec(request, len(fds))
             fds.append(opened[-1])
         for item in args.with_fd:
             number = int(str(item).partition(":")[0]) if str(item)[:1].isdigit() else -1
             if number >= 0:
                 _refuse_closed(number, str(item))
-                request["with_fds"][str(number)] = len(fds)
+                add_with_fd(request, number, len(fds))
                 fds.append(number)
         run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -145,7 +145,7 @@ def run_in_sandbox(
                 f"the box is not running (no launch socket in {run_dir}); "
                 "start it with `lnk box up`"
             ) from None
-        with sock, kept_modes(), held_signals():  # the modes as they were, after (quick_run)
+        with sock, kept_modes(), held_signals():  # the modes as they were, after (launch_dialogue)
             try:
                 send_frame(sock, request, fds)
                 for fd in opened:

@@ -2,7 +2,8 @@
 
     LnkError                      exit 1: anything else
     ├── UsageError                exit 2: the command line is wrong
-    │   └── SessionCommandRefused     an SSH session's command that cannot pass as it is (gate)
+    │   ├── SessionCommandRefused     an SSH session's command that cannot pass as it is (gate)
+    │   └── FrameError                a launch socket frame outside its definition
     ├── SpecError                 exit 2: a spec file or flag cannot be read as a spec
     │   ├── ProgramNotFoundError      the program a run names is not found (run: 127)
     │   └── ProgramCannotRunError     the program a run names cannot be started (run: 126)
@@ -77,6 +78,7 @@ __all__ = [
     "CommandRefused",
     "ConfigError",
     "EnvRefused",
+    "FrameError",
     "LaunchRefused",
     "LinkRefused",
     "LnkError",
@@ -136,6 +138,17 @@ class LnkError(Exception):
 
 class UsageError(LnkError):
     exit_code = EXIT_USAGE
+
+
+class FrameError(UsageError, ValueError):
+    """A frame of the launch socket outside its definition (`lnk_shared.launch_protocol`),
+    naming the frame and the field. A ValueError too: what reads a frame refuses a malformed
+    one (bad JSON, a wrong field) in the one place."""
+
+    def __init__(self, problem: str, *, frame: str = "", field: str = "") -> None:
+        super().__init__(f"bad {frame} frame: {field} {problem}" if frame else problem)
+        self.frame = frame
+        self.field = field
 
 
 class ConfigError(LnkError):

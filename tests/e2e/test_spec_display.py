@@ -184,7 +184,7 @@ def test_a_refusal_quoting_a_hostile_link_target_shows_it_as_escapes(
 # bytes it read would see a valid spec and run the program.
 SEND_DIRECT = """
 import json, os, socket, sys
-from lnk_cli.quick_run import launch_request, no_flags
+from lnk_cli.launch_dialogue import launch_request, no_flags
 from lnk_shared.unix import recv_frame, send_frame
 spec, run_dir, witness = sys.argv[1:4]
 request = launch_request(["/usr/bin/touch", witness], no_flags(), yes=True)

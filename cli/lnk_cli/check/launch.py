@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lnk_cli.check.verdicts import clean_text
-from lnk_cli.quick_run import LAUNCH_SOCKET, open_as_owner
+from lnk_cli.launch_dialogue import LAUNCH_SOCKET, open_as_owner
+from lnk_shared import launch_protocol as protocol
 from lnk_shared.errors import EXIT_ERROR, RemoteError, SpecError, StateError
 from lnk_shared.paths import BoxPaths
 from lnk_shared.spec_flags import flags_document
@@ -55,7 +56,7 @@ class Interrupts:
     def forward(self) -> None:
         if self.count and self.started and self.sock is not None:
             with contextlib.suppress(OSError):
-                send_frame(self.sock, {"type": "signal", "signal": int(signal.SIGTERM)})
+                send_frame(self.sock, protocol.signal_frame(int(signal.SIGTERM)))
 
     def check(self) -> None:
         if self.count:
@@ -79,20 +80,14 @@ def _request(
     env: dict[str, str] | None = None,
     path_env: str | None = None,
 ) -> dict[str, Any]:
-    request: dict[str, Any] = {
-        "type": "launch",
-        "check": True,
-        "argv": [plan],
-        "cwd": os.getcwd(),
-        "path_env": os.environ.get("PATH", "") if path_env is None else path_env,
-        "flags": flags_document(args),
-        "env": dict(env or {}),  # caller_env.py's bait: what the controller must drop
-        "terminal": None,
-        "yes": False,
-        "dry": False,
-        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
-        "with_fds": {},
-    }
+    request = protocol.launch_frame(
+        [plan],
+        check=True,
+        cwd=os.getcwd(),
+        path_env=os.environ.get("PATH", "") if path_env is None else path_env,
+        flags=flags_document(args),
+        env=dict(env or {}),  # caller_env.py's bait: what the controller must drop
+    )
     if args.spec:
         try:
             fd = os.open(args.spec, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
@@ -100,12 +95,12 @@ def _request(
             raise SpecError(
                 f"cannot open the spec file: {exc.strerror}", source=args.spec
             ) from None
-        request["fds"]["spec"] = len(fds)
+        protocol.add_spec(request, len(fds))
         fds.append(fd)
     for item in args.with_fd:
         text = str(item)
         if text[:1].isdigit():
-            request["with_fds"][text.partition(":")[0]] = len(fds)
+            protocol.add_with_fd(request, int(text.partition(":")[0]), len(fds))
             fds.append(os.dup(int(text.partition(":")[0])))
     return request
 
@@ -130,18 +125,17 @@ def _until_started(
         message, extra = recv_frame(sock, want_fds=True)
         for fd in extra:
             os.close(fd)
-        kind = message.get("type")
-        if kind == "open":
+        kind = message.get(protocol.TYPE)
+        if kind == protocol.OPEN:
             if judged is not None:  # judged, not yet bound: the window a swap aims at
                 judged()
-            open_as_owner(lambda m, f: send_frame(sock, m, f), message.get("paths"))
-        elif kind == "started":
-            run.sandbox_id = str(message.get("id", ""))
-            run.limits = clean_text(message.get("limits", "none"), 200)
+            open_as_owner(lambda m, f: send_frame(sock, m, f), protocol.asked_paths(message))
+        elif kind == protocol.STARTED:
+            run.sandbox_id, limits = protocol.started_sandbox(message)
+            run.limits = clean_text(limits, 200)
             return
-        elif kind == "error":
-            code = message.get("exit")
-            raise RemoteError(str(message.get("message")), code if type(code) is int else 1)
+        elif kind == protocol.ERROR:
+            raise protocol.remote_error(message)
         else:
             raise StateError(f"unexpected answer from the controller: {kind!r}")
 
@@ -160,15 +154,11 @@ def _collect(sock: socket.socket, out_r: int, err_r: int, run: CheckRun) -> None
                     message, extra = recv_frame(sock)
                     for fd in extra:
                         os.close(fd)
-                    if message.get("type") == "error":
-                        code = message.get("exit")
-                        raise RemoteError(
-                            str(message.get("message")), code if type(code) is int else 1
-                        )
-                    status = message.get("status")
-                    run.status = status if type(status) is int else EXIT_ERROR
-                    if "message" in message:  # the limit it met, as `lnk sandbox run` says it
-                        run.limit_met = clean_text(str(message["message"]), 300)
+                    if message.get(protocol.TYPE) == protocol.ERROR:
+                        raise protocol.remote_error(message)
+                    run.status, said = protocol.exit_status(message, EXIT_ERROR)
+                    if said is not None:  # the limit it met, as `lnk sandbox run` says it
+                        run.limit_met = clean_text(said, 300)
                     _drain(buffers)
                     return
                 fd = int(key.fd)
@@ -193,10 +183,10 @@ def _stop(sock: socket.socket) -> None:
     """A check ended early while its sandbox runs: ask the sandbox to end and wait (bounded)
     until the controller says it has, so nothing of it runs while the bait is removed."""
     with contextlib.suppress(OSError):
-        send_frame(sock, {"type": "signal", "signal": int(signal.SIGTERM)})
+        send_frame(sock, protocol.signal_frame(int(signal.SIGTERM)))
     sock.settimeout(STOP_WAIT_S)
     with contextlib.suppress(OSError, EOFError, ValueError):
-        while recv_frame(sock)[0].get("type") not in ("exit", "error"):
+        while recv_frame(sock)[0].get(protocol.TYPE) not in (protocol.EXIT, protocol.ERROR):
             pass
 
 

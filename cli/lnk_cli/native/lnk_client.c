@@ -5,7 +5,7 @@
  * runs, a third of a sandbox's start; and inside an agent's sandbox under a finite [commands]
  * list the box grants this program but never the Python behind it (box_client.py), so an
  * agent's bridge calls are made here (lnk_client_bridge.c, signed in lnk_client_proof.c).
- * The run path takes the form the Python quick path takes (cli/lnk_cli/quick_run.py: `sandbox
+ * The run path takes the form the Python quick path takes (cli/lnk_cli/launch_dialogue.py: `sandbox
  * run [--yes] [--spec FILE | --spec=FILE] -- PROGRAM [ARGS...]`) and --env NAME[=VALUE] too
  * (which the Python CLI reads in full: the request is the same, a test holds it), and only
  * when neither stdin nor stdout is a terminal (with one, the approval question or a pty relay
@@ -13,12 +13,13 @@
  * `<this program's folder>/python3 -P -c "from lnk_cli.__main__ import main; main()" WORDS...`
  * (-P: a folder named lnk_cli in the caller's working folder must not be imported).
  *
- * The quick path speaks what quick_run._launch and quick_run.dialogue speak, and says what they
- * say: the same request (byte for byte: tests/unit/lnk_cli/test_native_client.py compares it
- * with launch_request's), the same messages and exit codes. On the launch socket
+ * The quick path speaks what launch_dialogue._launch and launch_dialogue.dialogue speak, and
+ * says what they say: the same request (byte for byte: tests/unit/lnk_cli/test_native_client.py
+ * compares it with launch_request's), the same messages and exit codes. On the launch socket
  * ($LNK_RUN_DIR/launch.sock, /run/lnk by default) each frame is a 4-byte big-endian length and
  * a JSON object (lnk_client_json.c), descriptors passed with SCM_RIGHTS on its first byte
- * (lnk_client_dialogue.c):
+ * (lnk_client_dialogue.c); the frames, their fields and limits are lnk_shared/launch_protocol.py's
+ * (lnk_launch_protocol.h is written from it):
  *     -> {"type": "launch", ...} + stdin, stdout, stderr (+ the spec file, opened here)
  *     <- {"type": "open", "paths": [...]}  -> {"type": "opened", "grants": {path: i}} + O_PATH
  *     <- {"type": "approve?", ...}         (no terminal to ask on: refused, as in Python)
@@ -51,7 +52,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#define LAUNCH_SOCKET "launch.sock"
+#define LAUNCH_SOCKET LNK_LAUNCH_SOCKET
 #define DEFAULT_RUN_DIR "/run/lnk"
 #define PYTHON "python3" /* beside this program: the venv's, whose site-packages hold lnk_cli */
 #define PYTHON_MAIN "from lnk_cli.__main__ import main; main()"
@@ -60,7 +61,7 @@
 /* lnk_shared.spec_size.MAX_SPEC_BYTES (a test holds them equal): a larger spec is not sent */
 #define SPEC_MAX_BYTES (256 * 1024)
 
-/* lnk_shared.spec_flags.FLAG_NAMES, each empty as argparse's defaults leave it (quick_run's
+/* lnk_shared.spec_flags.FLAG_NAMES, each empty as argparse's defaults leave it (launch_dialogue's
    no_flags) but `env`, which holds the --env words; the unit test compares the whole request
    with Python's, so a new flag is caught. */
 #define FLAGS_BEFORE_ENV                                                                           \
@@ -94,7 +95,7 @@ static bool env_word(const char *word, struct plain_run *out) {
     return true;
 }
 
-/* quick_run.plain_run, and --env: `words` after `sandbox run` are `[--yes] [--spec F |
+/* launch_dialogue.plain_run, and --env: `words` after `sandbox run` are `[--yes] [--spec F |
    --spec=F]... [--env E | --env=E]... -- PROGRAM [ARGS...]` in any order before the `--`;
    anything else (another spec flag, an abbreviation, --help, no program) is the full client's
    to read. */
@@ -209,7 +210,8 @@ static bool seen_before(char **entry, size_t key_length) {
     return false;
 }
 
-/* quick_run.launch_request(command, no_flags(), yes=yes), key for key and in the same order. */
+/* launch_dialogue.launch_request(command, no_flags(), yes=yes), key for key and in the same
+   order. */
 static void launch_request(struct text *t, const struct plain_run *run, bool spec) {
     char *cwd = getcwd(NULL, 0);
     if (cwd == NULL) {
@@ -364,7 +366,7 @@ static int connect_launch_socket(void) {
     message_exit(&m, EXIT_RUN_ERROR);
 }
 
-/* quick_run._launch, in its order: the request, the spec file, the socket, then signals held
+/* launch_dialogue._launch, in its order: the request, the spec file, the socket, then signals held
    while the request goes and the dialogue answers the controller. */
 __attribute__((noreturn)) static void quick_run(const struct plain_run *run) {
     signals_start();

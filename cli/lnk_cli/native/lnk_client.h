@@ -4,10 +4,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* lnk_shared.frames */
-#define MAX_FRAME (1 << 20) /* a launch request or reply is a few KiB; more is a bug or attack */
-#define MAX_FDS 64          /* stdio, a spec file and the granted folders: far below this */
-#define HEADER_BYTES 4      /* a frame's length, big-endian, before its JSON */
+#include "lnk_launch_protocol.h" /* written from lnk_shared.launch_protocol */
+
+/* lnk_shared.frames' bounds, for the launch socket's frames and the bridges' alike */
+#define MAX_FRAME LNK_MAX_FRAME /* a launch request or reply is a few KiB; more is an attack */
+#define MAX_FDS LNK_MAX_FDS     /* stdio, a spec file and the granted folders: far below this */
+#define HEADER_BYTES LNK_HEADER_BYTES /* a frame's length, big-endian, before its JSON */
 /* lnk_shared.errors' exit codes. This client's own path is only `lnk sandbox run`, which exits
    with the program's status: its own failures are a run's (errors.EXIT_RUN_*, as env, timeout
    and docker run), never 1-3, which a program uses for its own. */

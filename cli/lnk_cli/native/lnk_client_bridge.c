@@ -300,7 +300,7 @@ static void recv_exact(int sock, const struct address *a, char *out, size_t leng
     }
 }
 
-/* Ctrl-C as the Python CLI ends on it (quick_run.reported): its message, status 1. */
+/* Ctrl-C as the Python CLI ends on it (launch_dialogue.reported): its message, status 1. */
 static void interrupted(int number) {
     (void)number;
     static const char message[] = "lnk: interrupted\n";

@@ -1,6 +1,6 @@
 /* The launch dialogue of the `lnk` client (lnk_client.h), after its request: the frames on the
  * launch socket, the signals held then forwarded, and each answer of the controller ended as
- * cli/lnk_cli/quick_run.py's dialogue ends it (same message, same exit code).
+ * cli/lnk_cli/launch_dialogue.py's dialogue ends it (same message, same exit code).
  *
  * Frames: a 4-byte big-endian length, then one JSON object; descriptors ride with SCM_RIGHTS on
  * the first byte; at most MAX_FRAME bytes and MAX_FDS descriptors either way. A frame past
@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const int FORWARDED[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static const int FORWARDED[] = {LNK_FORWARDED_SIGNALS};
 #define FORWARDED_COUNT (sizeof FORWARDED / sizeof FORWARDED[0])
 
 /* The connection failed: `error` is an errno, or 0 for the controller's EOF. Python's quick
@@ -242,7 +242,7 @@ static void set_handler(int number, void (*handler)(int)) {
     }
 }
 
-/* quick_run's held_signals (SIG_BLOCK) and released_signals (SIG_UNBLOCK). */
+/* launch_dialogue's held_signals (SIG_BLOCK) and released_signals (SIG_UNBLOCK). */
 static void mask_forwarded(int how) {
     sigset_t set;
     if (sigemptyset(&set) != 0)
@@ -265,7 +265,7 @@ static void forward(int sock, int number) {
     text_free(&t);
 }
 
-/* quick_run._wait: the final frame; meanwhile each forwarded signal that comes (or came while
+/* launch_dialogue._wait: the final frame; meanwhile each forwarded signal that comes (or came while
    the sandbox started, held until now) goes to the program as a "signal" frame. */
 static void wait_final(int sock, struct json_value *out) {
     int pipe_fds[2];
@@ -313,7 +313,7 @@ void signals_hold(void) { mask_forwarded(SIG_BLOCK); }
 
 /* --- the dialogue ------------------------------------------------------------------------ */
 
-/* quick_run.open_as_owner: open what the controller will bind, as this user (what this user
+/* launch_dialogue.open_as_owner: open what the controller will bind, as this user (what this user
    cannot reach is refused here), and pass it back O_PATH. */
 static void open_as_owner(int sock, const struct json_value *paths) {
     bool list = paths != NULL && paths->kind == JSON_ARRAY;
@@ -374,7 +374,7 @@ static void open_as_owner(int sock, const struct json_value *paths) {
         close(fds[i]);
 }
 
-/* quick_run.ask without a terminal (this path never has one on stdin): the lines, then the
+/* launch_dialogue.ask without a terminal (this path never has one on stdin): the lines, then the
    refusal. Signals are let through while the lines print, as Python's released_signals. */
 __attribute__((noreturn)) static void refuse_approval(const struct json_value *lines) {
     struct text shown = {0};
@@ -404,10 +404,10 @@ __attribute__((noreturn)) static void approved(const struct json_value *message)
     exit(0);
 }
 
-/* quick_run._ended: the exit status, the controller's error, or a StateError. */
+/* launch_dialogue._ended: the exit status, the controller's error, or a StateError. */
 __attribute__((noreturn)) static void ended(const struct json_value *message) {
     const struct json_value *type = json_get(message, "type");
-    if (json_is(type, "exit")) {
+    if (json_is(type, LNK_FRAME_EXIT)) {
         const struct json_value *status = json_get(message, "status");
         bool usable = status != NULL && status->kind == JSON_INT && status->integer >= INT_MIN &&
                       status->integer <= INT_MAX;
@@ -421,7 +421,7 @@ __attribute__((noreturn)) static void ended(const struct json_value *message) {
         exit(usable ? (int)status->integer : EXIT_RUN_ERROR);
     }
     struct text m = message_start();
-    if (json_is(type, "error")) { /* the status the controller chose for a run */
+    if (json_is(type, LNK_FRAME_ERROR)) { /* the status the controller chose for a run */
         const struct json_value *code = json_get(message, "run_exit");
         struct text said = {0};
         text_str_of(&said, json_get(message, "message"));
@@ -440,13 +440,13 @@ void dialogue(int sock) {
         struct json_value message;
         receive_frame(sock, &message);
         const struct json_value *type = json_get(&message, "type");
-        if (json_is(type, "open")) {
+        if (json_is(type, LNK_FRAME_OPEN)) {
             open_as_owner(sock, json_get(&message, "paths"));
-        } else if (json_is(type, "approve?")) {
+        } else if (json_is(type, LNK_FRAME_APPROVE_QUESTION)) {
             refuse_approval(json_get(&message, "lines"));
-        } else if (json_is(type, "approved")) {
+        } else if (json_is(type, LNK_FRAME_APPROVED)) {
             approved(&message);
-        } else if (json_is(type, "started")) {
+        } else if (json_is(type, LNK_FRAME_STARTED)) {
             struct json_value final;
             wait_final(sock, &final);
             ended(&final);

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lnk_controller.limits import BoxLimits
+from lnk_shared.launch_protocol import LAUNCH_SOCKET
 from lnk_shared.paths import BoxPaths
 from lnk_shared.service_config import load_service_config
 from lnk_shared.service_identity import MIN_SANDBOX_UID
@@ -221,7 +222,7 @@ class ControllerConfig(BaseModel):
 
     @property
     def launch_socket(self) -> Path:
-        return self.run_dir / "launch.sock"
+        return self.run_dir / LAUNCH_SOCKET
 
     @property
     def homes_dir(self) -> Path:

@@ -11,32 +11,24 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lnk_shared import launch_protocol as protocol
 from lnk_shared.env_names import MAX_ENV_VALUE_BYTES, env_name_problem
+from lnk_shared.errors import FrameError
 from lnk_shared.spec_flags import namespace_from_document
 
 __all__ = ["ENV_ALLOWED", "LaunchRequest", "TerminalSize", "parse_launch_request"]
 
-MAX_ARGS = 4096  # arguments to the sandboxed program
-MAX_ARG_BYTES = 128 * 1024  # one argument (the kernel's MAX_ARG_STRLEN)
-MAX_ENV_VALUE = 256  # TERM, LANG and LC_* values are short names
-ENV_ALLOWED = re.compile(r"^(TERM|LANG|LANGUAGE|COLORTERM|LC_[A-Z]+)$")
-ENV_VALUE = re.compile(r"^[A-Za-z0-9_.:@+,=-]*$")
-_FIELDS = {
-    "type",
-    "argv",
-    "dry",
-    "check",
-    "cwd",
-    "path_env",
-    "flags",
-    "env",
-    "terminal",
-    "yes",
-    "fds",
-    "with_fds",
-    "agent",
-}
-AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")  # `lnk agent start NAME`: the caller's agent
+# The limits are the protocol's (lnk_shared.launch_protocol), where the clients read them too.
+MAX_ARGS = protocol.MAX_ARGS
+MAX_ARG_BYTES = protocol.MAX_ARG_BYTES
+MAX_ENV_VALUE = protocol.MAX_ENV_VALUE
+ENV_ALLOWED = re.compile(protocol.ENV_ALLOWED_PATTERN)
+ENV_VALUE = re.compile(protocol.ENV_VALUE_PATTERN)
+AGENT_NAME = re.compile(protocol.AGENT_NAME_PATTERN)  # `lnk agent start NAME`: the caller's
+
+
+def _bad(field: str, problem: str) -> FrameError:
+    return FrameError(problem, frame=protocol.LAUNCH, field=field)
 
 
 @dataclass(frozen=True)
@@ -65,102 +57,106 @@ class LaunchRequest:
     agent: str | None = None  # run as this agent of the caller's (its home, key and bridge)
 
 
-def _str(value: Any, what: str, limit: int = 4096) -> str:
+def _str(value: Any, field: str, limit: int = protocol.MAX_TEXT, item: str = "") -> str:
+    """`value` (the field, or the `item` of it) is a string without NUL within `limit`."""
     if not isinstance(value, str) or "\x00" in value or len(value) > limit:
-        raise ValueError(f"{what} must be a string without NUL, at most {limit} characters")
+        said = f"{item} " if item else ""
+        raise _bad(field, f"{said}must be a string without NUL, at most {limit} characters")
     return value
 
 
-def _index(value: Any, what: str, count: int) -> int:
+def _index(value: Any, field: str, count: int, item: str = "") -> int:
     if type(value) is not int or not 0 <= value < count:
-        raise ValueError(f"{what} must be the index of a passed descriptor")
+        said = f"{item} " if item else ""
+        raise _bad(field, f"{said}must be the index of a passed descriptor")
     return value
 
 
 def _agent(value: Any, dry_or_check: bool) -> str | None:
     if value is not None and (not isinstance(value, str) or not AGENT_NAME.fullmatch(value)):
-        raise ValueError("agent must be an agent's name")
+        raise _bad("agent", "must be an agent's name")
     if value is not None and dry_or_check:
-        raise ValueError("an agent's launch is neither dry nor a check")
+        raise _bad("agent", "is not for a launch that is dry or a check")
     return value
 
 
 def parse_launch_request(
     untrusted: dict[str, Any], fd_count: int, *, unsafe_env_unfiltered: bool = False
 ) -> LaunchRequest:
-    """Check every field of a launch request; raise ValueError naming the first bad one.
+    """Check every field of a launch request; raise FrameError naming the first bad field.
 
     `env` is the caller's terminal and locale only: any other name a client sends is dropped
     (a user's own variables come as `[env]` and `--env`, judged in the spec).
     `unsafe_env_unfiltered` (controller.toml's `unsafe_caller_env_unfiltered`, a test switch)
     keeps every well-formed name, so `lnk sandbox check` can be seen to report the leak."""
-    unknown = set(untrusted) - _FIELDS
-    if unknown:
-        raise ValueError(f"unknown fields: {sorted(unknown)}")
+    protocol.launch_fields(untrusted)
     dry = untrusted.get("dry", False)
     if type(dry) is not bool:
-        raise ValueError("dry must be true or false")
+        raise _bad("dry", "must be true or false")
     check = untrusted.get("check", False)
     if type(check) is not bool or (check and dry):
-        raise ValueError("check must be true or false, and not with dry")
+        raise _bad("check", "must be true or false, and not with dry")
     argv = untrusted.get("argv")
     if not isinstance(argv, list) or (not argv and not dry) or len(argv) > MAX_ARGS:
-        raise ValueError(f"argv must be a list of 1 to {MAX_ARGS} strings")
-    args = tuple(_str(a, "each argument", MAX_ARG_BYTES) for a in argv)
+        raise _bad("argv", f"must be a list of 1 to {MAX_ARGS} strings")
+    args = tuple(_str(a, "argv", MAX_ARG_BYTES, "(each argument)") for a in argv)
     cwd = _str(untrusted.get("cwd"), "cwd")
     if not cwd.startswith("/"):
-        raise ValueError("cwd must be absolute")
+        raise _bad("cwd", "must be absolute")
     path_env = _str(untrusted.get("path_env", ""), "path_env")
     flags_doc = untrusted.get("flags", {})
     if not isinstance(flags_doc, dict):
-        raise ValueError("flags must be an object")
+        raise _bad("flags", "must be an object")
     flags = namespace_from_document(flags_doc)
     env_doc = untrusted.get("env", {})
     if not isinstance(env_doc, dict):
-        raise ValueError("env must be an object")
+        raise _bad("env", "must be an object")
     env: dict[str, str] = {}
     for key, value in env_doc.items():
         if unsafe_env_unfiltered and env_name_problem(str(key)) is None:
-            env[str(key)] = _str(value, "an env value", MAX_ENV_VALUE_BYTES)
+            env[str(key)] = _str(value, "env", MAX_ENV_VALUE_BYTES, "(a value)")
             continue
         if not ENV_ALLOWED.fullmatch(str(key)):
             continue  # only terminal and locale names pass; the rest never reach a sandbox
-        text = _str(value, f"env {key}", MAX_ENV_VALUE)
+        text = _str(value, "env", MAX_ENV_VALUE, str(key))
         if ENV_VALUE.fullmatch(text):
             env[key] = text
     terminal = None
     term = untrusted.get("terminal")
     if term is not None:
-        if not isinstance(term, dict) or set(term) != {"rows", "cols"}:
-            raise ValueError("terminal must be {rows, cols} or null")
-        rows, cols = term["rows"], term["cols"]
-        if type(rows) is not int or type(cols) is not int or not (0 <= rows < 10000 > cols >= 0):
-            raise ValueError("terminal rows and cols must be small integers")
+        if not isinstance(term, dict) or set(term) != set(protocol.TERMINAL_FIELDS):
+            raise _bad("terminal", "must be {rows, cols} or null")
+        rows, cols = (term[name] for name in protocol.TERMINAL_FIELDS)
+        most = protocol.MAX_TERMINAL
+        if type(rows) is not int or type(cols) is not int or not (0 <= rows < most > cols >= 0):
+            raise _bad("terminal", f"rows and cols must be integers below {most}")
         terminal = TerminalSize(rows, cols)
     yes = untrusted.get("yes", False)
     if type(yes) is not bool:
-        raise ValueError("yes must be true or false")
+        raise _bad("yes", "must be true or false")
     fds = untrusted.get("fds")
     if not isinstance(fds, dict):
-        raise ValueError("fds must be an object")
-    stdio = tuple(_index(fds.get(n), f"fds.{n}", fd_count) for n in ("stdin", "stdout", "stderr"))
+        raise _bad("fds", "must be an object")
+    stdio = tuple(_index(fds.get(n), f"fds.{n}", fd_count) for n in protocol.STDIO)
     spec_fd = fds.get("spec")
     spec_index = None if spec_fd is None else _index(spec_fd, "fds.spec", fd_count)
     grants_doc = fds.get("grants", {})
     if not isinstance(grants_doc, dict):
-        raise ValueError("fds.grants must be an object")
+        raise _bad("fds.grants", "must be an object")
     grants = {
-        _str(path, "a grant path"): _index(i, "a grant descriptor", fd_count)
+        _str(path, "fds.grants", item="(a grant path)"): _index(
+            i, "fds.grants", fd_count, "(a grant descriptor)"
+        )
         for path, i in grants_doc.items()
     }
     with_doc = untrusted.get("with_fds", {})
     if not isinstance(with_doc, dict):
-        raise ValueError("with_fds must be an object")
+        raise _bad("with_fds", "must be an object")
     with_fds = {}
     for number, i in with_doc.items():
         if not (str(number).isascii() and str(number).isdigit()):
-            raise ValueError("with_fds keys must be descriptor numbers")
-        with_fds[int(number)] = _index(i, "a with-fd descriptor", fd_count)
+            raise _bad("with_fds", "keys must be descriptor numbers")
+        with_fds[int(number)] = _index(i, "with_fds", fd_count, "(a with-fd descriptor)")
     return LaunchRequest(
         agent=_agent(untrusted.get("agent"), dry or check),
         argv=args,

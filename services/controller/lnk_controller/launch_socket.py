@@ -1,23 +1,16 @@
 """The launch socket: a client passes its stdin, stdout and stderr (and the folders it may reach)
 with SCM_RIGHTS, the controller runs the sandbox on them and sends back the exit status.
 
-The dialogue, one JSON frame at a time:
-    client -> {"type": "launch", ...}                 + descriptors
-    server -> {"type": "approve?", "lines": [...], "hash": H}      (a new or changed spec)
-    client -> {"type": "approve", "hash": H}  |  {"type": "decline"}
-    server -> {"type": "open", "paths": [...]}      (folders and programs to bind)
-    client -> {"type": "opened", "grants": {path: i}}  + those paths opened O_PATH, as the owner
-    server -> {"type": "approved", "hash": H, "already": B}   (a "dry" request: nothing runs)
+The dialogue, one JSON frame at a time, is `lnk_shared.launch_protocol`'s (each frame, its
+fields, limits and order; this module builds and judges frames with it): the launch request
+with its descriptors, the approval question for a new or changed spec, the folders and programs
+to open as the owner, then "approved" (a dry request: nothing runs) or "started", the client's
+forwarded signals, and the exit or an error.
 A "check" request (`lnk sandbox check`) skips the question and remembers nothing: its argv is
 only the arguments of the box's own probe program, which the controller puts in front.
-    server -> {"type": "started", "id": ID, "limits": L}  (+ the pty's master with a terminal;
-                                                       L: the sandbox's limits, as words)
-    client -> {"type": "signal", "signal": N}        (any number of times)
-    server -> {"type": "exit", "status": N[, "message": M]}
-            |  {"type": "error", "exit": N, "run_exit": R, "message": M}
-(an error's N is the status of a command that runs nothing, 1, 2 or 3; R that of a run, 125,
-126 or 127: lnk_shared.errors; an exit's message names a limit the sandbox met; the client says
-it, then exits with N)
+An error carries the status of a command that runs nothing (1, 2 or 3) and that of a run (125,
+126 or 127: lnk_shared.errors); an exit's message names a limit the sandbox met, which the
+client says before it exits with the program's status.
 Every "approve?" line and "error" message passes through `lnk_shared.display.shown_lines` on
 its way out: whichever client prints it (the C one prints them as they come), no control, bidi or
 zero-width character from a spec or a path reaches the terminal.
@@ -46,6 +39,7 @@ from lnk_controller.host_users import kill_uid_processes
 from lnk_controller.launch import Launcher, Running
 from lnk_controller.launch_request import LaunchRequest, parse_launch_request
 from lnk_controller.spawn import program_pids
+from lnk_shared import launch_protocol as protocol
 from lnk_shared.display import shown_lines
 from lnk_shared.errors import LnkError, NotConfirmedError, StateError, UsageError
 from lnk_shared.unix import peer_cred, recv_frame, send_frame
@@ -54,7 +48,7 @@ __all__ = ["LaunchServer"]
 
 log = logging.getLogger(__name__)
 
-FORWARDED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT})
+SIGNAL_NUMBERS = {name: int(getattr(signal, name)) for name in protocol.FORWARDED_SIGNALS}
 SIGNAL_WAIT_S = 5.0  # a signal sent as the sandbox starts waits this long for its program
 SIGNAL_POLL_S = 0.005
 
@@ -104,8 +98,7 @@ class LaunchServer:
                 if self._accounts is not None:
                     self._accounts.check(caller.uid)
                 untrusted, fds = recv_frame(conn, want_fds=True)
-                if untrusted.get("type") != "launch":
-                    raise ValueError("expected a launch request")
+                protocol.expect(untrusted, protocol.LAUNCH)
                 request = parse_launch_request(
                     untrusted, len(fds), unsafe_env_unfiltered=cfg.unsafe_caller_env_unfiltered
                 )
@@ -126,12 +119,7 @@ class LaunchServer:
     @staticmethod
     def _reply_error(conn: socket.socket, error: LnkError, message: str) -> None:
         """The error frame: its status for a command that runs nothing and for a run."""
-        frame = {
-            "type": "error",
-            "exit": error.exit_code,
-            "run_exit": error.run_exit_code,
-            "message": shown_lines(message),
-        }
+        frame = protocol.error_frame(error.exit_code, error.run_exit_code, shown_lines(message))
         with contextlib.suppress(OSError):
             send_frame(conn, frame)
 
@@ -149,18 +137,12 @@ class LaunchServer:
         # checking a spec never approves it for a run.
         if judged.approval_lines is not None and not request.check:
             if not request.yes:
-                send_frame(
-                    conn,
-                    {
-                        "type": "approve?",
-                        "lines": [shown_lines(line) for line in judged.approval_lines],
-                        "hash": judged.digest,
-                    },
-                )
+                lines = [shown_lines(line) for line in judged.approval_lines]
+                send_frame(conn, protocol.approve_question_frame(lines, judged.digest))
                 answer, extra = recv_frame(conn)
                 for fd in extra:
                     os.close(fd)
-                if answer.get("type") != "approve" or answer.get("hash") != judged.digest:
+                if not protocol.approval(answer, judged.digest):
                     raise NotConfirmedError("not approved: nothing was run")
             launcher.approve(owner_uid, judged)
         if request.dry:
@@ -177,11 +159,7 @@ class LaunchServer:
             master = running.terminal_master
             send_frame(
                 conn,
-                {
-                    "type": "started",
-                    "id": running.row.id,
-                    "limits": launcher.limits_said(running),
-                },
+                protocol.started_frame(running.row.id, launcher.limits_said(running)),
                 [master] if master is not None else None,
             )
             if master is not None:
@@ -209,12 +187,12 @@ class LaunchServer:
         # `message`: the limit the sandbox met, which the client says before it exits with the
         # sandbox's own status.
         said = "; ".join(m for m in (met, denied) if m)
-        send_frame(conn, {"type": "exit", "status": status, **({"message": said} if said else {})})
+        send_frame(conn, protocol.exit_frame(status, said))
 
     @staticmethod
     def _approved(conn: socket.socket, judged: Any) -> None:
         already = judged.approval_lines is None
-        send_frame(conn, {"type": "approved", "hash": judged.digest, "already": already})
+        send_frame(conn, protocol.approved_frame(judged.digest, already))
 
     @staticmethod
     def _collect_grant_fds(
@@ -224,20 +202,12 @@ class LaunchServer:
         descriptors it passes back are what gets bound (after a same-file check)."""
         if not paths:
             return request
-        send_frame(conn, {"type": "open", "paths": paths})
+        send_frame(conn, protocol.open_frame(paths))
         answer, got = recv_frame(conn, want_fds=True)
         base = len(fds)
         fds.extend(got)
-        if answer.get("type") != "opened":
-            raise NotConfirmedError("the client did not open what the sandbox needs")
-        untrusted = answer.get("grants")
-        if not isinstance(untrusted, dict) or set(untrusted) != set(paths):
-            raise ValueError("opened: grants must name exactly the paths asked for")
-        grant_fds = {}
-        for path, index in untrusted.items():
-            if type(index) is not int or not 0 <= index < len(got):
-                raise ValueError("opened: each grant must be the index of a passed descriptor")
-            grant_fds[path] = base + index
+        grants = protocol.opened_grants(answer, paths, len(got))
+        grant_fds = {path: base + index for path, index in grants.items()}
         return dataclasses.replace(request, grant_fds=grant_fds)
 
     def _watch_client(self, conn: socket.socket, running: Running) -> None:
@@ -252,9 +222,9 @@ class LaunchServer:
                 return
             for fd in extra:
                 os.close(fd)
-            number = message.get("signal")
-            if message.get("type") == "signal" and number in FORWARDED_SIGNALS:
-                self._signal(running, int(number))
+            number = protocol.forwarded_signal(message, SIGNAL_NUMBERS)
+            if number is not None:
+                self._signal(running, number)
 
     @staticmethod
     def _signal(running: Running, number: int) -> None:

@@ -8,7 +8,7 @@ import pytest
 from lnk_cli.agent_commands import start_words
 from lnk_cli.app import run
 from lnk_cli.exit_statuses import EPILOG, RUN_EPILOG, runs_a_program
-from lnk_cli.quick_run import RemoteError, reported
+from lnk_cli.launch_dialogue import RemoteError, reported
 from lnk_shared import errors
 
 # Each error the clients meet: (its status for a command that runs nothing, for a run).

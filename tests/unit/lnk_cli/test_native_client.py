@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lnk_cli.quick_run import no_flags
+from lnk_cli.launch_dialogue import no_flags
+from lnk_shared import launch_protocol as protocol
 from lnk_shared.errors import EXIT_ERROR, EXIT_RUN_ERROR, EXIT_RUN_REFUSED
 from lnk_shared.frames import MAX_FDS, MAX_FRAME
 
@@ -350,6 +351,38 @@ SAME_AS_PYTHON = {
         EXIT_RUN_ERROR,
         b"lnk: cannot open /nonexistent/x: No such file or directory\n",
     ),
+    "open, a path not a string": (
+        [{"type": "open", "paths": ["/", 5]}],
+        EXIT_RUN_ERROR,
+        b"lnk: the controller asked to open something that is not a list of paths\n",
+    ),
+    "open, no paths": (
+        [{"type": "open"}],
+        EXIT_RUN_ERROR,
+        b"lnk: the controller asked to open something that is not a list of paths\n",
+    ),
+    "approve?, lines not a list": (
+        [{"type": "approve?", "lines": "ab", "hash": "h"}],
+        EXIT_RUN_REFUSED,
+        b"lnk: not approved: there is no terminal to ask on",
+    ),
+    "approved, fields of other types": (
+        [{"type": "approved", "hash": 12345, "already": "yes"}],
+        0,
+        b"already approved: 12345\n",
+    ),
+    "started, fields of other types": (
+        [{"type": "started", "id": 5, "limits": [1]}, _exit(4)],
+        4,
+        b"",
+    ),
+    "exit, no status": ([{"type": "exit"}], EXIT_RUN_ERROR, b""),
+    "exit, a message not a string": (
+        [{"type": "exit", "status": 3, "message": None}],
+        3,
+        b"lnk: None\n",
+    ),
+    "error, no fields": ([{"type": "error"}], EXIT_RUN_ERROR, b"lnk: None\n"),
 }
 
 
@@ -617,6 +650,88 @@ def test_a_signal_while_the_sandbox_starts_is_held_then_forwarded(
         assert client.stderr is not None and client.stderr.read() == b""
     controller.check()
     assert got == [{"type": "signal", "signal": signal.SIGINT}]
+
+
+def _signal_frame_sent(controller: Controller, program: list[Word], number: int) -> bytes:
+    """The frame `program` sends when it gets signal `number` after "started"."""
+    started, raw = threading.Event(), []
+
+    def script(conn: socket.socket, _launch: Launch) -> None:
+        controller.write_frame(conn, protocol.started_frame("s1", "none"), [])
+        started.set()
+        frame, fds = controller.read_frame(conn)
+        for fd in fds:
+            os.close(fd)
+        raw.append(frame)
+        controller.write_frame(conn, _exit(7), [])
+
+    controller.serve(script)
+    with subprocess.Popen(
+        [*program, "sandbox", "run", "--", "sleep", "9"],
+        env=_env(controller),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    ) as client:
+        assert started.wait(TIMEOUT_S)
+        client.send_signal(number)  # held until the client forwards it (both hold them)
+        assert client.wait(TIMEOUT_S) == 7
+    controller.check()
+    assert len(raw) == 1
+    return raw[0]
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGQUIT])
+def test_a_signal_frame_is_the_python_clients_byte_for_byte(
+    native_client: Path, controller: Controller, number: int
+) -> None:
+    native = _signal_frame_sent(controller, [native_client], number)
+    python = _signal_frame_sent(controller, _python(), number)
+    assert native == python
+    assert json.loads(native) == protocol.signal_frame(number)
+
+
+# --- parity, keyed to the protocol's frames ---------------------------------------------------
+
+# Each frame a client sends, and the test above that holds the C client's to the Python one's
+# byte for byte.
+SENT_THE_SAME = {
+    protocol.LAUNCH: test_the_request_is_the_python_clients_byte_for_byte,
+    protocol.OPENED: test_open_passes_o_path_descriptors_of_exactly_those_paths,
+    protocol.SIGNAL: test_a_signal_frame_is_the_python_clients_byte_for_byte,
+}
+# The C client never sends these: it runs only without a terminal, where the question cannot
+# be asked; it refuses as the Python client does (SAME_AS_PYTHON's "approve?").
+NEVER_SENT_BY_THE_C_CLIENT = {protocol.APPROVE, protocol.DECLINE}
+# Each frame the controller sends, and the SAME_AS_PYTHON cases that answer with it malformed
+# (a field missing or of another type): both clients read each the same way.
+MALFORMED = {
+    protocol.APPROVE_QUESTION: ["approve?", "approve?, lines not a list"],
+    protocol.OPEN: ["open, not a list", "open, a path not a string", "open, no paths"],
+    protocol.APPROVED: ["approved, fields of other types"],
+    protocol.STARTED: ["started, fields of other types"],
+    protocol.EXIT: ["exit not a number", "exit, no status", "exit, a message not a string"],
+    protocol.ERROR: [
+        "error without a code",
+        "error, a run's code only",
+        "error, a number for message",
+        "error, no fields",
+    ],
+}
+
+
+def test_every_frame_of_the_protocol_is_held_to_parity_between_the_clients() -> None:
+    assert set(SENT_THE_SAME) | NEVER_SENT_BY_THE_C_CLIENT == set(protocol.CLIENT_FRAMES)
+    assert not set(SENT_THE_SAME) & NEVER_SENT_BY_THE_C_CLIENT
+    assert set(MALFORMED) == set(protocol.SERVER_FRAMES)
+    for kind, cases in MALFORMED.items():
+        assert cases, kind
+        for case in cases:
+            frames, _status, _said = SAME_AS_PYTHON[case]
+            assert kind in [frame.get(protocol.TYPE) for frame in frames], case
+    answered = [
+        frame.get(protocol.TYPE) for frames, _, _ in SAME_AS_PYTHON.values() for frame in frames
+    ]
+    assert all(kind in answered for kind in protocol.SERVER_FRAMES)  # each well-formed too
 
 
 # --- everything else: the Python CLI ----------------------------------------------------------

@@ -288,3 +288,18 @@ def test_env_flags_travel_as_a_list_of_name_value_strings() -> None:
     doc["flags"]["env"] = {"API_KEY": "k"}
     with pytest.raises(ValueError, match="env must be a list of strings"):
         parse_launch_request(doc, FD_COUNT)
+
+
+def test_the_fields_it_reads_are_the_protocols_launch_frame_fields() -> None:
+    """Every field parse_launch_request reads is the definition's, and it reads them all."""
+    import inspect
+    import re
+
+    from lnk_controller import launch_request
+    from lnk_shared import launch_protocol
+
+    source = inspect.getsource(launch_request.parse_launch_request)
+    read = set(re.findall(r'untrusted\.get\("(\w+)"', source))
+    assert read == set(launch_protocol.FIELDS[launch_protocol.LAUNCH])
+    fds = set(re.findall(r'fds\.get\("(\w+)"', source)) | set(launch_protocol.STDIO)
+    assert fds == set(launch_protocol.LAUNCH_FDS_FIELDS)

@@ -1,16 +1,17 @@
-"""`lnk sandbox run [--spec FILE] [--yes] -- PROGRAM [ARGS...]` without a terminal, on as few
-imports as a launch needs; and what both clients share: the launch request, the dialogue that
-follows it (opening grants as the owner, the approval question, forwarding signals), and
-holding signals while the sandbox starts.
+"""The launch dialogue, the client's half, as both Python clients speak it: the launch request,
+the answers that follow it (opening grants as the owner, the approval question, forwarding
+signals), and holding signals while the sandbox starts. And `lnk sandbox run [--spec FILE]
+[--yes] -- PROGRAM [ARGS...]` without a terminal (`quick_run`), on as few imports as a launch
+needs.
 
 Why a second path: on a small machine each of argparse, json, socket and signal costs 10-15 ms
 to import (mostly the enum and re modules they pull in), and the client was a third of a
 sandbox's start. This path takes only that plain form, with stdin and stdout not both a
 terminal; any other flag or spelling, a terminal, or a Python without the `_json` accelerator
 goes to the full client (`launch_client`), whose argparse reads the same words into the same
-request (tests/unit/lnk_cli/test_quick_run.py holds them equal). It speaks the launch socket's
-frames (`lnk_shared.unix`: a 4-byte big-endian length, then a JSON object; descriptors ride on
-the first byte) with the C modules under those: `_socket`, `_signal` and `_json`.
+request (tests/unit/lnk_cli/test_launch_dialogue.py holds them equal). It speaks the launch
+socket's frames (`lnk_shared.unix`: a 4-byte big-endian length, then a JSON object; descriptors
+ride on the first byte) with the C modules under those: `_socket`, `_signal` and `_json`.
 
 The installed `lnk` is a C program (lnk_cli/native/lnk_client.c) that speaks this same
 form itself when neither stdin nor stdout is a terminal, and runs this CLI otherwise; this path
@@ -28,6 +29,7 @@ import os
 import sys
 
 from lnk_cli.terminal_modes import kept_modes
+from lnk_shared import launch_protocol as protocol
 from lnk_shared.display import shown_lines
 from lnk_shared.errors import (
     EXIT_ERROR,
@@ -38,7 +40,8 @@ from lnk_shared.errors import (
     SpecError,
     StateError,
 )
-from lnk_shared.frames import HEADER_BYTES, MAX_FDS, MAX_FRAME, no_duplicate_keys
+from lnk_shared.frames import no_duplicate_keys
+from lnk_shared.launch_protocol import HEADER_BYTES, MAX_FDS, MAX_FRAME
 from lnk_shared.spec_flags import FLAG_NAMES
 from lnk_shared.spec_size import refuse_oversized_spec
 
@@ -68,8 +71,8 @@ __all__ = [
     "reported",
 ]
 
-LAUNCH_SOCKET = "launch.sock"
-FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
+LAUNCH_SOCKET = protocol.LAUNCH_SOCKET
+FORWARDED_SIGNALS = tuple(getattr(_signal, name) for name in protocol.FORWARDED_SIGNALS)
 _INT = 4  # bytes of a C int: a descriptor in SCM_RIGHTS
 
 
@@ -108,23 +111,21 @@ def launch_request(
     yes: bool,
     dry: bool = False,
     terminal: dict[str, int] | None = None,
+    agent: str | None = None,
 ) -> dict[str, Any]:
-    """The launch frame, without its descriptors (stdio 0-2 are always passed)."""
-    return {
-        "type": "launch",
-        "argv": command,
-        "cwd": os.getcwd(),
-        "path_env": os.environ.get("PATH", ""),
-        "flags": flags,
-        "env": {
-            k: v for k, v in os.environ.items() if k in ("TERM", "LANG") or k.startswith("LC_")
-        },
-        "terminal": terminal,
-        "yes": yes,
-        "dry": dry,
-        "fds": {"stdin": 0, "stdout": 1, "stderr": 2},
-        "with_fds": {},
-    }
+    """The launch frame of this process, without its descriptors (stdio 0-2 are always
+    passed): its folder, PATH, and terminal and locale variables."""
+    return protocol.launch_frame(
+        command,
+        cwd=os.getcwd(),
+        path_env=os.environ.get("PATH", ""),
+        flags=flags,
+        env={k: v for k, v in os.environ.items() if k in ("TERM", "LANG") or k.startswith("LC_")},
+        terminal=terminal,
+        yes=yes,
+        dry=dry,
+        agent=agent,
+    )
 
 
 def no_flags() -> dict[str, object]:
@@ -222,7 +223,7 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
         except BaseException:
             os.close(fd)
             raise
-        request["fds"]["spec"] = len(fds)
+        protocol.add_spec(request, len(fds))
         fds.append(fd)
     run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -257,28 +258,29 @@ def dialogue(send: Send, receive: Receive, relay: Relay | None = None) -> int:
     `relay` and a terminal, relay the terminal. The exit status, or RemoteError."""
     while True:
         message, extra = receive()
-        kind = message.get("type")
-        if kind == "started" and extra and relay is not None:  # the sandbox's pty master
+        kind = message.get(protocol.TYPE)
+        if kind == protocol.STARTED and extra and relay is not None:  # the sandbox's pty master
             for fd in extra[1:]:
                 os.close(fd)
             with released_signals():
                 return _ended(relay(extra[0]))
         for fd in extra:
             os.close(fd)
-        if kind == "open":
-            open_as_owner(send, message.get("paths"))
-        elif kind == "approve?":
+        if kind == protocol.OPEN:
+            open_as_owner(send, protocol.asked_paths(message))
+        elif kind == protocol.APPROVE_QUESTION:
+            lines, digest = protocol.question(message)
             with released_signals():  # Ctrl-C at the question ends this client
-                approved = ask([str(line) for line in message.get("lines", [])])
+                approved = ask(lines)
             if not approved:
-                send({"type": "decline"}, [])
+                send(protocol.decline_frame(), [])
                 raise NotConfirmedError("not approved: nothing was run")
-            send({"type": "approve", "hash": message.get("hash")}, [])
-        elif kind == "approved":  # a dry run: approved, nothing started
-            state = "already approved" if message.get("already") else "approved"
-            print(f"{state}: {str(message.get('hash'))[:16]}")
+            send(protocol.approve_frame(digest), [])
+        elif kind == protocol.APPROVED:  # a dry run: approved, nothing started
+            already, digest = protocol.approved_hash(message)
+            print(f"{'already approved' if already else 'approved'}: {digest[:16]}")
             return 0
-        elif kind == "started":
+        elif kind == protocol.STARTED:
             return _ended(_wait(send, receive))
         else:
             return _ended(message)
@@ -297,28 +299,20 @@ def ask(lines: list[str]) -> bool:
 
 
 def _ended(message: dict[str, Any]) -> int:
-    kind = message.get("type")
-    if kind == "exit":
-        status = message.get("status")
-        if "message" in message:  # a limit the sandbox met, said as an error's message is
-            print(f"lnk: {message['message']}", file=sys.stderr)
-        return status if type(status) is int else EXIT_RUN_ERROR
-    if kind == "error":
-        code, run_code = message.get("exit"), message.get("run_exit")
-        raise RemoteError(
-            str(message.get("message")),
-            code if type(code) is int else EXIT_ERROR,
-            run_code if type(run_code) is int else EXIT_RUN_ERROR,
-        )
+    kind = message.get(protocol.TYPE)
+    if kind == protocol.EXIT:
+        status, said = protocol.exit_status(message)
+        if said is not None:  # a limit the sandbox met, said as an error's message is
+            print(f"lnk: {said}", file=sys.stderr)
+        return status
+    if kind == protocol.ERROR:
+        raise protocol.remote_error(message)
     raise StateError(f"unexpected answer from the controller: {kind!r}")
 
 
-def open_as_owner(send: Send, untrusted_paths: object) -> None:
-    """Open what the controller will bind, as this user (what we cannot reach is refused), and
-    `send` the "opened" frame with the descriptors."""
-    paths = untrusted_paths
-    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise StateError("the controller asked to open something that is not a list of paths")
+def open_as_owner(send: Send, paths: list[str]) -> None:
+    """Open what the controller will bind (an "open" frame's paths), as this user (what we
+    cannot reach is refused), and `send` the "opened" frame with the descriptors."""
     opened: list[int] = []
     try:
         for path in paths:
@@ -326,8 +320,7 @@ def open_as_owner(send: Send, untrusted_paths: object) -> None:
                 opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
             except OSError as exc:
                 raise StateError(f"cannot open {path}: {exc.strerror}") from None
-        grants = {path: i for i, path in enumerate(paths)}
-        send({"type": "opened", "grants": grants}, opened)
+        send(protocol.opened_frame(paths), opened)
     finally:
         for fd in opened:
             os.close(fd)
@@ -338,7 +331,7 @@ def _wait(send: Send, receive: Receive) -> dict[str, Any]:
 
     def forward(number: int, _frame: object) -> None:
         try:  # noqa: SIM105 - contextlib is one more import on this path
-            send({"type": "signal", "signal": number}, [])
+            send(protocol.signal_frame(number), [])
         except OSError:
             pass
 

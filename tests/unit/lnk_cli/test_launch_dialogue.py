@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lnk_cli import app, quick_run
-from lnk_cli.quick_run import launch_request, no_flags, plain_run
+from lnk_cli import app, launch_dialogue
+from lnk_cli.launch_dialogue import launch_request, no_flags, plain_run
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
 
@@ -61,10 +61,10 @@ def test_the_request_is_the_full_clients(words: list[str], expected: object) -> 
     assert (spec, launch_request(quick_command, no_flags(), yes=yes)) == (args.spec, full)
 
 
-def _frames() -> quick_run._Frames:
+def _frames() -> launch_dialogue._Frames:
     from _json import encode_basestring_ascii, make_scanner
 
-    return quick_run._Frames(encode_basestring_ascii, make_scanner)
+    return launch_dialogue._Frames(encode_basestring_ascii, make_scanner)
 
 
 MESSAGES: list[object] = [
@@ -126,7 +126,7 @@ def test_frames_and_descriptors_cross_to_the_controllers_frames(tmp_path: Path) 
 def test_an_oversized_frame_is_refused_before_it_is_read() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with ours, theirs:
-        theirs.sendall((quick_run.MAX_FRAME + 1).to_bytes(4, "big"))
+        theirs.sendall((launch_dialogue.MAX_FRAME + 1).to_bytes(4, "big"))
         with pytest.raises(ValueError, match="over the limit"):
             _frames().receive(ours)
 
@@ -137,7 +137,7 @@ HEAVY = ("argparse", "json", "socket", "signal", "re", "enum", "typing", "lnk_cl
 _IMPORTS = """
 import os, sys
 os.environ["LNK_RUN_DIR"] = sys.argv[1]
-from lnk_cli.quick_run import quick_run
+from lnk_cli.launch_dialogue import quick_run
 status = quick_run(["--yes", "--", "/bin/true"])
 print(status, " ".join(sorted(sys.modules)))
 """
