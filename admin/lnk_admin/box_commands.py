@@ -102,24 +102,14 @@ def _answers(box: BoxPaths, service: Service) -> bool:
 
 
 def _proxy_answers(path: Path) -> bool:
-    import socket
-
-    from lnk_shared.unix import recv_frame, send_frame
+    from lnk_shared.admin_socket import admin_answers
 
     if os.geteuid() != 0:  # only the controller's uid may talk to it: a socket is all we see
         try:
             return path.exists()
         except OSError:  # its folder is closed to this user: nothing to tell either way
             return False
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(2)
-            sock.connect(str(path))
-            send_frame(sock, {"op": "ping"})
-            answer, _ = recv_frame(sock)
-    except (OSError, EOFError, ValueError):
-        return False
-    return answer.get("ok") is True
+    return admin_answers(path, timeout=ANSWER_WAIT_S)
 
 
 def _system_user(name: str) -> Any:

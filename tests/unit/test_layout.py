@@ -39,7 +39,6 @@ UNTESTED_ALONE = {
         "oom_scores.py",
         "proof_client.py",
         "protected_names.py",
-        "service_config.py",
         "service_identity.py",
     },
     "lnk_controller": {
