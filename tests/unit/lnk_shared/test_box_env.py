@@ -1,11 +1,10 @@
 """The box's folders from the environment: each variable when set, the box's default when unset
-or empty (an empty LNK_RUN_DIR is not the current folder); the same three that BoxPaths gives;
-and read on `os` alone, so `lnk sandbox run` may read its run dir without pathlib."""
+or empty (an empty LNK_RUN_DIR is not the current folder); the same three that BoxPaths gives.
+That it reads them on `os` alone is held by tests/unit/lnk_cli/test_app_startup.py: the launch
+path imports it, and imports neither pathlib nor typing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -45,16 +44,3 @@ def test_box_paths_is_the_typed_view_of_the_same_three() -> None:
     box = BoxPaths.from_env(env)
     assert box.all() == (Path("/c"), Path("/var/lib/lnk"), Path("/r"))
     assert str(box.run_dir) == box_run_dir(env)
-
-
-def test_reading_the_run_dir_imports_neither_pathlib_nor_typing() -> None:
-    code = "import sys, lnk_shared.box_env as b; b.box_run_dir(); print(' '.join(sys.modules))"
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": ":".join(sys.path)},
-    ).stdout.split()
-    assert "lnk_shared.box_env" in out
-    assert [m for m in ("pathlib", "typing", "dataclasses") if m in out] == []
