@@ -9,7 +9,8 @@ frame means is the service's own (its `parse_command`, pure, reads every field a
 handler here takes an untrusted frame and the descriptors that came with it and returns the
 reply and the descriptors to send; a ValueError it raises is answered `{"ok": false, "error":
 ...}`. The same loop runs on a thread (`serve_connection`, the bridge's) or on an event loop
-with the blocking reads on threads (`serve_connection_async`, the proxy's).
+with the blocking reads on threads (`serve_connection_async`, the proxy's); `serve_admin_threads`
+and `serve_admin_async` bind the socket and accept for each.
 
 Security limitations: the peer's uid is the only credential (as of its connect); this does NOT
 check which process holds it, nor limit how often the controller asks.
@@ -23,8 +24,8 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "admin_socket_in",
     "bind_admin_socket",
     "call_admin",
+    "serve_admin_async",
     "serve_admin_threads",
     "serve_connection",
     "serve_connection_async",
@@ -169,6 +171,38 @@ def serve_admin_threads(
         listening.close()
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+async def serve_admin_async(
+    path: Path,
+    serve_one: Callable[[socket.socket, ThreadPoolExecutor], Coroutine[Any, Any, None]],
+    *,
+    threads: int,
+    thread_name: str,
+) -> None:
+    """Bind the admin socket and accept on the running loop until cancelled, each connection
+    served by `serve_one` (`serve_connection_async`, with the service's handler) with its
+    blocking frame calls on `threads` threads of their own; at the end the connections are
+    cancelled and the socket removed."""
+    listening = bind_admin_socket(path)
+    listening.setblocking(False)
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+    executor = ThreadPoolExecutor(threads, thread_name_prefix=thread_name)
+    try:
+        while True:
+            sock, _ = await loop.sock_accept(listening)
+            task = asyncio.create_task(serve_one(sock, executor))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        listening.close()
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 def call_admin(

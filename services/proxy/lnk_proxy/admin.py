@@ -38,7 +38,6 @@ check which process holds it, nor limit how often the controller asks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -56,7 +55,7 @@ from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
 from lnk_proxy.service_relay import ServiceGrant, parse_service_secrets, parse_services
 from lnk_proxy.wire_log import SANDBOX_ID
-from lnk_shared.admin_socket import bind_admin_socket, serve_connection_async
+from lnk_shared.admin_socket import serve_admin_async, serve_connection_async
 from lnk_shared.errors import SpecError
 from lnk_shared.hosts import LISTED_ONLY_PORTS
 from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
@@ -295,26 +294,12 @@ async def handle_admin_connection(
 async def serve_admin(server: ProxyServer, config: ProxyConfig) -> None:
     """Accept admin connections until cancelled. Their frames are read on threads of their
     own, so a stalled admin peer never holds a thread the resolver needs."""
-    listening = bind_admin_socket(config.admin_socket)
-    listening.setblocking(False)
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
-    executor = ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="lnk-proxy-admin")
-    try:
-        while True:
-            sock, _ = await loop.sock_accept(listening)
-            handler = handle_admin_connection(server, sock, config, executor)
-            task = asyncio.create_task(handler)
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    finally:
-        listening.close()
-        with contextlib.suppress(FileNotFoundError):
-            config.admin_socket.unlink()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        executor.shutdown(wait=False, cancel_futures=True)
+    await serve_admin_async(
+        config.admin_socket,
+        lambda sock, executor: handle_admin_connection(server, sock, config, executor),
+        threads=ADMIN_THREADS,
+        thread_name="lnk-proxy-admin",
+    )
 
 
 def _raise_descriptor_limit() -> None:

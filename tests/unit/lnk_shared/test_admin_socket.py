@@ -25,6 +25,7 @@ from lnk_shared.admin_socket import (
     admin_answers,
     admin_socket_in,
     call_admin,
+    serve_admin_async,
     serve_admin_threads,
     serve_connection,
     serve_connection_async,
@@ -195,6 +196,35 @@ def test_the_thread_server_binds_0600_in_a_0700_folder_and_removes_its_socket(
         server.join(WAIT_S)
     assert not server.is_alive()
     assert not path.exists()
+
+
+def test_the_loop_server_answers_until_cancelled_then_removes_its_socket(run_dir: Path) -> None:
+    path = admin_socket_in(run_dir, "svc")
+    handle = Handled()
+
+    async def run() -> tuple[bool, int, int]:
+        server = asyncio.create_task(
+            serve_admin_async(
+                path,
+                lambda sock, executor: serve_connection_async(
+                    sock, os.getuid(), handle.async_call, executor
+                ),
+                threads=2,
+                thread_name="test-admin",
+            )
+        )
+        try:
+            answered = False
+            while not answered and not server.done():  # bound once it answers: no sleep
+                answered = await asyncio.to_thread(admin_answers, path, WAIT_S)
+            modes = stat.S_IMODE(path.stat().st_mode), stat.S_IMODE(path.parent.stat().st_mode)
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+        return answered, *modes
+
+    assert asyncio.run(run()) == (True, ADMIN_SOCKET_MODE, SERVICE_DIR_MODE)
+    assert handle.frames and not path.exists()
 
 
 def test_a_service_that_does_not_answer_is_the_box_s_state(run_dir: Path) -> None:
