@@ -1,1 +1,1 @@
-"""lnk_cli: the `lnk` command, a thin unprivileged client."""
+"""lnk_cli: the `lnk` command, a thin unprivileged client (root's `lnk box ...` is lnk_admin's)."""

@@ -90,7 +90,7 @@ def _agent_name(args: argparse.Namespace) -> str:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_cli.controller_api import call
+    from lnk_shared.controller_api import call
 
     return call(method, url, body)
 

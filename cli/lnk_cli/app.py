@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 GROUPS = {
     "sandbox": "lnk_cli.sandbox_commands",
     "spec": "lnk_cli.spec_commands",
-    "box": "lnk_cli.box_commands",
+    "box": "lnk_admin.box_commands",  # root's admin room, not the client's
     "agent": "lnk_cli.agent_commands",
     "bridge": "lnk_cli.bridge_commands",
     "secret": "lnk_cli.secret_cmd",

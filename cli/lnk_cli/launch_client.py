@@ -16,6 +16,7 @@ import tty
 
 from lnk_cli.launch_dialogue import LAUNCH_SOCKET, dialogue, held_signals, launch_request
 from lnk_cli.terminal_modes import kept_modes
+from lnk_shared.box_env import box_run_dir
 from lnk_shared.errors import SpecError, StateError, UsageError
 from lnk_shared.launch_protocol import add_spec, add_with_fd, terminal_size
 from lnk_shared.spec_flags import flags_document
@@ -135,7 +136,7 @@ def run_in_sandbox(
                 _refuse_closed(number, str(item))
                 add_with_fd(request, number, len(fds))
                 fds.append(number)
-        run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+        run_dir = box_run_dir()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(os.path.join(run_dir, LAUNCH_SOCKET))

@@ -30,6 +30,7 @@ import sys
 
 from lnk_cli.terminal_modes import kept_modes
 from lnk_shared import launch_protocol as protocol
+from lnk_shared.box_env import box_run_dir
 from lnk_shared.display import shown_lines
 from lnk_shared.errors import (
     EXIT_ERROR,
@@ -225,7 +226,7 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
             raise
         protocol.add_spec(request, len(fds))
         fds.append(fd)
-    run_dir = os.environ.get("LNK_RUN_DIR") or "/run/lnk"
+    run_dir = box_run_dir()
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         try:

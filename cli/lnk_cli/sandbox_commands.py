@@ -127,7 +127,7 @@ def _sandbox_id(args: argparse.Namespace) -> str:
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_cli.controller_api import call
+    from lnk_shared.controller_api import call
 
     return call(method, url, body, not_found="no such sandbox (or not yours)")
 

@@ -57,7 +57,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _api(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    from lnk_cli.controller_api import call
+    from lnk_shared.controller_api import call
 
     return call(method, url, body)
 

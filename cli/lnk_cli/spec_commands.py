@@ -74,7 +74,7 @@ def _spec_named(row: dict[str, Any]) -> str:
 
 
 def _api(method: str, url: str) -> Any:
-    from lnk_cli.controller_api import call
+    from lnk_shared.controller_api import call
 
     return call(method, url)
 

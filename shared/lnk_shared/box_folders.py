@@ -1,7 +1,7 @@
 """The box's own folders, once: where each is, whose it is, its mode, and why.
 
 The controller makes its own at start (`lnk_controller.service`), `lnk box up` makes each other
-service's before it starts that service (`lnk_cli.box_commands`), and the Ansible role makes
+service's before it starts that service (`lnk_admin.box_commands`), and the Ansible role makes
 them at converge (`deploy/ansible/roles/lnk_box/tasks/folders.yml`: a unit test holds the role's
 list equal to this table). A mode is set explicitly after every mkdir, whatever the umask.
 """

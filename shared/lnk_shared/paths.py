@@ -1,20 +1,30 @@
 """Where the box keeps things, and the paths every sandbox must never be granted.
 
 Services and tests point the box at other dirs with LNK_CONFIG_DIR, LNK_STATE_DIR and
-LNK_RUN_DIR, so a test runs an isolated box in a temp dir.
+LNK_RUN_DIR (read in `box_env`), so a test runs an isolated box in a temp dir.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lnk_shared.box_env import (
+    DEFAULT_CONFIG_DIR,
+    DEFAULT_RUN_DIR,
+    DEFAULT_STATE_DIR,
+    box_config_dir,
+    box_run_dir,
+    box_state_dir,
+)
 from lnk_shared.protected_names import protected_paths
 
 __all__ = [
     "AGENT_FOLDERS",
+    "DEFAULT_CONFIG_DIR",  # box_env's, here too for the typed callers
+    "DEFAULT_RUN_DIR",
+    "DEFAULT_STATE_DIR",
     "PROJECT_RUN_DOT_ENTRIES",
     "SOCKET_DIRS",
     "SYSTEM_DIRS",
@@ -59,10 +69,6 @@ SOCKET_DIRS = ("/run", "/var/run", "/tmp/.X11-unix", "/tmp/.ICE-unix")
 # with each name's tool and why, is protected_names.PROTECTED_NAMES.
 PROJECT_RUN_DOT_ENTRIES = protected_paths()
 
-DEFAULT_CONFIG_DIR = "/etc/lnk"
-DEFAULT_STATE_DIR = "/var/lib/lnk"
-DEFAULT_RUN_DIR = "/run/lnk"
-
 
 @dataclass(frozen=True)
 class BoxPaths:
@@ -74,11 +80,10 @@ class BoxPaths:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BoxPaths:
-        env = os.environ if env is None else env
         return cls(
-            config_dir=Path(env.get("LNK_CONFIG_DIR") or DEFAULT_CONFIG_DIR),
-            state_dir=Path(env.get("LNK_STATE_DIR") or DEFAULT_STATE_DIR),
-            run_dir=Path(env.get("LNK_RUN_DIR") or DEFAULT_RUN_DIR),
+            config_dir=Path(box_config_dir(env)),
+            state_dir=Path(box_state_dir(env)),
+            run_dir=Path(box_run_dir(env)),
         )
 
     @property

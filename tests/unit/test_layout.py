@@ -18,14 +18,19 @@ PACKAGES = {
     "lnk_ssh_gate": ROOT / "services" / "ssh-gate" / "lnk_ssh_gate",
     "lnk_cli": ROOT / "cli" / "lnk_cli",
     "lnk_inside": ROOT / "sandbox" / "lnk_inside",  # what runs inside a sandbox
+    "lnk_admin": ROOT / "admin" / "lnk_admin",
 }
 SKIPPED_PARTS = {"migrations", "__pycache__"}  # Alembic's generated revisions; caches
 
 # (importer, imported): why the room is crossed.
 CROSSINGS = {
-    # root's one-shot admin commands (`lnk box up|authorize`, the forced command of `enter`)
-    # write the SSH gate's files; issue 20 moves them into a room of their own.
-    ("lnk_cli", "lnk_ssh_gate"): {"authorize_command.py", "box_commands.py", "enter_command.py"},
+    # root's one-shot admin commands write the SSH gate's files with the gate's own code: `lnk
+    # box authorize` its key lines (one writer of the line format the gate reads at login),
+    # `lnk box up` its sshd drop-in. Both run as root, as the gate's writer is meant to.
+    ("lnk_admin", "lnk_ssh_gate"): {"authorize_command.py", "box_commands.py"},
+    # `lnk sandbox enter` is the gate's forced command: the CLI's glue that plans the session
+    # with the gate's code, then launches it with the CLI's own launch client.
+    ("lnk_cli", "lnk_ssh_gate"): {"enter_command.py"},
     # `lnk sandbox check` plans the steps the probe program runs inside and reads its results:
     # the plan and the verdicts share the probe's constants (MARKER_TIME, KERNEL_CALLS, ...).
     # Outside reads inside, never the other way (lnk_inside imports nothing of the box).
@@ -44,7 +49,6 @@ UNTESTED_ALONE = {
         "oom_scores.py",
         "proof_client.py",
         "protected_names.py",
-        "service_config.py",
         "service_identity.py",
     },
     "lnk_controller": {
@@ -64,10 +68,9 @@ UNTESTED_ALONE = {
     "lnk_proxy": {"machine_watch.py", "policy_memo.py"},
     "lnk_bridge_store": {"db.py", "limits.py", "models.py"},
     "lnk_ssh_gate": {"authorize.py", "gate_paths.py"},
+    "lnk_admin": {"authorize_command.py", "box_commands.py"},
     "lnk_cli": {
         "app.py",
-        "authorize_command.py",
-        "box_commands.py",
         "check/command.py",
         "check/login_path.py",
         "enter_command.py",

@@ -103,7 +103,7 @@ def _confiner_dir() -> str | None:
 def _wire_seen(sandbox_id: str) -> tuple[frozenset[str], dict[str, int], frozenset[str]]:
     """The targets the proxy allowed for this sandbox, its refusal lines per target, and
     `TARGET RULE: REASON` of each refusal, from its wire log (outside)."""
-    from lnk_cli.controller_api import call
+    from lnk_shared.controller_api import call
 
     allowed: set[str] = set()
     refusals: dict[str, int] = {}

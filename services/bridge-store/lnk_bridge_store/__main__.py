@@ -1,39 +1,22 @@
-"""`python -m lnk_bridge_store`: load the config and run the store bridge. Nothing else here.
-
-The bridge runs as its own system user: never root (a bug in it would then be root's), never a
-uid from the range sandboxes are given (a sandbox could then signal or trace it).
-"""
+"""`python -m lnk_bridge_store`: load the config and run the store bridge, as its own system
+user (`lnk_shared.service_main`). Nothing else happens here."""
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
 
-from lnk_shared.errors import EXIT_USAGE, LnkError
-from lnk_shared.service_identity import identity_refusal
+from lnk_shared.service_main import service_main
 
 
-def refuse_identity(uid: int) -> str | None:
-    """Why this service must not run as `uid`, or None when it may."""
-    return identity_refusal("lnk_bridge_store", uid)
-
-
-def main() -> int:
+def _run() -> None:
     from lnk_bridge_store.config import load_config
     from lnk_bridge_store.service import run_bridge
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s lnk-bridge-store %(message)s")
-    refusal = refuse_identity(os.geteuid()) or refuse_identity(os.getuid())
-    if refusal is not None:
-        print(f"lnk-bridge-store: {refusal}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        run_bridge(load_config())
-    except LnkError as exc:
-        print(f"lnk-bridge-store: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    run_bridge(load_config())
+
+
+def main() -> int:
+    return service_main("lnk-bridge-store", "lnk_bridge_store", _run)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ delivers messages to an agent's inbox.
 
 A unix socket at `config.admin_socket`, mode 0600 in the bridge's own folder (mode 0700).
 Each connection is checked with SO_PEERCRED: any uid but `config.controller_uid` is closed
-with no answer. Then JSON frames (`lnk_shared.unix`), one reply per command:
+with no answer. Then JSON frames (`lnk_shared.unix`), one reply per command (the socket, the
+check and the frame loop: `lnk_shared.admin_socket`; the commands, here):
 
     {"op": "open", "agent": NAME, "public_key": B64(32 bytes), "host_uid": UID}
     {"op": "close", "agent": NAME}
@@ -26,10 +27,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import logging
 import os
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +36,12 @@ from typing import Any
 from lnk_bridge_store.limits import HOLDER
 from lnk_bridge_store.server import BridgeServer
 from lnk_bridge_store.store import StoreRefused
+from lnk_shared.admin_socket import serve_admin_threads
 from lnk_shared.errors import LnkError
 from lnk_shared.proofs import AGENT_ID, AgentKey, AgentKeyRefused, enroll_public_key
-from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
+from lnk_shared.unix import checked_op
 
 __all__ = [
-    "ADMIN_SOCKET_MODE",
     "CloseAgent",
     "ForgetAgent",
     "OpenAgent",
@@ -54,9 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ADMIN_SOCKET_MODE = 0o600  # the bridge's user, and root (the controller) past every mode
-BRIDGE_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor agents' sockets
-ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
 MIN_AGENT_UID = 1  # never root: an agent runs as a fresh unprivileged host user
 MAX_UID = 2**32 - 2
 _KEYS = {
@@ -153,46 +149,12 @@ def run_command(server: BridgeServer, command: Command) -> dict[str, Any]:
     return {"ok": True}
 
 
-def handle_admin_connection(server: BridgeServer, sock: socket.socket) -> None:
-    """Serve one admin connection: frames until the controller closes it."""
-    try:
-        cred = peer_cred(sock)
-        if cred.uid != server.config.controller_uid:
-            log.warning("admin socket: uid %d (pid %d) is not the controller", cred.uid, cred.pid)
-            return
-        sock.settimeout(ADMIN_TIMEOUT_S)
-        while True:
-            try:
-                untrusted, _ = recv_frame(sock)
-            except EOFError:
-                return
-            try:
-                reply = run_command(server, parse_command(untrusted, os.geteuid()))
-            except ValueError as exc:
-                reply = {"ok": False, "error": str(exc)}
-            send_frame(sock, reply)
-    except (OSError, ValueError, RecursionError) as exc:
-        log.warning("admin connection ended: %s", exc)
-    finally:
-        sock.close()
-
-
 def serve_admin(server: BridgeServer, stop: threading.Event) -> None:
-    """Accept admin connections until `stop` is set; each on a thread of its own."""
+    """Serve the admin socket until `stop` is set; each connection on a thread of its own."""
+
+    def handle(untrusted: dict[str, Any], _fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        # no command takes a descriptor, and none is read: the kernel drops any sent
+        return run_command(server, parse_command(untrusted, os.geteuid())), []
+
     config = server.config
-    listening = bind_socket(config.admin_socket, mode=ADMIN_SOCKET_MODE, dir_mode=BRIDGE_DIR_MODE)
-    listening.settimeout(0.2)
-    try:
-        while not stop.is_set():
-            try:
-                sock, _ = listening.accept()
-            except TimeoutError:
-                continue
-            sock.settimeout(ADMIN_TIMEOUT_S)
-            threading.Thread(
-                target=handle_admin_connection, args=(server, sock), daemon=True
-            ).start()
-    finally:
-        listening.close()
-        with contextlib.suppress(FileNotFoundError):
-            config.admin_socket.unlink()
+    serve_admin_threads(config.admin_socket, config.controller_uid, handle, stop)

@@ -14,30 +14,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from lnk_shared.box_env import DEFAULT_STATE_DIR
 from lnk_shared.proofs import MAX_LIFETIME_BOUND_S, MAX_SKEW_BOUND_S
-from lnk_shared.service_config import load_service_config
+from lnk_shared.service_config import ServicePaths, load_service_config
 
-__all__ = ["ADMIN_SOCKET_NAME", "BRIDGE_RUN_DIR", "CONFIG_FILE", "StoreConfig", "load_config"]
+__all__ = ["BRIDGE_RUN_DIR", "CONFIG_FILE", "StoreConfig", "load_config"]
 
 CONFIG_FILE = "bridge-store.toml"
 BRIDGE_RUN_DIR = "bridge-store"  # under run_dir: the bridge's own folder (admin, agents' sockets)
-ADMIN_SOCKET_NAME = "admin.sock"
 MAX_UID = 2**32 - 2  # (uid_t)-1 means "no change" to the kernel: never a real uid
 MAX_URL = 4096
 
 
-class StoreConfig(BaseModel):
+class StoreConfig(ServicePaths):
     """Where the store bridge keeps things, who may command it, and its proof window."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    RUN_FOLDER = BRIDGE_RUN_DIR  # the admin socket: <run_dir>/bridge-store/admin.sock
 
-    config_dir: Path = Field(default=Path("/etc/lnk"), strict=False)
-    state_dir: Path = Field(default=Path("/var/lib/lnk"), strict=False)
-    run_dir: Path = Field(default=Path("/run/lnk"), strict=False)
-    # Derived when absent (`_derived`); the placeholders could never pass `_check`.
-    admin_socket: Path = Field(default=Path(), strict=False)
+    # Derived when absent (`_derived`); the placeholder could never pass `_check`.
     database_url: str = Field(default="", max_length=MAX_URL)
     controller_uid: int = Field(default=0, ge=0, le=MAX_UID)
     max_skew_s: int = Field(default=30, ge=1, le=MAX_SKEW_BOUND_S)
@@ -49,19 +45,14 @@ class StoreConfig(BaseModel):
         if not isinstance(data, dict):
             return data
         values = dict(data)
-        run, state = values.get("run_dir", "/run/lnk"), values.get("state_dir", "/var/lib/lnk")
-        if isinstance(run, str | Path):
-            values.setdefault("admin_socket", Path(run) / BRIDGE_RUN_DIR / ADMIN_SOCKET_NAME)
+        state = values.get("state_dir", DEFAULT_STATE_DIR)
         if isinstance(state, str | Path):
             values.setdefault("database_url", f"sqlite:///{Path(state) / BRIDGE_RUN_DIR}/store.db")
         return values
 
     @model_validator(mode="after")
     def _check(self) -> StoreConfig:
-        for name in ("config_dir", "state_dir", "run_dir", "admin_socket"):
-            if not getattr(self, name).is_absolute():
-                raise ValueError(f"{name} must be an absolute path")
-        if self.admin_socket.parent != self.bridge_dir:
+        if self.admin_socket.parent != self.bridge_dir:  # where the controller looks for it
             raise ValueError(f"admin_socket must be in {self.bridge_dir}")
         if not self.database_url or "://" not in self.database_url:
             raise ValueError("database_url must be an SQLAlchemy URL (sqlite:///PATH, ...)")
@@ -70,7 +61,7 @@ class StoreConfig(BaseModel):
     @property
     def bridge_dir(self) -> Path:
         """The bridge's own folder: its admin socket and each agent's socket."""
-        return self.run_dir / BRIDGE_RUN_DIR
+        return self.service_dir
 
 
 def load_config(env: Mapping[str, str] | None = None) -> StoreConfig:

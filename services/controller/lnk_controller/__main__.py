@@ -1,24 +1,22 @@
-"""`python -m lnk_controller`: load the config and run the controller. Nothing else happens here."""
+"""`python -m lnk_controller`: load the config and run the controller, the one service that runs
+as root (`lnk_shared.service_main`). Nothing else happens here."""
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from lnk_shared.errors import LnkError
+from lnk_shared.service_main import service_main
 
 
-def main() -> int:
+def _run() -> None:
     from lnk_controller.config import load_config
     from lnk_controller.service import run_controller
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s lnk-controller %(message)s")
-    try:
-        run_controller(load_config())
-    except LnkError as exc:
-        print(f"lnk-controller: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    run_controller(load_config())
+
+
+def main() -> int:
+    return service_main("lnk-controller", "lnk_controller", _run, own_user=False)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
+from lnk_shared.admin_socket import admin_socket_in, call_admin
 from lnk_shared.errors import StateError
 from lnk_shared.proofs import AGENT_ID
-from lnk_shared.unix import recv_frame, send_frame
 
 __all__ = [
     "bridge_admin_socket",
@@ -29,25 +28,15 @@ ADMIN_TIMEOUT_S = 10.0  # the bridge answers at once, after one SQLite write at 
 
 
 def bridge_admin_socket(run_dir: Path) -> Path:
-    return run_dir / "bridge-store" / "admin.sock"
+    return admin_socket_in(run_dir, "bridge-store")
 
 
 def _call(run_dir: Path, message: dict[str, Any]) -> dict[str, Any]:
-    path = bridge_admin_socket(run_dir)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(ADMIN_TIMEOUT_S)
-    try:
-        sock.connect(str(path))
-        send_frame(sock, message)
-        answer, fds = recv_frame(sock)
-        for fd in fds:
-            os.close(fd)
-    except (OSError, EOFError, ValueError) as exc:
-        raise StateError(
-            f"the store bridge does not answer at {path} ({exc}); `lnk box up` starts it"
-        ) from None
-    finally:
-        sock.close()
+    answer, fds = call_admin(
+        bridge_admin_socket(run_dir), message, service="store bridge", timeout=ADMIN_TIMEOUT_S
+    )
+    for fd in fds:
+        os.close(fd)
     if answer.get("ok") is not True:
         raise StateError(f"the store bridge refused: {answer.get('error')}")
     return answer

@@ -12,12 +12,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from lnk_controller.limits import BoxLimits
 from lnk_shared.launch_protocol import LAUNCH_SOCKET
+from lnk_shared.admin_socket import admin_socket_in
 from lnk_shared.paths import BoxPaths
-from lnk_shared.service_config import load_service_config
+from lnk_shared.service_config import ServiceFolders, load_service_config
 from lnk_shared.service_identity import MIN_SANDBOX_UID
 
 __all__ = ["CONFIG_FILE", "ControllerConfig", "load_config"]
@@ -81,12 +82,7 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
 }
 
 
-class ControllerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    config_dir: Path = Field(default=Path("/etc/lnk"), strict=False)
-    state_dir: Path = Field(default=Path("/var/lib/lnk"), strict=False)
-    run_dir: Path = Field(default=Path("/run/lnk"), strict=False)
+class ControllerConfig(ServiceFolders):
     prefix: Path = Field(default_factory=lambda: Path(sys.prefix).parent, strict=False)
     python: Path = Field(default_factory=lambda: Path(sys.prefix) / "bin" / "python", strict=False)
     bwrap: Path = Field(default=Path("/usr/bin/bwrap"), strict=False)
@@ -152,16 +148,7 @@ class ControllerConfig(BaseModel):
             raise ValueError("uid_last must not be below uid_first")
         if self.lease_seconds > self.max_lease_seconds:
             raise ValueError("lease_seconds must not exceed max_lease_seconds")
-        for name in (
-            "config_dir",
-            "state_dir",
-            "run_dir",
-            "prefix",
-            "python",
-            "bwrap",
-            "confiner",
-            "spawner",
-        ):
+        for name in ("prefix", "python", "bwrap", "confiner", "spawner"):  # the folders: base
             if not getattr(self, name).is_absolute():
                 raise ValueError(f"{name} must be an absolute path")
         if self.unsafe_pretend_landlock_abi is not None:
@@ -235,7 +222,7 @@ class ControllerConfig(BaseModel):
 
     @property
     def proxy_admin_socket(self) -> Path:
-        return self.proxy_dir / "admin.sock"
+        return admin_socket_in(self.run_dir, "proxy")
 
     @property
     def flags_dir(self) -> Path:

@@ -23,16 +23,15 @@ import contextlib
 import logging
 import os
 import secrets
-import socket
 import threading
 from pathlib import Path
 from typing import Any
 
 from lnk_controller.config import ControllerConfig
 from lnk_controller.proxy_standin import StandIn
+from lnk_shared.admin_socket import call_admin
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.grants import Grants
-from lnk_shared.unix import recv_frame, send_frame
 
 __all__ = [
     "HELD",
@@ -108,22 +107,11 @@ def _call(
 def _call_with_fds(
     cfg: ControllerConfig, message: dict[str, Any], fds: list[int] | None = None
 ) -> tuple[dict[str, Any], list[int]]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(ADMIN_TIMEOUT_S)
-    try:
-        sock.connect(str(cfg.proxy_admin_socket))
-        send_frame(sock, message, fds)
-        answer, received = recv_frame(sock, want_fds=True)
-    except (OSError, EOFError, ValueError) as exc:
-        # A service of the box that does not answer is the box's state (exit 1), as the store
-        # bridge's is (bridge_link): not a rule's refusal.
-        raise StateError(
-            f"the filtering proxy does not answer at {cfg.proxy_admin_socket} ({exc}); "
-            "`lnk box up` starts it"
-        ) from None
-    finally:
-        sock.close()
-    return answer, received
+    # A service of the box that does not answer is the box's state (exit 1), as the store
+    # bridge's is (bridge_link): not a rule's refusal.
+    return call_admin(
+        cfg.proxy_admin_socket, message, fds, service="filtering proxy", timeout=ADMIN_TIMEOUT_S
+    )
 
 
 def open_listener(

@@ -3,7 +3,8 @@
 A unix socket at `config.admin_socket`, mode 0600 in a folder of mode 0700 (the controller is
 root, both belong to the proxy's user). Each connection is checked with SO_PEERCRED: any uid but
 `config.controller_uid` is closed with no answer. Then JSON frames (`lnk_shared.unix`), one
-reply per command:
+reply per command (the socket, the check and the frame loop: `lnk_shared.admin_socket`; the
+commands, here):
 
     {"op": "open", "sandbox": ID, "socket": PATH, "secret": S,
      "grants": {"internet_any": bool, "internet": [host, ...],
@@ -37,7 +38,6 @@ check which process holds it, nor limit how often the controller asks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -55,14 +55,14 @@ from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
 from lnk_proxy.service_relay import ServiceGrant, parse_service_secrets, parse_services
 from lnk_proxy.wire_log import SANDBOX_ID
+from lnk_shared.admin_socket import serve_admin_async, serve_connection_async
 from lnk_shared.errors import SpecError
 from lnk_shared.hosts import LISTED_ONLY_PORTS
 from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
 from lnk_shared.spec_models import ModelRule
-from lnk_shared.unix import bind_socket, checked_op, peer_cred, recv_frame, send_frame
+from lnk_shared.unix import checked_op
 
 __all__ = [
-    "ADMIN_SOCKET_MODE",
     "CloseCommand",
     "Command",
     "ListCommand",
@@ -77,9 +77,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ADMIN_SOCKET_MODE = 0o600  # the proxy's user, and root (the controller) past every mode
-PROXY_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor the listeners
-ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
 ADMIN_THREADS = 4  # admin connections served at once; the controller uses one at a time
 # The loop's default executor: no lookup runs there (each sandbox's resolver has its own
 # threads) nor the machine view (its own thread); a few for what a library may still put there.
@@ -285,64 +282,24 @@ async def handle_admin_connection(
 ) -> None:
     """Serve one admin connection: frames until the controller closes it. The blocking frame
     calls run on `executor` (the loop's default one when None)."""
-    loop = asyncio.get_running_loop()
-    try:
-        cred = peer_cred(sock)
-        if cred.uid != config.controller_uid:
-            log.warning("admin socket: uid %d (pid %d) is not the controller", cred.uid, cred.pid)
-            return
-        sock.setblocking(True)
-        sock.settimeout(ADMIN_TIMEOUT_S)
-        while True:
-            try:
-                untrusted, fds = await loop.run_in_executor(executor, _recv_with_fds, sock)
-            except EOFError:
-                return
-            sent: list[int] = []
-            try:
-                command = parse_command(untrusted, config.run_dir)
-            except ValueError as exc:
-                for fd in fds:
-                    os.close(fd)
-                reply = {"ok": False, "error": str(exc)}
-            else:
-                reply, sent = await _run_command(server, command, list(fds))
-            await loop.run_in_executor(executor, send_frame, sock, reply, sent)
-    except (OSError, ValueError) as exc:  # a broken frame or peer: close, answer nothing
-        log.warning("admin connection ended: %s", exc)
-    finally:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # wakes a frame read blocked in its thread
-        sock.close()
 
+    async def handle(untrusted: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        command = parse_command(untrusted, config.run_dir)  # a ValueError closes `fds`
+        return await _run_command(server, command, list(fds))
 
-def _recv_with_fds(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    return recv_frame(sock, want_fds=True)  # adopt's listener; any other command's are closed
+    # adopt's listener rides on its frame; any other command's descriptors are closed
+    await serve_connection_async(sock, config.controller_uid, handle, executor, want_fds=True)
 
 
 async def serve_admin(server: ProxyServer, config: ProxyConfig) -> None:
     """Accept admin connections until cancelled. Their frames are read on threads of their
     own, so a stalled admin peer never holds a thread the resolver needs."""
-    listening = bind_socket(config.admin_socket, mode=ADMIN_SOCKET_MODE, dir_mode=PROXY_DIR_MODE)
-    listening.setblocking(False)
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
-    executor = ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="lnk-proxy-admin")
-    try:
-        while True:
-            sock, _ = await loop.sock_accept(listening)
-            handler = handle_admin_connection(server, sock, config, executor)
-            task = asyncio.create_task(handler)
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    finally:
-        listening.close()
-        with contextlib.suppress(FileNotFoundError):
-            config.admin_socket.unlink()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        executor.shutdown(wait=False, cancel_futures=True)
+    await serve_admin_async(
+        config.admin_socket,
+        lambda sock, executor: handle_admin_connection(server, sock, config, executor),
+        threads=ADMIN_THREADS,
+        thread_name="lnk-proxy-admin",
+    )
 
 
 def _raise_descriptor_limit() -> None:

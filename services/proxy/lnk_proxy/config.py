@@ -33,19 +33,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lnk_proxy import tunnel_buffers
 from lnk_shared.addresses import IPNetwork
-from lnk_shared.service_config import load_service_config
+from lnk_shared.box_env import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR
+from lnk_shared.service_config import ServicePaths, load_service_config
 
-__all__ = ["ADMIN_SOCKET_NAME", "CONFIG_FILE", "PROXY_RUN_DIR", "ProxyConfig", "load_config"]
+__all__ = ["CONFIG_FILE", "PROXY_RUN_DIR", "ProxyConfig", "load_config"]
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "proxy.toml"
 PROXY_RUN_DIR = "proxy"  # under run_dir: the proxy's own folder (admin socket, listeners)
-ADMIN_SOCKET_NAME = "admin.sock"
 MAX_UID = 2**32 - 2  # (uid_t)-1 means "no change" to the kernel: never a real uid
 MAX_CONNECT_TIMEOUT_S = 120.0  # past Linux's own SYN retry budget (~127 s): waiting is useless
 MAX_TUNNELS = 65_536  # far above any real client; each tunnel holds two descriptors
@@ -57,16 +57,12 @@ MAX_UNSAFE_NETWORKS = 64  # a test internet needs one or two ranges
 MAX_BUFFER_BUDGET = 64 << 30  # a sandbox's tunnels' kernel buffers past the largest machine's RAM
 
 
-class ProxyConfig(BaseModel):
+class ProxyConfig(ServicePaths):
     """Where the proxy keeps things, who may command it, and its per-sandbox limits."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    RUN_FOLDER = PROXY_RUN_DIR  # the admin socket: <run_dir>/proxy/admin.sock
 
-    config_dir: Path = Field(default=Path("/etc/lnk"), strict=False)
-    state_dir: Path = Field(default=Path("/var/lib/lnk"), strict=False)
-    run_dir: Path = Field(default=Path("/run/lnk"), strict=False)
     # Derived when absent (`_derived_paths`); the placeholder `.` could never pass `_check`.
-    admin_socket: Path = Field(default=Path(), strict=False)  # <run_dir>/proxy/admin.sock
     wire_log_dir: Path = Field(default=Path(), strict=False)  # <state_dir>/wire
     flags_dir: Path = Field(default=Path(), strict=False)  # <run_dir>/flags
     controller_uid: int = Field(default=0, ge=0, le=MAX_UID)
@@ -99,9 +95,9 @@ class ProxyConfig(BaseModel):
         if not isinstance(data, dict):
             return data
         values = dict(data)
-        run, state = values.get("run_dir", "/run/lnk"), values.get("state_dir", "/var/lib/lnk")
+        run = values.get("run_dir", DEFAULT_RUN_DIR)
+        state = values.get("state_dir", DEFAULT_STATE_DIR)
         if isinstance(run, str | Path):
-            values.setdefault("admin_socket", Path(run) / PROXY_RUN_DIR / ADMIN_SOCKET_NAME)
             values.setdefault("flags_dir", Path(run) / "flags")
         if isinstance(state, str | Path):
             values.setdefault("wire_log_dir", Path(state) / "wire")
@@ -119,12 +115,9 @@ class ProxyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ProxyConfig:
-        names = ("config_dir", "state_dir", "run_dir", "admin_socket", "wire_log_dir", "flags_dir")
-        for name in names:
+        for name in ("wire_log_dir", "flags_dir"):  # the service's own folders: ServicePaths
             if not getattr(self, name).is_absolute():
                 raise ValueError(f"{name} must be an absolute path")
-        if not self.admin_socket.is_relative_to(self.run_dir):
-            raise ValueError("admin_socket must be under run_dir")
         if self.unsafe_dns_table is not None and not self.unsafe_dns_table.is_absolute():
             raise ValueError("unsafe_dns_table must be an absolute path")
         if self.unsafe_service_ca is not None and not self.unsafe_service_ca.is_absolute():

@@ -9,7 +9,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from lnk_bridge_store.__main__ import refuse_identity
 from lnk_bridge_store.admin import (
     CloseAgent,
     ForgetAgent,
@@ -18,7 +17,7 @@ from lnk_bridge_store.admin import (
     SendMessage,
     parse_command,
 )
-from lnk_shared.service_identity import MIN_SANDBOX_UID
+from lnk_shared.service_identity import MIN_SANDBOX_UID, identity_refusal
 
 OWN_UID = 998
 PUBLIC = base64.b64encode(
@@ -78,8 +77,8 @@ def test_a_bad_send_is_refused() -> None:
 
 @pytest.mark.parametrize("uid", [0, MIN_SANDBOX_UID, 2**31 - 1])
 def test_root_and_sandbox_uids_may_not_run_the_bridge(uid: int) -> None:
-    assert refuse_identity(uid) is not None
+    assert identity_refusal("lnk_bridge_store", uid) is not None
 
 
 def test_a_system_user_may_run_the_bridge() -> None:
-    assert refuse_identity(998) is None
+    assert identity_refusal("lnk_bridge_store", 998) is None

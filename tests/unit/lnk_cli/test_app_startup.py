@@ -16,7 +16,7 @@ NOT_FOR_A_LAUNCH = (
     "dataclasses",
     "pathlib",
     "subprocess",
-    "lnk_cli.box_commands",
+    "lnk_admin.box_commands",
     "lnk_cli.spec_commands",
     "lnk_shared.spec",
     "http.client",

@@ -16,7 +16,7 @@ from lnk_shared import errors
 from lnk_shared.errors import LnkError, RefusedError, RemoteError, SpecError
 
 ROOT = Path(__file__).resolve().parents[3]
-SOURCES = [ROOT / "shared", ROOT / "services", ROOT / "cli", ROOT / "sandbox"]
+SOURCES = [ROOT / "shared", ROOT / "services", ROOT / "cli", ROOT / "sandbox", ROOT / "admin"]
 SKIPPED_PARTS = {"migrations", "__pycache__", "build"}
 UNIT = 4  # characters of one level of the drawn tree ("├── ", "│   ")
 _DRAWN = re.compile(r"^    (?P<prefix>(?:[│ ]   |[├└]── )*)(?P<name>[A-Z]\w*)\b")

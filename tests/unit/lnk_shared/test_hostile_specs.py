@@ -21,7 +21,7 @@ from lnk_shared.spec_file import MAX_SPEC_BYTES, load_spec_file
 CHECKOUT = Path(__file__).resolve().parents[3]
 SOURCE_DIRS = [
     "shared", "services/controller", "services/proxy", "services/bridge-store",
-    "services/ssh-gate", "cli", "sandbox",
+    "services/ssh-gate", "cli", "sandbox", "admin",
 ]  # fmt: skip
 
 DEEP = 100_000

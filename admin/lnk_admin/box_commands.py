@@ -67,7 +67,7 @@ def register(groups: Any) -> None:
         "ended_keep_days ago (default 30), or that are past the newest ended_keep_count "
         "(default 10000), as set in controller.toml. Live sandboxes are never pruned.",
     ).set_defaults(handler=cmd_prune)
-    from lnk_cli import authorize_command  # keys let in through the SSH gate
+    from lnk_admin import authorize_command  # keys let in through the SSH gate
 
     authorize_command.register(commands)
 
@@ -92,7 +92,7 @@ def _running_pid(box: BoxPaths, service: Service) -> int | None:
 def _answers(box: BoxPaths, service: Service) -> bool:
     if service.name in ("proxy", "bridge-store"):  # both answer a framed ping
         return _proxy_answers(box.run_dir / service.socket)
-    from lnk_cli.controller_api import request
+    from lnk_shared.controller_api import request
 
     try:
         status, _ = request("GET", "/v1/sandboxes", timeout=ANSWER_WAIT_S, box=box)
@@ -102,24 +102,14 @@ def _answers(box: BoxPaths, service: Service) -> bool:
 
 
 def _proxy_answers(path: Path) -> bool:
-    import socket
-
-    from lnk_shared.unix import recv_frame, send_frame
+    from lnk_shared.admin_socket import admin_answers
 
     if os.geteuid() != 0:  # only the controller's uid may talk to it: a socket is all we see
         try:
             return path.exists()
         except OSError:  # its folder is closed to this user: nothing to tell either way
             return False
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(2)
-            sock.connect(str(path))
-            send_frame(sock, {"op": "ping"})
-            answer, _ = recv_frame(sock)
-    except (OSError, EOFError, ValueError):
-        return False
-    return answer.get("ok") is True
+    return admin_answers(path, timeout=ANSWER_WAIT_S)
 
 
 def _system_user(name: str) -> Any:
@@ -333,7 +323,7 @@ def cmd_down(_args: argparse.Namespace) -> int:
 
 
 def cmd_prune(_args: argparse.Namespace) -> int:
-    from lnk_cli.controller_api import call
+    from lnk_shared.controller_api import call
 
     if os.geteuid() != 0:
         raise StateError("lnk box prune is for root: run it with sudo")

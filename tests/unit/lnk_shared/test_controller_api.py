@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from lnk_cli import controller_api
 from lnk_cli.app import run
+from lnk_shared import controller_api
 from lnk_shared.api_errors import error_answer
 from lnk_shared.errors import CommandRefused, StateError
 from lnk_shared.paths import BoxPaths
@@ -142,7 +142,7 @@ def test_a_socket_the_caller_may_not_use_is_said_so(box: BoxPaths) -> None:
         listener.bind(str(box.controller_socket))
         listener.listen(1)
         os.chmod(box.controller_socket, 0o600)  # root's: nobody may connect
-        code = "from lnk_cli.controller_api import call; call('GET', '/v1/sandboxes')"
+        code = "from lnk_shared.controller_api import call; call('GET', '/v1/sandboxes')"
         as_nobody = ["/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
         done = subprocess.run(
             [*as_nobody, sys.executable, "-c", code],
