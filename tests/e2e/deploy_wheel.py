@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-SOURCE_DIRS = ("shared", "services", "cli", "sandbox", "admin")  # what setuptools packs (its `where`)
+# what setuptools packs (its `where`)
+SOURCE_DIRS = ("shared", "services", "cli", "sandbox", "admin")
 PROBE_REVISION = "deploy_probe"  # the upgrade wheel's extra migration
 PROBE_TABLE = "deploy_upgrade_probe"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from lnk_controller.limits import BoxLimits
-from lnk_shared.launch_protocol import LAUNCH_SOCKET
 from lnk_shared.admin_socket import admin_socket_in
+from lnk_shared.launch_protocol import LAUNCH_SOCKET
 from lnk_shared.paths import BoxPaths
 from lnk_shared.service_config import ServiceFolders, load_service_config
 from lnk_shared.service_identity import MIN_SANDBOX_UID
