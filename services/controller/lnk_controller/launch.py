@@ -19,18 +19,15 @@ import json
 import logging
 import os
 import pwd
-import stat
 import subprocess
 import threading
 from collections.abc import Mapping
 from concurrent import futures
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 from lnk_controller import (
     bridge_link,
-    client_proxy_env,
     exec_mounts,
     host_users,
     idmap_mounts,
@@ -40,14 +37,7 @@ from lnk_controller import (
     seccomp,
     secret_grants,
 )
-from lnk_controller.agent_launch import (
-    AGENT_DIR_INSIDE,
-    BRIDGE_PORT,
-    BRIDGE_SOCKET_INSIDE,
-    AgentLaunch,
-    agent_for_launch,
-    stage_agent,
-)
+from lnk_controller.agent_launch import AgentLaunch, agent_for_launch, stage_agent
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
 from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
@@ -55,28 +45,32 @@ from lnk_controller.box_client import (
     CLIENT_NAME,
     CLIENT_PYTHON,
     CONNECTOR_NAME,
-    box_client_links,
-    inside_path,
 )
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.denial_hints import rules_of
 from lnk_controller.denials import DenialReader
 from lnk_controller.host_users import HostUser
+from lnk_controller.judged import Judged, program_files
 from lnk_controller.launch_request import LaunchRequest, TerminalSize
 from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.placeholders import make_held
 from lnk_controller.remembered import RememberedSpecs, flags_key
-from lnk_controller.sandbox_env import compose_environment
+from lnk_controller.sandbox_plan import (
+    SANDBOX_PATH,
+    Prepared,
+    SandboxPlan,
+    check_agent_network,
+    plan_sandbox,
+)
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_controller.spawn import (
     MIN_LANDLOCK_ABI,
     RELEASE,
     Running,
-    confiner_policy,
     spawn_sandbox,
     start_time,
     watch_status,
@@ -90,7 +84,6 @@ from lnk_controller.staging import (
 )
 from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
 from lnk_controller.wall import Bind
-from lnk_controller.write_links import symlink_places
 from lnk_shared.cloud import detect_cloud
 from lnk_shared.discovery import (
     DEFAULT_PATH,
@@ -109,20 +102,17 @@ from lnk_shared.errors import (
     SpecError,
     StateError,
 )
-from lnk_shared.grants import Grants, Identity, ResolvedPath, ResolvedSpec
+from lnk_shared.grants import ResolvedPath, ResolvedSpec
 from lnk_shared.opens import box_grant_lines, connector_grant_lines, describe, describe_changes
-from lnk_shared.paths import SANDBOX_HOMES
-from lnk_shared.refusals import check_self_widening, find_refusals, inside, judge
+from lnk_shared.refusals import check_self_widening, find_refusals, judge
 from lnk_shared.spec import FdGrant, Spec, SpecBuilder
 from lnk_shared.spec_file import parse_spec_text, read_spec_text
 from lnk_shared.spec_flags import spec_from_arguments
-from lnk_shared.spec_models import base_url_value
 
 __all__ = ["Judged", "Launcher", "Running"]
 
 log = logging.getLogger(__name__)
 
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs only
 LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
 MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
@@ -133,25 +123,6 @@ PROBE_BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from lnk_cli.check.probes import main; sys.exit(main(sys.argv[2:]))"
 )
-
-
-@dataclass(frozen=True)
-class Judged:
-    """A launch request judged: grants, the program to run, and whether it must be approved."""
-
-    grants: Grants
-    digest: str
-    spec_key: str
-    program: str
-    execute: tuple[str, ...]
-    approval_lines: tuple[str, ...] | None  # None: already approved
-    agent: AgentLaunch | None = None  # `lnk agent start`: the agent this sandbox runs as
-    # real path -> the object judged there (bound.py binds that object or refuses)
-    identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
-    caller: CallerCredentials | None = None  # whose credentials it was judged with
-    limits: Limits | None = None  # the box's, or less where the spec asked ([limits], flags)
-    # [env] and --env (lnk_shared.env_names judged each): never in a repr, a log or the database
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
@@ -201,12 +172,6 @@ def _interpreter(path: str, box_bin: Path) -> str | None:
         return None
     line = head[2:].split(b"\n", 1)[0].strip()
     return os.fsdecode(line.split()[0]) if line else None
-
-
-def _program_files(judged: Judged) -> frozenset[str]:
-    """The programs judged as files: each is bound as the very file judged (staging)."""
-    ids = judged.identities
-    return frozenset(p for p in judged.execute if p in ids and ids[p].kind == stat.S_IFREG)
 
 
 class Launcher:
@@ -289,17 +254,8 @@ class Launcher:
             secret_grants.check_present(
                 self.secrets, owner_uid, grants.spec.services, grants.spec.models
             )
-        if agent is not None and (grants.spec.network_host or BRIDGE_PORT in grants.spec.ports):
-            raise LaunchRefused(
-                "an agent's spec",
-                f"[network] mode = host, or [localhost] port {BRIDGE_PORT}, would put its "
-                "bridge's relay on this machine's loopback: not for an agent",
-            )
-        if agent is not None and BRIDGE_PORT in {m.port for m in grants.spec.models}:
-            raise LaunchRefused(
-                "an agent's spec",
-                f"a [[models]] rule on port {BRIDGE_PORT}, the agent's bridge's: give it another",
-            )
+        if agent is not None:
+            check_agent_network(grants)
 
         execute: set[str] = set()
         program_path = program.written if program is not None else ""
@@ -476,7 +432,7 @@ class Launcher:
             [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
             [(f.path.real, f.write) for f in g.spec.with_fds],
             judged.execute,
-            _program_files(judged),
+            program_files(judged),
             programs_apart=self._programs_apart(judged),
         )
 
@@ -641,7 +597,7 @@ class Launcher:
                     if limits is not None
                     else cfg.tmp_size_mb * 1024 * 1024
                 ),
-                program_files=_program_files(judged),
+                program_files=program_files(judged),
                 unsafe=cfg.unsafe_switches,
                 caller=judged.caller or credentials_of(owner_uid),
                 programs_apart=self._programs_apart(judged),
@@ -653,10 +609,7 @@ class Launcher:
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
         making.result()  # the user's failure, when the staging did not fail first
-        home = f"{SANDBOX_HOMES}/{user.name}"
-        visible = [b.dest for b in staged.binds]
-        binds = list(staged.binds)
-        relay: dict[str, object] = {}
+        proxy_socket = None
         if grants.spec.has_proxy:
             self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
             services = secret_grants.service_fields(
@@ -666,13 +619,8 @@ class Launcher:
             staged_socket = Path(row.staging_dir) / "proxy.sock"
             self.store.add_mount(row.id, str(staged_socket))
             idmap_mounts.stage_bind(listener, staged_socket)
-            binds.append(Bind(str(staged_socket), proxy_link.PROXY_SOCKET_INSIDE, False))
-            relay = {
-                "relay_socket": proxy_link.PROXY_SOCKET_INSIDE,
-                "relay_port": proxy_link.relay_port(_inside_ports(grants)),
-                # a model rule's port too: the proxy serves the model there, never raw
-                "relay_localhost": list(_inside_ports(grants)),
-            }
+            proxy_socket = str(staged_socket)
+        agent_binds: list[Bind] = []
         agent_env: dict[str, str] = {}
         if judged.agent is not None and self.agents is not None:
             agent_binds, agent_env = stage_agent(
@@ -684,75 +632,26 @@ class Launcher:
                 launch=judged.agent,
                 spec_hash=judged.digest,
             )
-            binds += agent_binds
-            agent_env["HOME"] = judged.agent.home  # the agent's folder is its home
-        default_cwd = judged.agent.home if judged.agent else home
-        cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else default_cwd
-        env = compose_environment(
-            identity={
-                "PATH": inside_path(SANDBOX_PATH, with_client=judged.agent is not None),
-                "HOME": home,
-                "USER": user.name,
-                "LOGNAME": user.name,
-                "SHELL": "/bin/bash",
-                "TMPDIR": "/tmp",
-                "LNK_SANDBOX_ID": row.id,
-            },
-            terminal=request.env,
-            user=judged.env,
-            services={
-                **(
-                    client_proxy_env.proxy_env(
-                        proxy_link.relay_port(_inside_ports(grants)),
-                        request.env,
-                        connector=str(cfg.python.parent / CONNECTOR_NAME),
-                        owner_home=pwd.getpwuid(owner_uid).pw_dir,
-                    )
-                    if relay
-                    else {}
+        owner_home = pwd.getpwuid(owner_uid).pw_dir
+        plan = plan_sandbox(
+            cfg=cfg,
+            judged=judged,
+            request=request,
+            sandbox_id=row.id,
+            user=user,
+            prepared=Prepared(
+                staged=staged,
+                owner_home=owner_home,
+                hidden=hidden_mount_points(
+                    grants.hidden,
+                    home=owner_home,
+                    caller=judged.caller or credentials_of(owner_uid),
                 ),
-                **secret_grants.placeholder_env(grants.spec.services),
-                **{m.env: base_url_value(m) for m in grants.spec.models},  # the box's
-                **secret_grants.hosted_key_env(grants.spec.models),
-                **agent_env,
-            },
-            unsafe_unjudged=cfg.unsafe_env_names_unjudged,
-        )
-        granted_writes = [b.dest for b in staged.binds if b.write]
-        private_writes = ["/tmp", "/dev/shm", home, "/dev"]
-        policy = confiner_policy(
-            reads=["/usr", "/etc", str(cfg.prefix), "/proc", *visible]
-            + ([AGENT_DIR_INSIDE] if judged.agent else []),
-            writes=[*granted_writes, *private_writes],
-            execute=judged.execute,
-            network_host=grants.spec.network_host,
-            pretend_abi=cfg.unsafe_pretend_landlock_abi,
-            unsafe_seccomp=cfg.unsafe_seccomp,
-        )
-        policy["symlink"] = symlink_places(
-            private_writes, granted_writes, unsafe=cfg.unsafe_write_symlinks
-        )
-        policy.update(relay)
-        if judged.agent is not None:
-            policy.update({"bridge_socket": BRIDGE_SOCKET_INSIDE, "bridge_port": BRIDGE_PORT})
-        layout_args = {
-            "home": Bind(staged.home, home, True),
-            "tmp": Bind(staged.tmp, "/tmp", True),
-            "shm": Bind(staged.shm, "/dev/shm", True),
-            "binds": tuple(binds),
-            "read_only_inside": staged.read_only,
-            "hidden": hidden_mount_points(
-                grants.hidden,
-                home=pwd.getpwuid(owner_uid).pw_dir,
-                caller=judged.caller or credentials_of(owner_uid),
+                proxy_socket=proxy_socket,
+                agent_binds=tuple(agent_binds),
+                agent_env=agent_env,
             ),
-            "network_host": grants.spec.network_host,
-            "system_sources": {"/usr": staged.usr} if staged.usr else {},
-            "cwd": cwd,
-            "env": env,
-            "box_links": box_client_links(cfg.python.parent) if judged.agent else {},
-            "command": (str(cfg.confiner), "--", judged.program, *request.argv[1:]),
-        }
+        )
         for switch in cfg.unsafe_wall_switches():
             log.warning("sandbox %s: %s (a test setting; never on a real box)", row.id, switch)
         if cfg.unsafe_staging_open_to_all:
@@ -769,8 +668,7 @@ class Launcher:
         process, master, status_r = self._spawn(
             row=row,
             user=user,
-            layout_args=layout_args,
-            policy=policy,
+            plan=plan,
             stdio=stdio,
             terminal=request.terminal,
             limits=limits,
@@ -796,8 +694,7 @@ class Launcher:
         *,
         row: SandboxRow,
         user: HostUser,
-        layout_args: dict[str, object],
-        policy: dict[str, object],
+        plan: SandboxPlan,
         stdio: tuple[int, int, int],
         terminal: TerminalSize | None,
         limits: Limits | None,
@@ -818,8 +715,8 @@ class Launcher:
                 cfg=cfg,
                 row=row,
                 user=user,
-                layout_args=layout_args,
-                policy=policy,
+                layout=plan.layout,
+                policy=plan.policy,
                 stdio=stdio,
                 terminal=terminal,
                 limiter=lambda group: self._apply_limits(row.id, group, limits),
@@ -951,8 +848,3 @@ def _box_grant_lines(box_programs: tuple[ResolvedPath, ...]) -> list[str]:
     connector = [p.real for p in box_programs if os.path.basename(p.real) == CONNECTOR_NAME]
     client = [p.real for p in box_programs if os.path.basename(p.real) != CONNECTOR_NAME]
     return [*connector_grant_lines(connector), *(box_grant_lines(client) if client else ())]
-
-
-def _inside_ports(grants: Grants) -> tuple[int, ...]:
-    """The loopback ports the relay serves inside the sandbox: `[localhost]` and model rules'."""
-    return (*grants.spec.ports, *(m.port for m in grants.spec.models))
