@@ -1,5 +1,6 @@
-"""Launching a sandbox: judge the spec as its owner sees it, write the record, make the user and
-the mounts, start bwrap as that user, and hand back a handle to wait on.
+"""Launching a sandbox: judge the spec as its owner sees it (launch_judge.py), write the record,
+make the user and the mounts, plan the sandbox from what was made (sandbox_plan.py, pure), start
+bwrap as that user, and hand back a handle to wait on. `Launcher._start` is the steps in order.
 
 Order matters and is the point of this module: the spec is judged (and approved) before any
 state exists; the record is written before the user exists; every mount is recorded before it
@@ -27,94 +28,44 @@ from datetime import timedelta
 from pathlib import Path
 
 from lnk_controller import (
-    bridge_link,
     exec_mounts,
     host_users,
     idmap_mounts,
-    landlock,
     proxy_link,
     sandbox_limits,
-    seccomp,
     secret_grants,
 )
-from lnk_controller.agent_launch import AgentLaunch, agent_for_launch, stage_agent
+from lnk_controller.agent_launch import stage_agent
 from lnk_controller.agents import AgentRegistry
-from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
-from lnk_controller.bound import JudgedObject, close_all, judged_identities, open_judged, same_spec
-from lnk_controller.box_client import (
-    CLIENT_NAME,
-    CLIENT_PYTHON,
-    CONNECTOR_NAME,
-)
+from lnk_controller.as_caller import caller_credentials, credentials_of
+from lnk_controller.bound import JudgedObject, close_all, open_judged
 from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
 from lnk_controller.config import ControllerConfig
 from lnk_controller.denial_hints import rules_of
 from lnk_controller.denials import DenialReader
 from lnk_controller.host_users import HostUser
 from lnk_controller.judged import Judged, program_files
+from lnk_controller.launch_judge import LOADERS, Judging
 from lnk_controller.launch_request import LaunchRequest, TerminalSize
-from lnk_controller.limits import Limits, requested, requested_by_spec, tmpfs_size
+from lnk_controller.limits import Limits, requested, tmpfs_size
 from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
 from lnk_controller.placeholders import make_held
-from lnk_controller.remembered import RememberedSpecs, flags_key
-from lnk_controller.sandbox_plan import (
-    SANDBOX_PATH,
-    Prepared,
-    SandboxPlan,
-    check_agent_network,
-    plan_sandbox,
-)
+from lnk_controller.remembered import RememberedSpecs
+from lnk_controller.sandbox_plan import Prepared, SandboxPlan, plan_sandbox
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
-from lnk_controller.spawn import (
-    MIN_LANDLOCK_ABI,
-    RELEASE,
-    Running,
-    spawn_sandbox,
-    start_time,
-    watch_status,
-)
-from lnk_controller.staging import (
-    TMPFS_NAMES,
-    Staged,
-    hidden_mount_points,
-    stage_sandbox,
-    wanted_paths,
-)
+from lnk_controller.spawn import RELEASE, Running, spawn_sandbox, start_time, watch_status
+from lnk_controller.staging import TMPFS_NAMES, Staged, hidden_mount_points, stage_sandbox
 from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
 from lnk_controller.wall import Bind
-from lnk_shared.cloud import detect_cloud
-from lnk_shared.discovery import (
-    DEFAULT_PATH,
-    JudgeContext,
-    PathNotFound,
-    context_for,
-    resolve_path,
-    resolve_spec,
-    writes_anything,
-)
-from lnk_shared.errors import (
-    CommandRefused,
-    LaunchRefused,
-    ProgramCannotRunError,
-    ProgramNotFoundError,
-    SpecError,
-    StateError,
-)
-from lnk_shared.grants import ResolvedPath, ResolvedSpec
-from lnk_shared.opens import box_grant_lines, connector_grant_lines, describe, describe_changes
-from lnk_shared.refusals import check_self_widening, find_refusals, judge
-from lnk_shared.spec import FdGrant, Spec, SpecBuilder
-from lnk_shared.spec_file import parse_spec_text, read_spec_text
-from lnk_shared.spec_flags import spec_from_arguments
+from lnk_shared.discovery import DEFAULT_PATH, context_for
+from lnk_shared.errors import SpecError, StateError
 
 __all__ = ["Judged", "Launcher", "Running"]
 
 log = logging.getLogger(__name__)
 
-LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")  # ELF interpreters
-MAX_SHEBANG = 256  # bytes read to find a script's #! interpreter
 SITE_PACKAGES = str(Path(__file__).resolve().parents[1])
 # `lnk sandbox check`: the box's own probe program, run by the box's Python with -I -S (no site,
 # no environment) from its site-packages. The caller chooses only its arguments, never the
@@ -125,56 +76,9 @@ PROBE_BOOT = (
 )
 
 
-def _read_spec_fd(fd: int, builder: SpecBuilder) -> str:
-    source = os.readlink(f"/proc/self/fd/{fd}")
-    text = read_spec_text(fd, source)  # refused over MAX_SPEC_BYTES before it is parsed
-    builder.source = source
-    parse_spec_text(text, source=source, base=os.path.dirname(source), builder=builder)
-    return source
+class Launcher(Judging):
+    """Judges (`launch_judge.Judging`), starts and ends sandboxes."""
 
-
-def _find_program(
-    name: str, cwd: str, granted: tuple[ResolvedPath, ...] = (), box_bin: Path | None = None
-) -> str:
-    """The program to run: a path as written, else (with `box_bin`, where the sandbox has the
-    box's client on its PATH) `lnk` as the box's client, else the name on the sandbox's PATH,
-    else a `[commands]` name the caller's PATH found (`--command tool -- tool`): its real
-    program, the one judged (never the link it was found through)."""
-    if "/" in name:
-        return os.path.normpath(os.path.join(cwd, name))
-    if box_bin is not None and name == CLIENT_NAME:
-        return str(box_bin / CLIENT_NAME)
-    for folder in SANDBOX_PATH.split(":"):
-        candidate = os.path.join(folder, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK, effective_ids=True):
-            return candidate
-    for command in granted:
-        if command.found_on_path is not None and command.written == name:
-            return command.real
-    raise ProgramNotFoundError(
-        f"{name!r} is not a program found on the sandbox's PATH ({SANDBOX_PATH}) nor a "
-        "[commands] name: grant it with --command NAME, or give its path"
-    )
-
-
-def _interpreter(path: str, box_bin: Path) -> str | None:
-    """What runs `path` besides itself: a script's #! interpreter; for the box's own `lnk` (the
-    C client, native/lnk_client.c, which runs the Python beside it for all but a plain
-    `sandbox run`), that Python, as it was the interpreter of the `lnk` script before it."""
-    if path == os.path.realpath(box_bin / CLIENT_NAME):
-        return str(box_bin / CLIENT_PYTHON)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(MAX_SHEBANG)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    line = head[2:].split(b"\n", 1)[0].strip()
-    return os.fsdecode(line.split()[0]) if line else None
-
-
-class Launcher:
     def __init__(
         self,
         cfg: ControllerConfig,
@@ -208,200 +112,6 @@ class Launcher:
         with self._active_guard:
             return set(self._active)
 
-    # -- judging ---------------------------------------------------------------------------
-
-    def judge(
-        self,
-        request: LaunchRequest,
-        owner_uid: int,
-        fds: list[int],
-        caller: CallerCredentials | None = None,
-    ) -> Judged:
-        """Judge the request as `caller` (the owner as the socket saw it) sees the machine:
-        every path and program is looked up with its credentials, never root's."""
-        caller = caller or credentials_of(owner_uid)
-        self.preflight()
-        agent = None
-        if request.agent is not None:
-            if self.agents is None:
-                raise LaunchRefused("agents", "this controller keeps no agents")
-            agent = agent_for_launch(self.agents, self.store, caller, request.agent)
-        builder = SpecBuilder(unsafe_env_unjudged=self.cfg.unsafe_env_names_unjudged)
-        if request.spec_fd is not None:
-            _read_spec_fd(fds[request.spec_fd], builder)
-        spec = spec_from_arguments(request.flags, cwd=request.cwd, builder=builder)
-        with_fds = []
-        for grant in spec.with_fds:
-            if grant.fd not in request.with_fds:
-                raise SpecError(f"descriptor {grant.fd} was not passed", source="--with-fd")
-            with_fds.append(FdGrant(fds[request.with_fds[grant.fd]], grant.write))
-        spec = dataclasses.replace(spec, with_fds=tuple(with_fds))
-        # Over the box's limit: refused (exit 3, the limit named) before anything is asked.
-        limits = requested_by_spec(self.cfg.limits, dict(spec.limits))
-        env = {"PATH": request.path_env or DEFAULT_PATH}
-        cloud = detect_cloud()  # the machine's firmware, read as root
-        with caller_credentials(caller):
-            looked_up = self._look_up(request, owner_uid, spec, env=env, cloud=cloud, agent=agent)
-        ctx, resolved, program, interp, agent_home, box_programs = looked_up
-        if request.spec_fd is not None:
-            same_spec(fds[request.spec_fd], ctx)
-        grants = judge(resolved, ctx)
-        if agent_home is not None:
-            check_self_widening(agent_home, "the agent's home", ctx)
-        if grants.spec.store_driver is not None:
-            self._check_store(grants.spec.store_driver, agent)
-        if not request.dry:  # a rule's secret missing: refused, named, before anything starts
-            secret_grants.check_present(
-                self.secrets, owner_uid, grants.spec.services, grants.spec.models
-            )
-        if agent is not None:
-            check_agent_network(grants)
-
-        execute: set[str] = set()
-        program_path = program.written if program is not None else ""
-        if program is not None:
-            with_program = dataclasses.replace(resolved, commands=(*resolved.commands, program))
-            for refusal in find_refusals(with_program, ctx):
-                if "commands.allow" in refusal.entry:
-                    raise CommandRefused(f"the program {request.argv[0]}", refusal.why)
-            execute.add(program.real)
-            if interp is not None:
-                execute.add(interp.real)
-        execute.update(os.path.realpath(p) for p in LOADERS if os.path.exists(p))
-        if grants.spec.commands_any:
-            execute.add("/")
-        execute.update(c.real for c in grants.commands)
-        execute.update(p.real for p in box_programs)  # granted by the box: box_client.py
-        identities = judged_identities(
-            (*grants.read, *grants.write, *(f.path for f in grants.spec.with_fds)),
-            (
-                *grants.commands,
-                *box_programs,
-                *(p for p in (program, interp, agent_home) if p is not None),
-            ),
-            ctx.home,
-        )
-
-        digest = grants.digest()
-        # Flags alone: remembered by what they open, so two sets alternated ask once each.
-        key = ctx.spec_file if spec.source and ctx.spec_file else flags_key(digest)
-        known = self.remembered.lookup(owner_uid, key)
-        lines: tuple[str, ...] | None = None
-        if known is None:
-            lines = (
-                f"{spec.source or 'the spec given by flags'} has not run here before. It opens:",
-                *describe(grants),
-                *_box_grant_lines(box_programs),
-            )
-        elif known.grants_hash != digest:
-            lines = (
-                f"{spec.source or 'the spec given by flags'} opens something else since "
-                "it was approved:",
-                *describe_changes(known.grants_json, grants),
-            )
-        return Judged(
-            grants,
-            digest,
-            key,
-            program_path,
-            tuple(sorted(execute)),
-            lines,
-            agent,
-            identities,
-            caller,
-            limits,
-            dict(spec.env),
-        )
-
-    def _look_up(
-        self,
-        request: LaunchRequest,
-        owner_uid: int,
-        spec: Spec,
-        *,
-        env: dict[str, str],
-        cloud: str | None,
-        agent: AgentLaunch | None,
-    ) -> tuple[
-        JudgeContext,
-        ResolvedSpec,
-        ResolvedPath | None,
-        ResolvedPath | None,
-        ResolvedPath | None,
-        tuple[ResolvedPath, ...],
-    ]:
-        """Every lookup of the judging, made as the caller: the context, the spec's paths and
-        programs, the program to run and its interpreter, the agent's home, and what the box
-        grants besides (an agent's: its client, box_client.py)."""
-        ctx = context_for(
-            owner_uid,
-            env=env,
-            box=self.cfg.paths,
-            spec_file=spec.source,
-            cloud=cloud,
-            login_path=writes_anything(spec),  # only a write is judged against them
-        )
-        if self.cfg.unsafe_login_path_unjudged:
-            ctx = dataclasses.replace(ctx, login_path_dirs=())
-        resolved = resolve_spec(spec, ctx, path_env=env["PATH"])
-        if self.cfg.unsafe_path_links_unjudged:  # the links a name was found through, unseen
-            unseen = tuple(
-                dataclasses.replace(c, links=()) if c.found_on_path else c
-                for c in resolved.commands
-            )
-            resolved = dataclasses.replace(resolved, commands=unseen)
-        program = interp = agent_home = None
-        if request.argv:  # empty only for an approval without a run (`lnk spec approve`)
-            program_path = _find_program(
-                request.argv[0],
-                request.cwd,
-                resolved.commands,
-                self.cfg.python.parent if agent is not None else None,
-            )
-            try:
-                program = resolve_path(program_path, base="/", home=ctx.home)
-            except (OSError, PathNotFound):
-                raise ProgramNotFoundError(
-                    f"{request.argv[0]!r} cannot be run: no such program, or not one you can reach"
-                ) from None
-            program = dataclasses.replace(program, written=program_path)
-            interp_path = _interpreter(program.real, self.cfg.python.parent)
-            if interp_path is not None:
-                try:
-                    interp = resolve_path(interp_path, base="/", home=ctx.home)
-                except PathNotFound:
-                    raise ProgramCannotRunError(
-                        f"{request.argv[0]!r} cannot be run: its interpreter {interp_path} "
-                        "is missing, or not one you can reach"
-                    ) from None
-        if agent is not None:
-            try:
-                agent_home = resolve_path(agent.home, base="/", home=ctx.home)
-            except PathNotFound:
-                raise LaunchRefused(agent.home, "the agent's folder is missing") from None
-        box_programs = self._box_programs(ctx, resolved, agent=agent is not None)
-        return ctx, resolved, program, interp, agent_home, box_programs
-
-    def _box_programs(
-        self, ctx: JudgeContext, resolved: ResolvedSpec, *, agent: bool
-    ) -> tuple[ResolvedPath, ...]:
-        """What the box grants besides the spec, resolved (the install is root's and
-        world-readable: the caller reaches it as anyone does): with a proxy, its ssh connector;
-        in an agent's sandbox, its client. Only static programs: the client makes an agent's
-        bridge calls itself, and the box never adds an interpreter to a finite list
-        (box_client.py)."""
-        names = ([CONNECTOR_NAME] if resolved.has_proxy else []) + ([CLIENT_NAME] if agent else [])
-        out = []
-        for name in names:
-            path = str(self.cfg.python.parent / name)
-            try:
-                out.append(resolve_path(path, base="/", home=ctx.home))
-            except PathNotFound:
-                raise LaunchRefused(
-                    "the box's client", f"{path} is missing: reinstall lnk"
-                ) from None
-        return tuple(out)
-
     def probe_request(self, request: LaunchRequest) -> LaunchRequest:
         """A check's request with the probe program in front of its arguments: the box's own
         Python (granted as a command for this launch only, as a user could grant it) running
@@ -409,80 +119,7 @@ class Launcher:
         argv = (str(self.cfg.python), "-I", "-S", "-c", PROBE_BOOT, SITE_PACKAGES, *request.argv)
         return dataclasses.replace(request, argv=argv)
 
-    def _check_store(self, driver: str, agent: AgentLaunch | None) -> None:
-        """`[store] driver`: only an agent keeps a store, and only with the driver the box's
-        store bridge runs (the database itself is the box's, never the spec's)."""
-        if agent is None:
-            raise LaunchRefused(
-                "[store]", "only an agent keeps a store: start it with `lnk agent start`"
-            )
-        running = bridge_link.store_driver(self.cfg.run_dir)
-        if driver != running:
-            raise LaunchRefused(
-                "[store]",
-                f"the spec keeps its store with {driver!r}, but this box's store bridge runs "
-                f"{running!r}: name {running!r}, or ask the box's admin",
-            )
-
-    def paths_to_open(self, judged: Judged) -> list[str]:
-        """The folders and programs the client must pass open (as the owner) to be bound."""
-        g = judged.grants
-        return wanted_paths(
-            [p.real for p in g.read],
-            [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
-            [(f.path.real, f.write) for f in g.spec.with_fds],
-            judged.execute,
-            program_files(judged),
-            programs_apart=self._programs_apart(judged),
-        )
-
-    def _programs_apart(self, judged: Judged) -> bool:
-        """Whether the loader gap is closed for this sandbox (`exec_mounts.py`): under a finite
-        list, unless the test switch reopens it."""
-        return not judged.grants.spec.commands_any and not self.cfg.unsafe_loader_maps_anything
-
-    def approve(self, owner_uid: int, judged: Judged) -> None:
-        self.remembered.remember(
-            owner_uid, judged.spec_key, judged.digest, judged.grants.canonical_json()
-        )
-
     # -- starting --------------------------------------------------------------------------
-
-    def preflight(self) -> None:
-        """Refuse, naming the missing capability, before anything of a sandbox exists."""
-        cfg = self.cfg
-        if not os.access(cfg.bwrap, os.X_OK):
-            raise LaunchRefused("bubblewrap", f"{cfg.bwrap} is missing: install bubblewrap")
-        if not os.access(cfg.confiner, os.X_OK) or not cfg.confiner.is_file():
-            raise LaunchRefused(
-                "the confiner",
-                f"{cfg.confiner} (the confiner, lnk-sandbox) is missing or not executable: "
-                "reinstall lnk",
-            )
-        if not os.access(cfg.spawner, os.X_OK) or not cfg.spawner.is_file():
-            raise LaunchRefused(
-                "the launcher",
-                f"{cfg.spawner} (the launcher, lnk-spawn) is missing or not executable: "
-                "reinstall lnk",
-            )
-        if not cfg.confiner.resolve().is_relative_to(cfg.prefix.resolve()):
-            raise LaunchRefused(
-                "the confiner",
-                f"{cfg.confiner} is outside {cfg.prefix}, so a sandbox cannot see it",
-            )
-        machine = os.uname().machine
-        if machine not in seccomp.SUPPORTED_MACHINES:
-            raise LaunchRefused("seccomp", f"no syscall filter for the architecture {machine}")
-        seccomp.programs()  # compiled once per process; a failure refuses, naming libseccomp
-        abi = landlock.probe_abi()
-        if cfg.unsafe_pretend_landlock_abi is not None:
-            abi = min(abi, cfg.unsafe_pretend_landlock_abi)
-        if abi < MIN_LANDLOCK_ABI:
-            raise LaunchRefused(
-                "Landlock",
-                f"Landlock ABI {MIN_LANDLOCK_ABI} (abstract-socket and signal scoping) is needed, "
-                f"the kernel has {abi}",
-            )
 
     def start(
         self, request: LaunchRequest, owner_uid: int, fds: list[int], judged: Judged
@@ -567,6 +204,49 @@ class Launcher:
         sources: Mapping[str, int],
         limits: Limits | None,
     ) -> Running:
+        """The sandbox's steps, in order; whatever fails, the caller cleans what was made
+        (`_create_and_start`). Everything made is recorded before it is made (staging.py)."""
+        user, staged = self._user_and_mounts(owner_uid, judged, row, sources, limits)
+        proxy_socket = self._stage_proxy(row, judged)
+        agent_binds, agent_env = self._stage_agent(row, user, judged)
+        owner_home = pwd.getpwuid(owner_uid).pw_dir
+        hidden = hidden_mount_points(  # made to exist as the owner, to be covered
+            judged.grants.hidden,
+            home=owner_home,
+            caller=judged.caller or credentials_of(owner_uid),
+        )
+        prepared = Prepared(staged, owner_home, hidden, proxy_socket, agent_binds, agent_env)
+        plan = plan_sandbox(
+            cfg=self.cfg,
+            judged=judged,
+            request=request,
+            sandbox_id=row.id,
+            user=user,
+            prepared=prepared,
+        )
+        self._warn_unsafe(row)
+        stdio, guarded = self._caller_streams(request, fds)
+        process, master, status_r = self._spawn(
+            row,
+            user,
+            plan,
+            (stdio, guarded),
+            terminal=request.terminal,
+            limits=limits,
+            staged=staged,
+            judged=judged,
+        )
+        return self._running(row, process, master, status_r, guarded)
+
+    def _user_and_mounts(
+        self,
+        owner_uid: int,
+        judged: Judged,
+        row: SandboxRow,
+        sources: Mapping[str, int],
+        limits: Limits | None,
+    ) -> tuple[HostUser, Staged]:
+        """Make the sandbox's user and stage its mounts, at once."""
         cfg = self.cfg
         grants = judged.grants
         # The record's uid was free in our records and in /etc when it was picked; another
@@ -609,53 +289,55 @@ class Launcher:
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation
         making.result()  # the user's failure, when the staging did not fail first
-        proxy_socket = None
-        if grants.spec.has_proxy:
-            self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
-            services = secret_grants.service_fields(
-                self.secrets, row.owner_uid, grants.spec.services, grants.spec.models
-            )
-            listener = proxy_link.open_listener(cfg, row.id, grants, services)
-            staged_socket = Path(row.staging_dir) / "proxy.sock"
-            self.store.add_mount(row.id, str(staged_socket))
-            idmap_mounts.stage_bind(listener, staged_socket)
-            proxy_socket = str(staged_socket)
-        agent_binds: list[Bind] = []
-        agent_env: dict[str, str] = {}
-        if judged.agent is not None and self.agents is not None:
-            agent_binds, agent_env = stage_agent(
-                cfg=cfg,
-                store=self.store,
-                registry=self.agents,
-                row=row,
-                host_uid=user.uid,
-                launch=judged.agent,
-                spec_hash=judged.digest,
-            )
-        owner_home = pwd.getpwuid(owner_uid).pw_dir
-        plan = plan_sandbox(
-            cfg=cfg,
-            judged=judged,
-            request=request,
-            sandbox_id=row.id,
-            user=user,
-            prepared=Prepared(
-                staged=staged,
-                owner_home=owner_home,
-                hidden=hidden_mount_points(
-                    grants.hidden,
-                    home=owner_home,
-                    caller=judged.caller or credentials_of(owner_uid),
-                ),
-                proxy_socket=proxy_socket,
-                agent_binds=tuple(agent_binds),
-                agent_env=agent_env,
-            ),
+        return user, staged
+
+    def _stage_proxy(self, row: SandboxRow, judged: Judged) -> str | None:
+        """With a proxy grant, the sandbox's listener at the proxy, staged to be bound inside:
+        its staged path (recorded before it is made)."""
+        grants = judged.grants
+        if not grants.spec.has_proxy:
+            return None
+        self.store.add_mount(row.id, f"{PROXY_RECORD}{row.id}")
+        services = secret_grants.service_fields(
+            self.secrets, row.owner_uid, grants.spec.services, grants.spec.models
         )
+        listener = proxy_link.open_listener(self.cfg, row.id, grants, services)
+        staged_socket = Path(row.staging_dir) / "proxy.sock"
+        self.store.add_mount(row.id, str(staged_socket))
+        idmap_mounts.stage_bind(listener, staged_socket)
+        return str(staged_socket)
+
+    def _stage_agent(
+        self, row: SandboxRow, user: HostUser, judged: Judged
+    ) -> tuple[tuple[Bind, ...], dict[str, str]]:
+        """An agent's key and bridge socket staged (agent_launch.py): their binds and its
+        variables."""
+        if judged.agent is None or self.agents is None:
+            return (), {}
+        agent_binds, agent_env = stage_agent(
+            cfg=self.cfg,
+            store=self.store,
+            registry=self.agents,
+            row=row,
+            host_uid=user.uid,
+            launch=judged.agent,
+            spec_hash=judged.digest,
+        )
+        return tuple(agent_binds), agent_env
+
+    def _warn_unsafe(self, row: SandboxRow) -> None:
+        cfg = self.cfg
         for switch in cfg.unsafe_wall_switches():
             log.warning("sandbox %s: %s (a test setting; never on a real box)", row.id, switch)
         if cfg.unsafe_staging_open_to_all:
             os.chmod(row.staging_dir, 0o711)  # noqa: S103 - the test switch's whole point
+
+    def _caller_streams(
+        self, request: LaunchRequest, fds: list[int]
+    ) -> tuple[tuple[int, int, int], GuardedStdio | None]:
+        """The program's stdin, stdout and stderr: the caller's, or pipes standing in for a
+        terminal or an append-only file of theirs (stdio_guard.py)."""
+        cfg = self.cfg
         stdio = (fds[request.stdio[0]], fds[request.stdio[1]], fds[request.stdio[2]])
         guarded = None
         if request.terminal is None:  # with one, the sandbox gets a pty and none of these
@@ -665,17 +347,17 @@ class Launcher:
                 unsafe_append=cfg.unsafe_append_stdout,
             )
             stdio = guarded.streams
-        process, master, status_r = self._spawn(
-            row=row,
-            user=user,
-            plan=plan,
-            stdio=stdio,
-            terminal=request.terminal,
-            limits=limits,
-            staged=staged,
-            judged=judged,
-            guarded=guarded,
-        )
+        return stdio, guarded
+
+    def _running(
+        self,
+        row: SandboxRow,
+        process: subprocess.Popen[bytes],
+        master: int | None,
+        status_r: int,
+        guarded: GuardedStdio | None,
+    ) -> Running:
+        """The started sandbox, watched and recorded as running."""
         if guarded is not None:
             guarded.started()
         running = Running(row=row, process=process, terminal_master=master, stdio=guarded)
@@ -691,20 +373,20 @@ class Launcher:
 
     def _spawn(
         self,
-        *,
         row: SandboxRow,
         user: HostUser,
         plan: SandboxPlan,
-        stdio: tuple[int, int, int],
+        streams: tuple[tuple[int, int, int], GuardedStdio | None],
+        *,
         terminal: TerminalSize | None,
         limits: Limits | None,
         staged: Staged,
         judged: Judged,
-        guarded: GuardedStdio | None,
     ) -> tuple[subprocess.Popen[bytes], int | None, int]:
         """Start the sandbox's chain; for a held start, make its placeholders meanwhile and
         release its program. Whatever fails, nothing of the program has run."""
         cfg = self.cfg
+        stdio, guarded = streams
         # A held start (placeholders left to make, `Staged.held`): the confiner waits on this
         # pipe, which only this thread writes, until every one is made and sealed.
         release_r, release_w = os.pipe2(os.O_CLOEXEC) if staged.held else (-1, -1)
@@ -841,10 +523,3 @@ class Launcher:
             self._release(sandbox_id)
             with self._active_guard:
                 self._active.discard(sandbox_id)
-
-
-def _box_grant_lines(box_programs: tuple[ResolvedPath, ...]) -> list[str]:
-    """The approval's lines for what the box grants: its connector, its client (and Python)."""
-    connector = [p.real for p in box_programs if os.path.basename(p.real) == CONNECTOR_NAME]
-    client = [p.real for p in box_programs if os.path.basename(p.real) != CONNECTOR_NAME]
-    return [*connector_grant_lines(connector), *(box_grant_lines(client) if client else ())]

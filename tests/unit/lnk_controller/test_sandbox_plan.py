@@ -54,22 +54,8 @@ MODEL = ModelRule(
 
 
 def spec(**changes: Any) -> ResolvedSpec:
-    base = ResolvedSpec(
-        source=None,
-        read=(),
-        write=(),
-        commands=(),
-        commands_any=False,
-        internet_any=False,
-        internet=(),
-        network_host=False,
-        lan_any=False,
-        lan=(),
-        browser=(),
-        ports=(),
-        with_fds=(),
-    )
-    return dataclasses.replace(base, **changes)
+    nothing = ResolvedSpec(None, (), (), (), False, False, (), False, False, (), (), (), ())
+    return dataclasses.replace(nothing, **changes)
 
 
 def judged(agent: bool = False, env: dict[str, str] | None = None, **changes: Any) -> Judged:
