@@ -146,3 +146,40 @@ def test_a_plain_sandbox_has_no_lnk_on_its_path(running_box: Any) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "/run/lnk-box" not in run.stdout
+
+
+@pytest.fixture
+def shell_only_agent(running_box: Any) -> Iterator[str]:
+    """An agent whose spec grants `/bin/sh` alone, with one message waiting in its inbox."""
+    owner = running_box.owner
+    spec = owner.home / "lnk-as-program.toml"
+    spec.write_text('[commands]\nallow = ["/bin/sh"]\n')
+    os.chown(spec, owner.uid, owner.gid)
+    name = f"lp-{os.urandom(2).hex()}"
+    try:
+        made = running_box.as_owner("agent", "create", name, "--spec", str(spec))
+        assert made.returncode == 0, made.stderr
+        sent = running_box.as_owner("agent", "send", name, "for lnk itself")
+        assert sent.returncode == 0, sent.stderr
+        yield name
+    finally:
+        running_box.as_owner("agent", "remove", name)
+        spec.unlink()
+
+
+def test_lnk_as_the_program_brings_no_python_under_a_list_without_it(
+    running_box: Any, shell_only_agent: str
+) -> None:
+    """`lnk` itself as the agent's program (`-- lnk bridge ...`), under `["/bin/sh"]`: the box
+    grants its client alone here too, never the Python behind it (the controller used to add
+    that Python whenever the program was the box's `lnk`). The bridge call works; the form the
+    C client leaves to its Python CLI does not run Python."""
+    start = ("agent", "start", shell_only_agent, "--yes", "--", "lnk", "bridge", "inbox")
+    read = running_box.as_owner(*start, "read")
+    assert read.returncode == 0, read.stdout + read.stderr
+    (message,) = json.loads(read.stdout)["messages"]
+    assert message["message"] == "for lnk itself"
+    fallback = running_box.as_owner(*start, "--help")
+    assert fallback.returncode == 2, fallback.stdout + fallback.stderr
+    assert "takes its plain forms only" in fallback.stderr, fallback.stderr
+    assert "usage:" not in fallback.stdout  # argparse's help: Python never ran

@@ -20,7 +20,7 @@ from lnk_controller.agent_launch import AgentLaunch, agent_for_launch
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.as_caller import CallerCredentials, caller_credentials, credentials_of
 from lnk_controller.bound import judged_identities, same_spec
-from lnk_controller.box_client import CLIENT_NAME, CLIENT_PYTHON, CONNECTOR_NAME
+from lnk_controller.box_client import CLIENT_NAME, CONNECTOR_NAME
 from lnk_controller.config import ControllerConfig
 from lnk_controller.judged import Judged, program_files
 from lnk_controller.launch_request import LaunchRequest
@@ -93,12 +93,10 @@ def _find_program(
     )
 
 
-def _interpreter(path: str, box_bin: Path) -> str | None:
-    """What runs `path` besides itself: a script's #! interpreter; for the box's own `lnk` (the
-    C client, native/lnk_client.c, which runs the Python beside it for all but a plain
-    `sandbox run`), that Python, as it was the interpreter of the `lnk` script before it."""
-    if path == os.path.realpath(box_bin / CLIENT_NAME):
-        return str(box_bin / CLIENT_PYTHON)
+def _interpreter(path: str) -> str | None:
+    """What runs `path` besides itself: a script's #! interpreter. The box's own `lnk` is the
+    static C client (native/lnk_client.c) and needs none: the box grants it alone, never the
+    Python behind it (box_client.py), also where it is the sandbox's program."""
     try:
         with open(path, "rb") as f:
             head = f.read(MAX_SHEBANG)
@@ -275,7 +273,7 @@ class Judging:
                     f"{request.argv[0]!r} cannot be run: no such program, or not one you can reach"
                 ) from None
             program = dataclasses.replace(program, written=program_path)
-            interp_path = _interpreter(program.real, self.cfg.python.parent)
+            interp_path = _interpreter(program.real)
             if interp_path is not None:
                 try:
                     interp = resolve_path(interp_path, base="/", home=ctx.home)

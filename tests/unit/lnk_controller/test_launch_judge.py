@@ -42,11 +42,21 @@ def test_a_scripts_interpreter_is_its_first_line(tmp_path: Path) -> None:
     plain.write_bytes(b"\x7fELF...")
     empty = tmp_path / "empty"
     empty.write_text("#!\n")
-    assert _interpreter(str(script), BOX_BIN) == "/usr/bin/python3"
-    assert _interpreter(str(plain), BOX_BIN) is None
-    assert _interpreter(str(empty), BOX_BIN) is None
-    assert _interpreter(str(tmp_path / "missing"), BOX_BIN) is None
-    assert _interpreter(os.path.realpath("/usr/bin/env"), BOX_BIN) is None
+    assert _interpreter(str(script)) == "/usr/bin/python3"
+    assert _interpreter(str(plain)) is None
+    assert _interpreter(str(empty)) is None
+    assert _interpreter(str(tmp_path / "missing")) is None
+    assert _interpreter(os.path.realpath("/usr/bin/env")) is None
+
+
+def test_the_boxs_client_brings_no_interpreter(tmp_path: Path) -> None:
+    """The box's `lnk` (static C) as the program: nothing besides it is granted, not the
+    Python in its folder (the controller once added that Python to what the sandbox executes)."""
+    client = tmp_path / "venv" / "bin" / "lnk"
+    client.parent.mkdir(parents=True)
+    client.write_bytes(b"\x7fELF\x02\x01\x01")
+    (client.parent / "python3").symlink_to("/usr/bin/python3")
+    assert _interpreter(str(client)) is None
 
 
 def test_the_approval_names_the_boxs_connector_and_client_apart() -> None:
