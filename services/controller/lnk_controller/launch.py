@@ -16,7 +16,6 @@ win, and nothing the owner could not reach.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import pwd
@@ -39,28 +38,26 @@ from lnk_controller.agent_launch import stage_agent
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.as_caller import caller_credentials, credentials_of
 from lnk_controller.bound import JudgedObject, close_all, open_judged
-from lnk_controller.cleanup import PROXY_RECORD, clean_sandbox
+from lnk_controller.cleanup import PROXY_RECORD
 from lnk_controller.config import ControllerConfig
-from lnk_controller.denial_hints import rules_of
 from lnk_controller.denials import DenialReader
+from lnk_controller.held_start import HeldStart
 from lnk_controller.host_users import HostUser
 from lnk_controller.judged import Judged, program_files
+from lnk_controller.launch_end import Ending
 from lnk_controller.launch_judge import LOADERS, Judging
-from lnk_controller.launch_request import LaunchRequest, TerminalSize
+from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.limits import Limits, requested, tmpfs_size
-from lnk_controller.limits import describe as describe_limits
 from lnk_controller.models import SandboxRow
-from lnk_controller.placeholders import make_held
 from lnk_controller.remembered import RememberedSpecs
-from lnk_controller.sandbox_plan import Prepared, SandboxPlan, plan_sandbox
+from lnk_controller.sandbox_plan import Prepared, plan_sandbox
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
-from lnk_controller.spawn import RELEASE, Running, spawn_sandbox, start_time, watch_status
+from lnk_controller.spawn import Running, start_time, watch_status
 from lnk_controller.staging import TMPFS_NAMES, Staged, hidden_mount_points, stage_sandbox
 from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
 from lnk_controller.wall import Bind
-from lnk_shared.discovery import DEFAULT_PATH, context_for
-from lnk_shared.errors import SpecError, StateError
+from lnk_shared.errors import StateError
 
 __all__ = ["Judged", "Launcher", "Running"]
 
@@ -76,8 +73,9 @@ PROBE_BOOT = (
 )
 
 
-class Launcher(Judging):
-    """Judges (`launch_judge.Judging`), starts and ends sandboxes."""
+class Launcher(Judging, HeldStart, Ending):
+    """Judges (`launch_judge.Judging`), starts (here and `held_start.HeldStart`) and ends
+    (`launch_end.Ending`) sandboxes."""
 
     def __init__(
         self,
@@ -370,156 +368,3 @@ class Launcher(Judging):
             limits=self.limits_said(running),
         )
         return running
-
-    def _spawn(
-        self,
-        row: SandboxRow,
-        user: HostUser,
-        plan: SandboxPlan,
-        streams: tuple[tuple[int, int, int], GuardedStdio | None],
-        *,
-        terminal: TerminalSize | None,
-        limits: Limits | None,
-        staged: Staged,
-        judged: Judged,
-    ) -> tuple[subprocess.Popen[bytes], int | None, int]:
-        """Start the sandbox's chain; for a held start, make its placeholders meanwhile and
-        release its program. Whatever fails, nothing of the program has run."""
-        cfg = self.cfg
-        stdio, guarded = streams
-        # A held start (placeholders left to make, `Staged.held`): the confiner waits on this
-        # pipe, which only this thread writes, until every one is made and sealed.
-        release_r, release_w = os.pipe2(os.O_CLOEXEC) if staged.held else (-1, -1)
-        try:
-            if self.denials is not None:  # before its first process: its first denial is mapped
-                self.denials.started(row.id, row.host_uid)
-            process, master, status_r = spawn_sandbox(
-                cfg=cfg,
-                row=row,
-                user=user,
-                layout=plan.layout,
-                policy=plan.policy,
-                stdio=stdio,
-                terminal=terminal,
-                limiter=lambda group: self._apply_limits(row.id, group, limits),
-                release_fd=release_r,
-            )
-        except BaseException:
-            if guarded is not None:
-                guarded.close()
-            if release_w >= 0:
-                os.close(release_w)
-            raise
-        finally:
-            if release_r >= 0:
-                os.close(release_r)
-        if release_w >= 0:
-            try:
-                self._release_held(row, staged, judged, release_w)
-            except BaseException:
-                process.kill()  # never released: the confiner refuses at the pipe's end
-                process.wait()
-                os.close(status_r)
-                if master is not None:
-                    os.close(master)
-                if guarded is not None:
-                    guarded.close()
-                raise
-        return process, master, status_r
-
-    def _release_held(
-        self, row: SandboxRow, staged: Staged, judged: Judged, release_w: int
-    ) -> None:
-        """Make and seal the placeholders of a held start while bwrap and the confiner start,
-        then release the program (`spawn.RELEASE`); the pipe is closed either way, and a
-        confiner that reads its end without the release refuses to run anything."""
-        try:
-            make_held(
-                staged.held,
-                sandbox_id=row.id,
-                store=self.store,
-                caller=judged.caller or credentials_of(row.owner_uid),
-            )
-            os.write(release_w, RELEASE)
-        finally:
-            os.close(release_w)
-
-    def _apply_limits(self, sandbox_id: str, group: Path, limits: Limits | None) -> list[str]:
-        applied = sandbox_limits.apply(self.cfg.limits, sandbox_id, group, limits)
-        self._limits[sandbox_id] = applied
-        return applied.launcher_args()
-
-    def limits_outcome(self, running: Running) -> str | None:
-        """The limit the sandbox met, said to its client (read before its clean-up)."""
-        applied = self._limits.get(running.row.id)
-        met = sandbox_limits.outcome(applied) if applied is not None else None
-        if met is not None:  # `lnk sandbox list` and `show` say it too
-            self.store.set(running.row.id, limit_met=met)
-        return met
-
-    def denials_outcome(self, running: Running, status: int) -> str | None:
-        """What the kernel denied the sandbox, kept for `show` and said to its client when its
-        program failed (read before its clean-up, as its limits are)."""
-        summary = self.denials.ended(running.row.id, running.row.host_uid) if self.denials else None
-        if summary is None or not summary.count:
-            return None
-        try:  # the owner's rules, so a hint never names a grant the box refuses
-            owner = running.row.owner_uid
-            ctx = context_for(owner, env={"PATH": DEFAULT_PATH}, box=self.cfg.paths)
-            lines = summary.lines(ctx.home, rules_of(ctx))
-            self.store.set(
-                running.row.id, denials=json.dumps({"count": summary.count, "examples": lines})
-            )
-        except (SpecError, StateError, OSError) as exc:  # the run's status matters more
-            log.error("sandbox %s: its denials are not recorded: %s", running.row.id, exc)
-            return None
-        return summary.said(running.row.id, lines) if status != 0 else None
-
-    def limits_said(self, running: Running) -> str:
-        """The sandbox's limits as a person reads them (`lnk sandbox check` reports them)."""
-        applied = self._limits.get(running.row.id)
-        if applied is None or applied.limits is None:
-            return "none (limits.unsafe_no_limits)"
-        held = [f"v2 {c}" for c in applied.v2] + [f"v1 {c}" for c in applied.v1]
-        where = ", ".join(held) or "none, rlimits only"
-        return f"{describe_limits(applied.limits)} (cgroups: {where})"
-
-    def _release(self, sandbox_id: str) -> None:
-        """Give back the owner's place and remove the limits' groups (after the clean-up
-        emptied the sandbox's cgroup)."""
-        place = self._places.pop(sandbox_id, None)
-        if place is not None:
-            self.ledger.release(place)
-        applied = self._limits.pop(sandbox_id, None)
-        if applied is not None:
-            sandbox_limits.release(applied)
-
-    def waited(self, running: Running) -> int:
-        """Wait for the sandbox's program; its exit status (128+N for a signal, as shells do)."""
-        status = running.process.wait()
-        if running.stdio is not None:  # its output reaches the caller before its status
-            running.stdio.drain()
-        return status if status >= 0 else 128 - status
-
-    def clean(self, running: Running, status: int) -> None:
-        """Clean the sandbox away once its program is over. A clean-up that fails (something
-        left, or the database unwritable: a full disk) is logged and left to the reaper, which
-        retries it until it lands: the program's status is known, and its client gets it."""
-        if self.clean_or_leave(running.row.id, status) and self.agents is not None:
-            try:
-                self.agents.stopped(running.row.host_uid)
-            except StateError as exc:  # the agent's stale uid is forgotten at its next start
-                log.error("sandbox %s: %s", running.row.id, exc)
-
-    def clean_or_leave(self, sandbox_id: str, status: int | None) -> bool:
-        """Clean the sandbox, or leave it to the reaper: whether it is clean."""
-        try:
-            clean_sandbox(sandbox_id, self.store, self.cfg, exit_status=status)
-            return True
-        except StateError as exc:
-            log.error("%s; the reaper retries it", exc)
-            return False
-        finally:
-            self._release(sandbox_id)
-            with self._active_guard:
-                self._active.discard(sandbox_id)

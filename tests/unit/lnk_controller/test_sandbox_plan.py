@@ -394,3 +394,16 @@ def test_the_plan_is_frozen() -> None:
         p.policy["execute"] = ["/"]  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.layout = p.layout  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "j",
+    [judged(), judged(agent=True), judged(network_host=True), judged(commands_any=True)],
+    ids=["plain", "agent", "host-network", "any-command"],
+)
+def test_every_namespace_is_new_and_no_further_user_namespace_is_made(j: Judged) -> None:
+    args = plan(j).bwrap_args()
+    assert args[1:3] == ["--unshare-all", "--unshare-user"]
+    assert "--disable-userns" in args and "--die-with-parent" in args
+    assert ("--share-net" in args) is j.grants.spec.network_host  # the host's network: asked
+    assert has_run(args, ["--hostname", "lnk-sandbox"])  # nothing names the host
