@@ -10,6 +10,7 @@ Python), while the bridge call itself works."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -44,23 +45,28 @@ lnk bridge inbox read
 """
 
 
-@pytest.fixture(scope="module")
-def agent(running_box: Any) -> Iterator[str]:
-    box = running_box
+@contextlib.contextmanager
+def _an_agent(box: Any, spec_name: str, spec_text: str, prefix: str) -> Iterator[str]:
+    """An agent of the box's owner made with this spec, removed (and its spec) at the end."""
     owner = box.owner
-    spec = owner.home / "lnk-inside.toml"
-    spec.write_text(
-        '# a finite list: the shell and Python\n[commands]\nallow = ["/bin/sh", "python3"]\n'
-    )
+    spec = owner.home / spec_name
+    spec.write_text(spec_text)
     os.chown(spec, owner.uid, owner.gid)
-    name = f"li-{os.urandom(2).hex()}"
-    made = box.as_owner("agent", "create", name, "--spec", str(spec))
-    assert made.returncode == 0, made.stderr
-    try:
+    name = f"{prefix}-{os.urandom(2).hex()}"
+    try:  # a failed create leaves neither the agent nor its spec
+        made = box.as_owner("agent", "create", name, "--spec", str(spec))
+        assert made.returncode == 0, made.stderr
         yield name
     finally:
         box.as_owner("agent", "remove", name)
         spec.unlink()
+
+
+@pytest.fixture(scope="module")
+def agent(running_box: Any) -> Iterator[str]:
+    text = '# a finite list: the shell and Python\n[commands]\nallow = ["/bin/sh", "python3"]\n'
+    with _an_agent(running_box, "lnk-inside.toml", text, "li") as name:
+        yield name
 
 
 def test_an_agent_with_a_finite_list_calls_its_bridge_with_lnk_inside(
@@ -146,3 +152,31 @@ def test_a_plain_sandbox_has_no_lnk_on_its_path(running_box: Any) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "/run/lnk-box" not in run.stdout
+
+
+@pytest.fixture
+def shell_only_agent(running_box: Any) -> Iterator[str]:
+    """An agent whose spec grants `/bin/sh` alone, with one message waiting in its inbox."""
+    text = '[commands]\nallow = ["/bin/sh"]\n'
+    with _an_agent(running_box, "lnk-as-program.toml", text, "lp") as name:
+        sent = running_box.as_owner("agent", "send", name, "for lnk itself")
+        assert sent.returncode == 0, sent.stderr
+        yield name
+
+
+def test_lnk_as_the_program_brings_no_python_under_a_list_without_it(
+    running_box: Any, shell_only_agent: str
+) -> None:
+    """`lnk` itself as the agent's program (`-- lnk bridge ...`), under `["/bin/sh"]`: the box
+    grants its client alone here too, never the Python behind it (the controller used to add
+    that Python whenever the program was the box's `lnk`). The bridge call works; the form the
+    C client leaves to its Python CLI does not run Python."""
+    start = ("agent", "start", shell_only_agent, "--yes", "--", "lnk", "bridge", "inbox")
+    read = running_box.as_owner(*start, "read")
+    assert read.returncode == 0, read.stdout + read.stderr
+    (message,) = json.loads(read.stdout)["messages"]
+    assert message["message"] == "for lnk itself"
+    fallback = running_box.as_owner(*start, "--help")
+    assert fallback.returncode == 2, fallback.stdout + fallback.stderr
+    assert "takes its plain forms only" in fallback.stderr, fallback.stderr
+    assert "usage:" not in fallback.stdout  # argparse's help: Python never ran

@@ -35,14 +35,12 @@ from pathlib import Path
 __all__ = [
     "BOX_BIN_INSIDE",
     "CLIENT_NAME",
-    "CLIENT_PYTHON",
     "CONNECTOR_NAME",
     "box_client_links",
     "inside_path",
 ]
 
-# the box's client, and the Python beside it in bin/ that it runs for its other words
-CLIENT_NAME, CLIENT_PYTHON = "lnk", "python3"
+CLIENT_NAME = "lnk"  # the box's client, in bin/
 CONNECTOR_NAME = "lnk-connect"  # ssh's ProxyCommand inside a sandbox with a proxy, in bin/
 BOX_BIN_INSIDE = "/run/lnk-box/bin"  # on PATH inside, first: the box's `lnk` and nothing else
 

@@ -37,8 +37,8 @@ grants, never about closing anything:
   ssh runs its ProxyCommand with $SHELL (`/bin/bash`) and git runs this with `/bin/sh`: under
   a finite `[commands]` list, git over ssh needs git, ssh, sh and bash granted.
 
-The box's values are set after the caller's environment and win over it (launch.py spreads
-them last but the agent's own), except JAVA_TOOL_OPTIONS, merged as said.
+The box's values are set after the caller's environment and win over it (sandbox_plan.py
+spreads them last but the agent's own), except JAVA_TOOL_OPTIONS, merged as said.
 
 What this does NOT do: make a client that reads none of these use the proxy (it fails closed),
 check a host key (ssh does), or give ssh a key or known_hosts the spec does not grant.

@@ -33,6 +33,7 @@ hidepid= is the administrator's tool for that), and the sandbox's id in the laun
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import re
@@ -135,7 +136,7 @@ def confiner_policy(
 POLICY_HEADER = "lnk-confiner-policy 2"  # first line of the policy file: format and version
 
 
-def encode_policy(policy: dict[str, Any]) -> str:
+def encode_policy(policy: Mapping[str, Any]) -> str:
     """The confiner's policy as tab-separated lines (key, value), which its small C parser reads
     (lnk_inside/native/lnk_sandbox.c): one line per path or port; `tcp_*\t-` restricts with no port
     allowed; a missing tcp key leaves TCP to the network namespace; `seccomp` and
@@ -287,8 +288,8 @@ def spawn_sandbox(
     cfg: ControllerConfig,
     row: SandboxRow,
     user: HostUser,
-    layout_args: Mapping[str, Any],
-    policy: dict[str, Any],
+    layout: SandboxLayout,
+    policy: Mapping[str, Any],
     stdio: tuple[int, int, int],
     terminal: TerminalSize | None,
     limiter: Callable[[Path], list[str]] | None = None,
@@ -299,10 +300,10 @@ def spawn_sandbox(
     options that apply the rest (sandbox_limits.Applied.launcher_args). With `release_fd` (a
     pipe's read end, passed to the chain; the caller keeps the write end) the confiner holds the
     program until the controller writes RELEASE there (`held_confiner_command`)."""
-    home_inside = layout_args["home"].dest
-    command, argv_data = split_confiner_command(tuple(layout_args["command"]))
+    home_inside = layout.home.dest
+    command, argv_data = split_confiner_command(layout.command)
     if cfg.unsafe_command_line_visible:
-        command, argv_data = tuple(layout_args["command"]), None
+        command, argv_data = layout.command, None
     if release_fd >= 0:
         command = held_confiner_command(command, release_fd)
     passwd, group = sandbox_passwd(user.name, user.uid, user.gid, home_inside)
@@ -329,14 +330,10 @@ def spawn_sandbox(
         etc_binds, etc_copies = open_etc_entries(etc_entries)
         links = {p: os.readlink(p) for p in MERGED_USR_LINKS if os.path.islink(p)}
         dirs = tuple(p for p in MERGED_USR_LINKS if os.path.isdir(p) and p not in links)
-        layout = SandboxLayout(
-            uid=user.uid,
-            gid=user.gid,
-            user_name=user.name,
-            prefix=str(cfg.prefix),
-            terminal=terminal is not None,
+        layout = dataclasses.replace(  # the plan's layout, with what only the spawn reads or opens
+            layout,
             system_links=links,
-            system_dirs=("/usr", *dirs),
+            system_dirs=(*layout.system_dirs, *dirs),
             etc_binds=etc_binds,
             etc_copies=tuple(etc_copies),
             passwd_fd=data_fds[0],
@@ -345,9 +342,8 @@ def spawn_sandbox(
             hosts_fd=data_fds[3] if own_identity else -1,
             boot_id_fd=data_fds[4] if own_identity else -1,
             status_fd=status_w,
-            unsafe_writable_dev=cfg.unsafe_writable_dev,
             argv_fd=argv_fd,
-            **{**layout_args, "command": command},
+            command=command,
         )
         cgroup = cgroups.create(row.id)
         limit_args = limiter(cgroup) if limiter is not None else []

@@ -64,7 +64,7 @@ def test_a_valid_spec_padded_past_the_limit_is_not_parsed_cut_short(tmp_path: Pa
 
 def test_the_controller_refuses_an_oversized_spec_descriptor(tmp_path: Path) -> None:
     """What the controller does with the descriptor a client passed (bypassing any client)."""
-    from lnk_controller.launch import _read_spec_fd
+    from lnk_controller.launch_judge import _read_spec_fd
 
     spec = tmp_path / "spec.toml"
     spec.write_bytes(VALID + b"#" * MAX_SPEC_BYTES)
