@@ -14,6 +14,7 @@ import secrets
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -266,3 +267,35 @@ def test_a_vllm_rules_key_is_forced_scrubbed_and_refused_once_removed(
     # Removed while it ran: its next request is refused, and nothing more arrives.
     assert "lnk: refused (model-secret-gone)" in out and out.endswith(" 403\n"), out
     assert len(runtime.seen()) == before + 1
+
+
+MAX_VALUES = 2**20  # lnk_proxy.strict_json.MAX_VALUES
+HUGE_BODIES = {
+    "values": b'{"model":"llama3.2:3b","x":[' + b",".join([b"0"] * MAX_VALUES) + b"]}",
+    "depth": b'{"model":"llama3.2:3b","x":' + b"[" * 10**6 + b"]" * 10**6 + b"}",
+}
+HUGE_BODY_S = 30.0  # the whole run: a sandbox start and one 2 MB request on a loaded machine
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE_BODIES))
+def test_a_body_of_millions_of_values_or_brackets_is_refused_and_nothing_arrives(
+    running_box: RunningBox, runtime: OllamaShaped, kind: str
+) -> None:
+    before, accepted = len(runtime.seen()), runtime.accepted()
+    send = f"{CURL} {DIRECT} -w ' %{{http_code}}\\n' --data-binary @- {INSIDE}/api/generate"
+    started = time.monotonic()
+    ran = subprocess.run(
+        _argv(running_box, runtime, send),
+        env=running_box.owner_env(),
+        cwd=str(running_box.owner.home),
+        input=HUGE_BODIES[kind],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.decode() == "lnk: refused (model-body)\n 403\n"
+    assert took < HUGE_BODY_S, took
+    assert runtime.seen()[before:] == []
+    assert runtime.accepted() == accepted
