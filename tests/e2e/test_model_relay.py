@@ -9,6 +9,7 @@ this machine, stays closed."""
 
 from __future__ import annotations
 
+import json
 import queue
 import secrets
 import shlex
@@ -299,3 +300,23 @@ def test_a_body_of_millions_of_values_or_brackets_is_refused_and_nothing_arrives
     assert took < HUGE_BODY_S, took
     assert runtime.seen()[before:] == []
     assert runtime.accepted() == accepted
+
+
+def test_a_listing_inside_the_sandbox_shows_only_the_models_the_rule_allows(
+    running_box: RunningBox,
+) -> None:
+    held = ("llama3.2:3b", "llama3.1:8b", "qwen2.5:7b")
+    with OllamaShaped(models=held) as three:
+        rule = f"--model=ollama=llama3.2:3b;upstream=http://127.0.0.1:{three.port}"
+        script = "; ".join(
+            f'{CURL} "$OLLAMA_HOST{path}"; echo' for path in ("/api/tags", "/api/ps", "/v1/models")
+        )
+        argv = ["sandbox", "run", "--yes", "--command=curl", rule, "--", "/bin/sh", "-c", script]
+        ran = running_box.as_owner(*argv)
+        arrived = [(s.method, s.path) for s in three.seen()]
+    assert ran.returncode == 0, ran.stderr
+    tags, ps, models = (json.loads(line) for line in ran.stdout.splitlines())
+    only = {"name": "llama3.2:3b", "model": "llama3.2:3b"}
+    assert tags == ps == {"models": [only]}, ran.stdout
+    assert models == {"object": "list", "data": [{"id": "llama3.2:3b"}]}, ran.stdout
+    assert arrived == [("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/v1/models")]
