@@ -97,23 +97,21 @@ def structure_within(untrusted: bytes, max_values: int, max_depth: int) -> str |
     """None when `untrusted` holds at most `max_values` values and members outside strings and
     nests at most `max_depth` deep; else what it is past, for the caller's refusal. Never
     parses: bytes methods only, memory a few times the text's (see the module's docstring)."""
-    counted = sum(untrusted.count(c) for c in (b"[", b"{", b",", b":"))
-    if counted <= max_values and untrusted.count(b"[") + untrusted.count(b"{") <= max_depth:
-        return None  # the most a text can hold, strings and all: no need to find them
     text = untrusted
-    if b"\\" in text:
+    if b"\\" in text:  # one memchr first: many bodies have no escape at all
         text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
-    text = text.translate(None, _NOT_COUNTED)
-    if text.count(b'"') > 2 * (max_values + 1):  # a string is a value or a key: see the docstring
+    # One translate (a table lookup per byte, far cheaper than a count per kind) keeps what
+    # matters; everything after it reads that, a fraction of the text for a real body.
+    kept = text.translate(None, _NOT_COUNTED)
+    if kept.count(b'"') > 2 * (max_values + 1):  # a string is a value or a key: the docstring
         return f"more than {max_values} values"
     outside, inside = [], False
-    for start in range(0, len(text), _SPLIT_BYTES):
-        pieces = text[start : start + _SPLIT_BYTES].split(b'"')
+    for start in range(0, len(kept), _SPLIT_BYTES):
+        pieces = kept[start : start + _SPLIT_BYTES].split(b'"')
         outside.append(b"".join(pieces[1 if inside else 0 :: 2]))
         inside ^= len(pieces) % 2 == 0  # an odd count of quotes in the piece: the side changes
     structure = b"".join(outside)
-    values = sum(structure.count(c) for c in (b"[", b"{", b",", b":"))
-    if values > max_values:
+    if len(structure.translate(None, b"]}")) > max_values:
         return f"more than {max_values} values"
     if not depth_within(structure.translate(None, b","), max_depth):
         return f"nested past {max_depth} levels"
