@@ -95,8 +95,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json("Ollama is running")
         elif path == "/api/version":
             self._json({"version": "0.12.0"})
-        elif path == "/api/tags":
-            self._json({"models": [{"name": m} for m in self.state.models]})
+        elif path in ("/api/tags", "/api/ps"):  # held, and loaded: all of them here
+            self._json({"models": [{"name": m, "model": m} for m in self.state.models]})
+        elif path == "/v1/models":
+            self._json({"object": "list", "data": [{"id": m} for m in self.state.models]})
         elif path in ("/api/chat", "/api/generate", "/api/show", "/api/embed"):
             request = json.loads(body or b"{}")
             if path == "/api/chat" and request.get("stream"):

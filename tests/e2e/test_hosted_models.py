@@ -20,7 +20,7 @@ from typing import Any
 import install_prefix
 import pytest
 from as_user import as_user
-from net import ANTHROPIC, OPENAI, TestInternet
+from net import ANTHROPIC, OPENAI, OTHER, WWW, TestInternet
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -290,3 +290,59 @@ def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_re
     for key in (a_key, o_key, rotated):
         assert key not in out + err + wire + json.dumps(got)
     assert "removed tool 'web_search_20250305'" in wire
+
+
+# Inside the sandbox: a CONNECT through the proxy to each target, its status line printed.
+TUNNEL_SCRIPT = r"""
+import json, os, socket, sys
+host, port = os.environ["HTTP_PROXY"][len("http://"):].rstrip("/").rsplit(":", 1)
+out = {}
+for target in sys.argv[1:]:
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        out[target] = s.recv(200).split(b"\r\n")[0].decode().split(" ", 1)[1]
+print(json.dumps(out))
+"""
+
+
+def test_a_tunnel_to_the_providers_address_or_another_name_for_it_is_refused(
+    running_box: RunningBox, private_box: Any, internet: Any
+) -> None:
+    """`[internet] *` with an anthropic rule: a CONNECT by the provider's address (written two
+    ways) or by another name answering it is refused (the name's naming the rule, with the hint
+    to its plain endpoint), and the provider's host accepts no connection; a tunnel to another
+    host of `*` still opens."""
+    proxy_config = (
+        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
+        f'unsafe_dns_table = "{internet.dns_file}"\n'
+        f'unsafe_service_ca = "{internet.ca_file}"'
+    )
+    provider = internet.other.address  # api.anthropic.com's, and other.test-public.example's
+    by_address = [f"{provider}:443", f"[::ffff:{provider}]:443", f"{OTHER}:443"]
+    granted = f"{WWW}:443"
+    with private_box(proxy_config=proxy_config) as box:
+        done = _lnk(running_box, box, "secret", "set", "claude", stdin="sk-ant-x\n")
+        assert done.returncode == 0, done.stderr
+        before = internet.accepted(internet.other)
+        ran = _lnk(
+            running_box,
+            box,
+            *("sandbox", "run", "--yes", "--command=*", "--internet-host=*", RULES[0]),
+            *("--", "python3", "-I", "-c", TUNNEL_SCRIPT, *by_address, granted),
+        )
+        assert ran.returncode == 0, ran.stderr
+        wire = _wire(box)
+    statuses = json.loads(ran.stdout)
+    assert statuses == {
+        **dict.fromkeys(by_address, "403 Forbidden"),
+        granted: "200 Connection Established",
+    }, statuses
+    assert internet.accepted(internet.other) == before  # the provider's own record: nothing
+    refused = {json.loads(line)["target"]: json.loads(line) for line in wire.splitlines()}
+    # A literal is never reached through [internet] (the policy's own refusal, before any
+    # tunnel); another name answering the provider's address is the hosted rule's refusal.
+    assert {refused[t]["rule"] for t in by_address[:2]} == {"literal-not-allowed"}, wire
+    other = refused[f"{OTHER}:443"]
+    assert other["rule"] == "model-plain-http-only", wire
+    assert f"an address of {ANTHROPIC}" in other["reason"], other
+    assert "http://127.0.0.1:4001" in other["reason"], other

@@ -9,11 +9,13 @@ this machine, stays closed."""
 
 from __future__ import annotations
 
+import json
 import queue
 import secrets
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -266,3 +268,55 @@ def test_a_vllm_rules_key_is_forced_scrubbed_and_refused_once_removed(
     # Removed while it ran: its next request is refused, and nothing more arrives.
     assert "lnk: refused (model-secret-gone)" in out and out.endswith(" 403\n"), out
     assert len(runtime.seen()) == before + 1
+
+
+MAX_VALUES = 2**20  # lnk_proxy.strict_json.MAX_VALUES
+HUGE_BODIES = {
+    "values": b'{"model":"llama3.2:3b","x":[' + b",".join([b"0"] * MAX_VALUES) + b"]}",
+    "depth": b'{"model":"llama3.2:3b","x":' + b"[" * 10**6 + b"]" * 10**6 + b"}",
+}
+HUGE_BODY_S = 30.0  # the whole run: a sandbox start and one 2 MB request on a loaded machine
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE_BODIES))
+def test_a_body_of_millions_of_values_or_brackets_is_refused_and_nothing_arrives(
+    running_box: RunningBox, runtime: OllamaShaped, kind: str
+) -> None:
+    before, accepted = len(runtime.seen()), runtime.accepted()
+    send = f"{CURL} {DIRECT} -w ' %{{http_code}}\\n' --data-binary @- {INSIDE}/api/generate"
+    started = time.monotonic()
+    ran = subprocess.run(
+        _argv(running_box, runtime, send),
+        env=running_box.owner_env(),
+        cwd=str(running_box.owner.home),
+        input=HUGE_BODIES[kind],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.decode() == "lnk: refused (model-body)\n 403\n"
+    assert took < HUGE_BODY_S, took
+    assert runtime.seen()[before:] == []
+    assert runtime.accepted() == accepted
+
+
+def test_a_listing_inside_the_sandbox_shows_only_the_models_the_rule_allows(
+    running_box: RunningBox,
+) -> None:
+    held = ("llama3.2:3b", "llama3.1:8b", "qwen2.5:7b")
+    with OllamaShaped(models=held) as three:
+        rule = f"--model=ollama=llama3.2:3b;upstream=http://127.0.0.1:{three.port}"
+        script = "; ".join(
+            f'{CURL} "$OLLAMA_HOST{path}"; echo' for path in ("/api/tags", "/api/ps", "/v1/models")
+        )
+        argv = ["sandbox", "run", "--yes", "--command=curl", rule, "--", "/bin/sh", "-c", script]
+        ran = running_box.as_owner(*argv)
+        arrived = [(s.method, s.path) for s in three.seen()]
+    assert ran.returncode == 0, ran.stderr
+    tags, ps, models = (json.loads(line) for line in ran.stdout.splitlines())
+    only = {"name": "llama3.2:3b", "model": "llama3.2:3b"}
+    assert tags == ps == {"models": [only]}, ran.stdout
+    assert models == {"object": "list", "data": [{"id": "llama3.2:3b"}]}, ran.stdout
+    assert arrived == [("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/v1/models")]

@@ -11,7 +11,7 @@ proxy, judged as the relay's connections are):
 - a URL the provider would fetch (an image by URL): refused `model-fetch`;
 - an endpoint that is not inference (the owner's files): refused `model-route`;
 - a `CONNECT` to the rule's host: an opaque tunnel would skip every check and carry a key of
-  the sandbox's own;
+  the sandbox's own (by its address and by another name for it: `plan_hosted_tunnels`);
 - a request carrying a key of its own (`x-api-key` / `Authorization`): refused `model-own-key`
   (an account the sandbox controls at the provider would carry data out).
 

@@ -22,7 +22,9 @@ runtime's admin API);
 room it keeps for allowed decisions; `unsafe_keep_server_tools` sends a hosted model rule's
 request with every tool it names, the provider's server tools included;
 `unsafe_ssh_port_by_any_entry` lets port 22 be reached by a name listed without a port or by
-`*` (policy.LISTED_ONLY_PORTS: `lnk sandbox check` shows each class leak).
+`*` (policy.LISTED_ONLY_PORTS); `unsafe_hosted_tunnel_by_address` lets a CONNECT reach a hosted
+model rule's provider by its address or another name (`hosted_tunnels`): `lnk sandbox check`
+shows each class leak.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class ProxyConfig(ServicePaths):
     unsafe_log_every_refusal: bool = False  # likewise: no aggregation, no room kept for allowed
     unsafe_keep_server_tools: bool = False  # likewise: a hosted model's server tools kept
     unsafe_ssh_port_by_any_entry: bool = False  # likewise: port 22 by a bare name or `*`
+    unsafe_hosted_tunnel_by_address: bool = False  # likewise: a provider tunneled to by address
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -133,6 +136,12 @@ class ProxyConfig(ServicePaths):
                 "unsafe_ssh_port_by_any_entry: port 22 (ssh) is reached by an [internet] name "
                 "listed without a port, or by '*', as any other port is (a test setting; never "
                 "on a real box)"
+            )
+        if self.unsafe_hosted_tunnel_by_address:
+            log.warning(
+                "unsafe_hosted_tunnel_by_address: while a hosted model rule is granted, a "
+                "CONNECT to its provider's address (a literal, another name) is tunneled under "
+                "[internet] past the rule (a test setting; never on a real box)"
             )
         if self.unsafe_keep_server_tools:
             log.warning(

@@ -5,7 +5,9 @@ Pure: bytes in, bytes out (or RequestRefused naming the rule). "Inference only" 
 a route table (SERVICES.md), so a body is refused when
 - it is not one strict JSON object: not UTF-8, `NaN`/`Infinity`, a duplicate key (which one a
   runtime keeps is its parser's choice: judged once, never twice), a lone surrogate, deeper than
-  `MAX_JSON_DEPTH`, larger than `MAX_MODEL_BODY_BYTES` (`model-body`);
+  `MAX_JSON_DEPTH`, larger than `MAX_MODEL_BODY_BYTES`, more than `strict_json.MAX_VALUES`
+  values (counted before any parse, as for the hosted rules: `refuse_many_values`)
+  (`model-body`);
 - the model it asks for is not in the rule's allowlist (an Ollama cloud model only when named
   exactly: `ModelRule.allows_model`), or a route that names one has none (`model-not-allowed`);
 - a field anywhere in it named `url` or ending in `_url` holds anything but a `data:` URL, or a
@@ -34,6 +36,7 @@ from typing import Any
 
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.model_routes import ModelRoute
+from lnk_proxy.strict_json import refuse_many_values
 from lnk_shared.spec_models import ModelRule
 
 __all__ = ["MAX_JSON_DEPTH", "MAX_MODEL_BODY_BYTES", "judge_model_body", "parse_strict_json"]
@@ -57,6 +60,7 @@ def parse_strict_json(untrusted: bytes) -> Any:
     """The JSON value of `untrusted`, or RequestRefused("model-body") naming what is wrong."""
     if len(untrusted) > MAX_MODEL_BODY_BYTES:
         raise RequestRefused("model-body", f"a body over {MAX_MODEL_BODY_BYTES} bytes")
+    refuse_many_values(untrusted)
     try:
         text = untrusted.decode("utf-8")
     except UnicodeDecodeError:

@@ -13,7 +13,8 @@ loopback address and port only (the one exception to "never this machine", by th
 elsewhere at the address the policy vetted for the rule's host as a `[lan]` grant of exactly it
 (a private address only). One request per connection: `Connection: close` both ways; the answer
 is streamed back as it comes (NDJSON and SSE chunk by chunk), close-delimited, with the rule's
-key (vllm, openai-compatible) scrubbed from it.
+key (vllm, openai-compatible) scrubbed from it; a model listing's answer is read whole and cut
+to the rule's models first (`model_listings`: a 502 when it cannot be read).
 
 Security limitations: this does NOT serve the hosted kinds (anthropic, openai: TLS upstream, the
 key forced, server tools removed; `hosted_models`), bound an answer's size or total time (each
@@ -26,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lnk_proxy.conn import Conn, dial
 from lnk_proxy.forward import (
     MAX_CHUNK_LINE,
     MAX_RESPONSE_HEAD_BYTES,
     BadResponse,
+    ResponseHead,
     parse_chunk_size,
     parse_response_head,
 )
@@ -43,6 +45,12 @@ from lnk_proxy.http_request import (
     parse_request_head,
 )
 from lnk_proxy.model_bodies import MAX_MODEL_BODY_BYTES, judge_model_body
+from lnk_proxy.model_listings import (
+    MAX_LISTING_BYTES,
+    ListingUnreadable,
+    filter_listing,
+    is_listing,
+)
 from lnk_proxy.model_routes import (
     ModelRoute,
     judge_model_route,
@@ -216,7 +224,8 @@ async def relay_model(
         writer.write(head + (body or b""))
         async with asyncio.timeout(io_timeout_s):
             await writer.drain()
-        await _answer(request, reader, client, secret, io_timeout_s)
+        listing = (rule, judged.route.path) if is_listing(rule, judged.route) else None
+        await _answer(request, reader, client, secret, io_timeout_s, listing=listing)
     finally:
         writer.close()
         with contextlib.suppress(OSError, TimeoutError):
@@ -229,8 +238,12 @@ async def _answer(
     client: Conn,
     secret: bytes | None,
     io_timeout_s: float,
+    *,
+    listing: tuple[ModelRule, str] | None = None,
 ) -> None:
-    """The answer's head (interim ones too), then its body on its framing, chunk by chunk."""
+    """The answer's head (interim ones too), then its body on its framing, chunk by chunk; a
+    listing's (`listing`: the rule to cut it to, its path) read whole and cut before its head
+    goes."""
     replacement = b"<secret>"
     scrubber = SecretScrubber(secret, replacement) if secret else None
 
@@ -257,8 +270,27 @@ async def _answer(
         head = b"\r\n".join((*kept, b"Connection: close")) + b"\r\n\r\n"
         if secret:
             head = head.replace(secret, replacement)
+        if listing is not None:  # cut first: nothing of the runtime's list goes unfiltered
+            whole = await _listing_body(response, reader, io_timeout_s, listing[1])
+            await client.send(head + scrub(filter_listing(*listing, whole)))
+            break
         await client.send(head)
         break
+    if listing is None:
+        await _stream_body(response, reader, client, scrub, io_timeout_s)
+    if scrubber is not None:
+        await client.send(scrubber.flush())
+    client.shutdown_write()
+
+
+async def _stream_body(
+    response: ResponseHead,
+    reader: asyncio.StreamReader,
+    client: Conn,
+    scrub: Callable[[bytes], bytes],
+    io_timeout_s: float,
+) -> None:
+    """The answer's body to the client on its framing, each read or chunk as it came."""
     if response.framing == "length" and response.length:
         remaining = response.length
         while remaining:
@@ -285,6 +317,37 @@ async def _answer(
             if not data:
                 break
             await client.send(scrub(data))
-    if scrubber is not None:
-        await client.send(scrubber.flush())
-    client.shutdown_write()
+
+
+async def _listing_body(
+    response: ResponseHead, reader: asyncio.StreamReader, io_timeout_s: float, path: str
+) -> bytes:
+    """A listing's whole body (at most MAX_LISTING_BYTES), plain: ListingUnreadable if not."""
+    if any(line.lower().startswith(b"content-encoding:") for line in response.head_lines):
+        raise ListingUnreadable(f"{path}: a compressed listing (the proxy cuts plain JSON only)")
+    parts: list[bytes] = []
+    size = 0
+    async with asyncio.timeout(io_timeout_s):  # a listing is small: one bound for all of it
+        while True:
+            if response.framing == "length":
+                if size >= (response.length or 0):
+                    break
+                data = await reader.read(min((response.length or 0) - size, READ_SIZE))
+            elif response.framing == "chunked":
+                chunk = parse_chunk_size(await reader.readuntil(b"\r\n"))
+                if chunk == 0:
+                    break
+                data = await reader.readexactly(min(chunk, MAX_LISTING_BYTES + 1))
+                if len(data) == chunk and await reader.readexactly(2) != b"\r\n":
+                    raise BadResponse("a chunk not followed by CRLF")
+            else:
+                data = await reader.read(READ_SIZE)
+            if not data:
+                if response.framing == "length":
+                    raise BadResponse("the runtime's answer ended early")
+                break
+            size += len(data)
+            if size > MAX_LISTING_BYTES:
+                raise ListingUnreadable(f"{path}: a listing past {MAX_LISTING_BYTES} bytes")
+            parts.append(data)
+    return b"".join(parts)

@@ -26,9 +26,9 @@ headers minus hop-by-hop, framing, `Content-Encoding`, method- and path-override
 runtime takes the rule's key or none), `Content-Length` of the re-serialised body, the rule's key as
 `Authorization: Bearer` when it names one, `Connection: close`.
 
-Security limitations: this does NOT look at bodies (`model_bodies` does), nor limit what an
-allowed route costs the runtime (a long generation, a model kept loaded), nor hide the model
-listing (`/api/tags`, `/v1/models` name every model the runtime holds, allowed or not).
+Security limitations: this does NOT look at bodies (`model_bodies` does) nor answers (a
+listing, `/api/tags`, `/v1/models`, is cut to the rule's models by `model_listings`), nor limit
+what an allowed route costs the runtime (a long generation, a model kept loaded).
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
 from lnk_proxy.hosted_relay import exchange as exchange_hosted
 from lnk_proxy.hosted_relay import read_body
+from lnk_proxy.hosted_tunnels import TunnelRefusal, judge_tunnel
 from lnk_proxy.http_request import (
-    HTTP_PORT,
     ProxyRequest,
     RequestRefused,
     find_head_end,
@@ -144,6 +144,9 @@ BAD_GATEWAY = (
 class _Refusal:
     rule: str
     reason: str
+
+
+_Refused = _Refusal | TunnelRefusal  # a tunnel's last judgement's (`hosted_tunnels`) included
 
 
 @dataclass(eq=False)
@@ -570,11 +573,6 @@ class ProxyServer:
                 await self._refuse(listener, client, request.method, target, refusal)
                 return False
             hosted = listener.hosted.rule_for_host(request.host)
-            if hosted is not None and request.port != HTTP_PORT:
-                reason = f"{hosted.host}:{request.port}: a rule is served on http:80"
-                refusal = _Refusal("model-plain-http-only", reason)
-                await self._refuse(listener, client, request.method, target, refusal)
-                return False
             if hosted is not None:
                 return await self._hosted(listener, client, request, target, consumed, rule=hosted)
         buffers: TunnelBuffers | None = None
@@ -585,7 +583,9 @@ class ProxyServer:
                 return False
             buffers = reserved
         try:
-            verdict = await self._decide(listener, request)
+            verdict: Allowed | _Refused = await self._decide(listener, request)
+            if buffers is not None and isinstance(verdict, Allowed):  # no provider by address
+                verdict = await judge_tunnel(listener, verdict, self.config)
             if not isinstance(verdict, Allowed):
                 await self._refuse(listener, client, request.method, target, verdict)
                 return False
@@ -929,7 +929,7 @@ class ProxyServer:
         return None
 
     async def _refuse(
-        self, listener: _Listener, client: Conn, method: str, target: str, refusal: _Refusal
+        self, listener: _Listener, client: Conn, method: str, target: str, refusal: _Refused
     ) -> None:
         entry = WireEntry(listener.sandbox, method, target, "refused", refusal.rule)
         self.wire_log.write(replace(entry, reason=refusal.reason))

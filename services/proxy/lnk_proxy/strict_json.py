@@ -2,7 +2,9 @@
 upstream parses is the proxy's own serialisation of exactly what was judged, never the client's
 bytes, so no difference between two JSON parsers can carry a field past a check.
 
-Refused (`BodyRefused`, rule `model-body`): a body past `MAX_BODY_BYTES`, bytes that are not
+Refused (`BodyRefused`, rule `model-body`): a body past `MAX_BODY_BYTES`, a body of more than
+`MAX_VALUES` values or nesting past `MAX_SCANNED_DEPTH` (both found before any parse, by
+`refuse_many_values`: a parser would build every value before any rule saw one), bytes that are not
 UTF-8 (a BOM included), a top level that is not an object, `NaN`/`Infinity` or a number too
 large for a double (Python reads `1e400` as infinity, which no JSON can carry back), a key given
 twice in one object (parsers disagree on which one wins), nesting past `MAX_DEPTH`, a lone
@@ -35,9 +37,20 @@ from typing import Any, NamedTuple
 import msgspec
 
 from lnk_proxy.http_request import RequestRefused
-from lnk_proxy.json_shape import depth_within, pairs_in, shape
+from lnk_proxy.json_shape import depth_within, pairs_in, shape, structure_within
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "BodyRefused", "Parsed", "dumps", "loads", "read"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_DEPTH",
+    "MAX_SCANNED_DEPTH",
+    "MAX_VALUES",
+    "BodyRefused",
+    "Parsed",
+    "dumps",
+    "loads",
+    "read",
+    "refuse_many_values",
+]
 
 # Anthropic's Messages API takes requests up to 32 MB (its documented request size limit);
 # OpenAI's are smaller. A body past this is refused before it is read whole.
@@ -45,6 +58,14 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 # Messages, content blocks, tool results and JSON Schemas nest a dozen or two deep in real
 # requests; far below Python's recursion limit, so no parse or walk can exhaust the stack.
 MAX_DEPTH = 64
+# A request of a long chat with tools holds some thousands of values; a million is past any
+# real one, and its parse (tens of bytes per value in the proxy's memory, about a second of the
+# proxy's CPU at 2**20 on this box's class of machine) is refused before it starts.
+MAX_VALUES = 2**20
+# Nesting the scan before the parse refuses: up to here a parser's own recursion is cheap and
+# `MAX_DEPTH` refuses with the parse's reason, as before; past it (a million brackets fit in
+# 2 MB) no parser is given the body.
+MAX_SCANNED_DEPTH = 1000
 
 
 # A walk's step per container costs about what this many bytes of a C pass over the text do
@@ -73,6 +94,7 @@ def read(untrusted: bytes) -> Parsed:
     """The body as a JSON object, read strictly (see the module's docstring)."""
     if len(untrusted) > MAX_BODY_BYTES:
         raise BodyRefused(f"{len(untrusted)} B past the {MAX_BODY_BYTES} B a model request takes")
+    refuse_many_values(untrusted)
     try:
         value = _DECODER.decode(untrusted)
     except (msgspec.DecodeError, RecursionError):
@@ -83,6 +105,20 @@ def read(untrusted: bytes) -> Parsed:
         if depth_within(structure, MAX_DEPTH) and _no_pair_lost(structure, value, canonical):
             return Parsed(value, canonical)
     return Parsed(_reference_loads(untrusted), None)  # its own refusal, or its own value
+
+
+def refuse_many_values(untrusted: bytes) -> None:
+    """BodyRefused when a body holds more than MAX_VALUES values or nests past
+    MAX_SCANNED_DEPTH, found by a scan of its bytes (`json_shape.structure_within`): never
+    given to a parser. Also the local model rules' first step (`model_bodies`). A body of at
+    most MAX_VALUES bytes is not scanned: it cannot hold more values, and the parsers refuse
+    its nesting at their recursion limits in about a millisecond (the scan would cost about
+    as much as msgspec's whole parse of a 1 MiB body)."""
+    if len(untrusted) <= MAX_VALUES:  # fewer bytes than values allowed: no scan to pay for
+        return  # (and nesting the parsers stop at their own recursion limits, cheaply)
+    past = structure_within(untrusted, MAX_VALUES, MAX_SCANNED_DEPTH)
+    if past is not None:
+        raise BodyRefused(f"{past}: refused before it was parsed")
 
 
 def _no_pair_lost(structure: bytes, value: dict[str, Any], canonical: bytes) -> bool:

@@ -135,8 +135,11 @@ def test_the_model_is_frozen() -> None:
         cfg.controller_uid = 1000
 
 
-@pytest.mark.parametrize("name", ["unsafe_unbounded_tunnels", "unsafe_log_every_refusal"])
-def test_the_caps_switches_are_off_by_default_and_warn_when_set(
+@pytest.mark.parametrize(
+    "name",
+    ["unsafe_unbounded_tunnels", "unsafe_log_every_refusal", "unsafe_hosted_tunnel_by_address"],
+)
+def test_the_test_only_switches_are_off_by_default_and_warn_when_set(
     env: dict[str, str], config_dir: Path, caplog: pytest.LogCaptureFixture, name: str
 ) -> None:
     assert getattr(load_config(env), name) is False

@@ -18,7 +18,7 @@ import pytest
 
 from lnk_proxy import strict_json
 from lnk_proxy.hosted_bodies import FETCH_NAMES, judge_body, may_fetch
-from lnk_proxy.json_shape import depth_within, pairs_in, shape
+from lnk_proxy.json_shape import depth_within, pairs_in, shape, structure_within
 from lnk_proxy.strict_json import MAX_DEPTH, BodyRefused
 
 BODIES_PER_SEED = 500  # with 4 seeds: 2,000 bodies, each read both ways
@@ -410,3 +410,88 @@ def test_what_goes_upstream_is_the_serialisation_of_what_was_judged(raw: bytes) 
     )
     judged, _ = judge_body("anthropic", "messages", old_loads(raw), {"m"}.__contains__, ())
     assert forward.body == old_dumps(judged)
+
+
+# -- structure_within: the count before any parse
+
+_MANY = 2**20
+
+
+@pytest.mark.parametrize(
+    ("body", "past"),
+    [
+        (b'{"a":[' + b",".join([b"0"] * (_MANY - 2)) + b"]}", None),  # {, :, [ and the commas
+        (b'{"a":[' + b",".join([b"0"] * (_MANY - 1)) + b"]}", "more than 1048576 values"),
+        (b"[" + b",".join([b"0"] * (_MANY + 1)) + b"]", "more than 1048576 values"),
+        (b"[" * 10**6 + b"]" * 10**6, "nested past 64 levels"),
+        (b"{" * 10**6, "nested past 64 levels"),  # never closed: unpaired, refused all the same
+        (b"[" * 64 + b"]" * 64, None),
+        (b"[" * 65 + b"]" * 65, "nested past 64 levels"),
+        (b'{"k":' * 64 + b"1" + b"}" * 64, None),
+        (b'["' + b"[" * 10**6 + b'"]', None),  # brackets inside a string are text
+        (b'["' + b",:" * _MANY + b'"]', None),  # and so are commas and colons
+        (b'["\\"' + b"," * _MANY + b'"]', None),  # an escaped quote does not end the string
+        (b'["\\\\",' + b",".join([b"1"] * _MANY) + b"]", "more than 1048576 values"),
+        (b"[" + b'"",' * _MANY + b'""]', "more than 1048576 values"),  # counted by its quotes
+        (b'["' + b"\\u0022" + b"," * _MANY + b'"]', None),  # \u0022 is no delimiter
+    ],
+    ids=[
+        "just-under-the-limit",
+        "one-past",
+        "a-flat-array-one-past",
+        "a-million-deep",
+        "a-million-open",
+        "at-the-depth",
+        "one-deeper",
+        "objects-at-the-depth",
+        "brackets-in-a-string",
+        "commas-in-a-string",
+        "an-escaped-quote",
+        "an-escaped-backslash-then-values",
+        "empty-strings",
+        "a-unicode-quote",
+    ],
+)
+def test_structure_within_counts_values_and_nesting_outside_strings(
+    body: bytes, past: str | None
+) -> None:
+    assert structure_within(body, _MANY, MAX_DEPTH) == past
+
+
+def test_structure_within_is_exact_on_every_generated_body_a_strict_parser_reads() -> None:
+    """Its count is the values and members of the parse; its depth verdict the parse's."""
+    for seed in SEEDS:
+        for body in generated(seed):
+            try:
+                value = json.loads(body, object_pairs_hook=_Members)  # a key twice: both kept
+            except ValueError:
+                continue
+            values = _values_and_members(value)
+            deep = _depth(value)
+            assert structure_within(body, values, deep) is None
+            assert structure_within(body, values - 1, deep) == f"more than {values - 1} values"
+            if deep:
+                assert structure_within(body, values, deep - 1) == f"nested past {deep - 1} levels"
+
+
+class _Members(list[tuple[str, Any]]):
+    """An object's members as the text has them, a key given twice included."""
+
+
+def _values_and_members(value: object) -> int:
+    """What structure_within counts: per container, its opening bracket, then one byte for each
+    member's `:` and each separating `,`."""
+    if isinstance(value, _Members):
+        inner = sum(_values_and_members(v) for _, v in value)
+        return 1 + len(value) + max(len(value) - 1, 0) + inner
+    if isinstance(value, list):
+        return 1 + max(len(value) - 1, 0) + sum(_values_and_members(v) for v in value)
+    return 0
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, _Members):
+        return 1 + max((_depth(v) for _, v in value), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0

@@ -11,6 +11,7 @@ import pytest
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.model_bodies import MAX_JSON_DEPTH, judge_model_body, parse_strict_json
 from lnk_proxy.model_routes import judge_model_route
+from lnk_proxy.strict_json import MAX_VALUES
 from lnk_shared.spec import Origin
 from lnk_shared.spec_models import ModelRule, parse_model_table
 
@@ -196,3 +197,30 @@ def test_a_route_without_a_body_takes_none_and_a_path_model_is_judged() -> None:
 def test_a_deep_but_bounded_body_parses() -> None:
     depth = MAX_JSON_DEPTH - 1
     assert parse_strict_json(b"[" * depth + b"]" * depth) is not None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model":"llama3.2:3b","x":[' + b",".join([b"0"] * MAX_VALUES) + b"]}",
+        b'{"model":"llama3.2:3b","x":' + b"[" * 10**6 + b"]" * 10**6 + b"}",
+    ],
+    ids=["values", "depth"],
+)
+def test_a_body_of_millions_of_values_or_brackets_is_refused_before_any_parse(
+    raw: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_parse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the parser was given a body the scan refuses")
+
+    monkeypatch.setattr(json, "loads", no_parse)
+    with pytest.raises(RequestRefused) as raised:
+        _judge(OLLAMA, "/api/generate", raw)
+    assert raised.value.rule == "model-body"
+    assert "refused before it was parsed" in raised.value.reason
+
+
+def test_a_body_just_under_the_value_limit_is_judged_and_forwarded() -> None:
+    under = b'{"model":"llama3.2:3b","x":[' + b",".join([b"0"] * (MAX_VALUES - 5)) + b"]}"
+    forwarded = _judge(OLLAMA, "/api/generate", under)
+    assert forwarded == under

@@ -25,6 +25,7 @@ from lnk_shared.spec import Origin
 from lnk_shared.spec_models import ModelRule, parse_model_table
 
 SECRET = "x" * 40
+LISTED = ("llama3.2:3b", "llama3.1:8b", "qwen2.5:7b")  # what the runtime holds
 TIMEOUT_S = 10.0
 
 
@@ -57,6 +58,12 @@ class _Runtime:
             await self.release.wait()
             last = b'{"done":true}\n'
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last))
+        elif b"GET /api/tags " in head:  # a listing of three models, chunked
+            tags = json.dumps({"models": [{"name": m} for m in LISTED]}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tags), tags))
+        elif b"GET /api/ps " in head:  # a listing the proxy cannot read
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nllama3.1:8b!")
         else:
             body = b'{"path": "' + head.split(b" ")[1] + b'"}'
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -287,3 +294,28 @@ def test_a_network_upstream_named_to_resolve_here_or_public_is_never_dialed(
     answer_bytes = asyncio.run(run())
     assert answer_bytes.startswith(b"HTTP/1.1 403 Forbidden"), answer_bytes
     assert runtime.heads == []
+
+
+def test_a_listing_shows_only_the_rules_models_and_an_unreadable_one_is_a_502(base: Path) -> None:
+    runtime = _Runtime()
+
+    def get(path: str) -> bytes:
+        return (
+            f"GET http://127.0.0.1:11434{path} HTTP/1.1\r\nHost: 127.0.0.1:11434\r\n\r\n".encode()
+        )
+
+    async def run() -> list[bytes]:
+        server, path, _, upstream = await _served(base, runtime)
+        try:
+            return [await _send(path, get("/api/tags")), await _send(path, get("/api/ps"))]
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+
+    tags, ps = asyncio.run(run())
+    head, _, body = tags.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in head
+    assert json.loads(body) == {"models": [{"name": "llama3.2:3b"}]}
+    assert b"llama3.1" not in tags + ps and b"qwen" not in tags
+    assert ps.startswith(b"HTTP/1.1 502 ")

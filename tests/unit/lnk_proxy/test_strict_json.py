@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from lnk_proxy.strict_json import MAX_BODY_BYTES, MAX_DEPTH, BodyRefused, dumps, loads
+from lnk_proxy import strict_json
+from lnk_proxy.strict_json import MAX_BODY_BYTES, MAX_DEPTH, MAX_VALUES, BodyRefused, dumps, loads
 
 
 @pytest.mark.parametrize(
@@ -68,3 +69,29 @@ def test_what_goes_out_is_the_proxys_own_compact_serialisation() -> None:
     out = dumps(loads(sent))
     assert out == '{"model":"m","t":"é\\n","n":1.5,"l":[true,null]}'.encode()
     assert json.loads(out) == json.loads(sent)
+
+
+ONE_PAST = b'{"a":[' + b",".join([b"0"] * (MAX_VALUES - 1)) + b"]}"  # 2**20 + 1 values
+A_MILLION_DEEP = b'{"a":' + b"[" * 10**6 + b"]" * 10**6 + b"}"
+
+
+class _NoParse:
+    def decode(self, untrusted: bytes) -> object:
+        raise AssertionError("a parser was given a body the scan refuses")
+
+
+@pytest.mark.parametrize("body", [ONE_PAST, A_MILLION_DEEP], ids=["values", "depth"])
+def test_a_body_of_millions_of_values_or_brackets_is_refused_before_any_parse(
+    body: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(strict_json, "_DECODER", _NoParse())
+    monkeypatch.setattr(strict_json, "_reference_loads", _NoParse().decode)
+    with pytest.raises(BodyRefused) as caught:
+        loads(body)
+    assert caught.value.rule == "model-body"
+    assert "refused before it was parsed" in caught.value.reason
+
+
+def test_a_body_just_under_the_value_limit_is_read() -> None:
+    under = b'{"a":[' + b",".join([b"0"] * (MAX_VALUES - 2)) + b"]}"
+    assert len(loads(under)["a"]) == MAX_VALUES - 2
