@@ -47,6 +47,32 @@ def _snapshot() -> dict[str, bytes]:
     return {path: Path(path).read_bytes() for path in ETC_FILES}
 
 
+def _names(text: bytes) -> set[bytes]:
+    return {line.split(b":", 1)[0] for line in text.splitlines()}
+
+
+def _without_others(
+    snapshot: dict[str, bytes], ours: str, other: dict[str, bytes]
+) -> dict[str, bytes]:
+    """`snapshot` less the lines of sandbox users that other test runs on this machine added or
+    removed between it and `other` (an `lnk-` name in one of the two only, not `ours`): every
+    other line, the machine's own users' included, must still match byte for byte."""
+    out = {}
+    for path, text in snapshot.items():
+        churn = _names(text) ^ _names(other[path])
+        foreign = {n for n in churn if n.startswith(b"lnk-") and n != ours.encode()}
+        out[path] = b"".join(
+            line for line in text.splitlines(keepends=True) if line.split(b":", 1)[0] not in foreign
+        )
+    return out
+
+
+def _assert_etc_as(before: dict[str, bytes], ours: str = "") -> None:
+    """/etc's user files as they were `before`, but for other test runs' sandbox users."""
+    after = _snapshot()
+    assert _without_others(after, ours, before) == _without_others(before, ours, after)
+
+
 def _status(pid: int) -> dict[str, str]:
     try:
         text = Path(f"/proc/{pid}/status").read_text()
@@ -140,13 +166,15 @@ def test_create_then_remove_leaves_etc_byte_identical(uids: NewUid, homes: Path)
     modes = {p: os.stat(p) for p in ETC_FILES}
     user = create_user(uids(), homes_dir=homes)
     after_create = _snapshot()
-    assert after_create["/etc/shadow"] == before["/etc/shadow"]  # no shadow line: '*' is enough
-    assert after_create["/etc/gshadow"] == before["/etc/gshadow"]
+    created = _without_others(after_create, user.name, before)
+    unchanged = _without_others(before, user.name, after_create)
+    assert created["/etc/shadow"] == unchanged["/etc/shadow"]  # no shadow line: '*' is enough
+    assert created["/etc/gshadow"] == unchanged["/etc/gshadow"]
     for path, st in modes.items():
         now = os.stat(path)
         assert (now.st_mode, now.st_uid, now.st_gid) == (st.st_mode, st.st_uid, st.st_gid)
     remove_user(user)
-    assert _snapshot() == before
+    _assert_etc_as(before, user.name)
     assert not (homes / user.name).exists()
     assert not [p for p in os.listdir("/etc") if p.endswith(".lnk-new")]
 
@@ -205,7 +233,7 @@ def test_duplicate_uid_is_refused(uids: NewUid, homes: Path) -> None:
     before = _snapshot()
     with pytest.raises(StateError, match=f"uid {user.uid} is taken by {user.name}"):
         create_user(user.uid, homes_dir=homes)
-    assert _snapshot() == before
+    _assert_etc_as(before)
 
 
 @pytest.mark.needs_root
@@ -217,7 +245,7 @@ def test_uid_of_a_foreign_group_is_refused(uids: NewUid, homes: Path) -> None:
         before = _snapshot()
         with pytest.raises(StateError, match=f"uid {uid} is taken by lnktest-{uid} in /etc/group"):
             create_user(uid, homes_dir=homes)
-        assert _snapshot() == before
+        _assert_etc_as(before)
         assert not (homes / user_name(uid)).exists()
     finally:
         subprocess.run(["groupdel", f"lnktest-{uid}"], check=True)
@@ -262,7 +290,7 @@ def test_unsafe_homes_dir_is_refused(uids: NewUid, tmp_path: Path, problem: str)
     before = _snapshot()
     with pytest.raises(StateError, match="homes dir"):
         create_user(uids(), homes_dir=homes)
-    assert _snapshot() == before
+    _assert_etc_as(before)
 
 
 @pytest.mark.needs_root
@@ -272,7 +300,7 @@ def test_existing_home_is_refused_and_leaves_no_lines(uids: NewUid, homes: Path)
     before = _snapshot()
     with pytest.raises(StateError, match="already exists"):
         create_user(uid, homes_dir=homes)
-    assert _snapshot() == before
+    _assert_etc_as(before)
     (homes / user_name(uid)).rmdir()
 
 
@@ -505,7 +533,7 @@ def test_lock_held_too_long_is_a_state_error(
         before = _snapshot()
         with pytest.raises(StateError, match="stayed locked"):
             create_user(uids(), homes_dir=homes)
-        assert _snapshot() == before
+        _assert_etc_as(before)
     finally:
         holder.kill()
         holder.wait()
