@@ -82,10 +82,10 @@ from lnk_controller.spawn import (
     watch_status,
 )
 from lnk_controller.staging import (
-    TMPFS_NAMES,
     Staged,
     hidden_mount_points,
     stage_sandbox,
+    staged_names,
     wanted_paths,
 )
 from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
@@ -201,6 +201,16 @@ def _interpreter(path: str, box_bin: Path) -> str | None:
         return None
     line = head[2:].split(b"\n", 1)[0].strip()
     return os.fsdecode(line.split()[0]) if line else None
+
+
+def _bound_paths(judged: Judged) -> tuple[list[str], list[str], list[tuple[str, bool]]]:
+    """(read grants, write grants with an agent's home, --with-fd grants) as staging binds them."""
+    g = judged.grants
+    return (
+        [p.real for p in g.read],
+        [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
+        [(f.path.real, f.write) for f in g.spec.with_fds],
+    )
 
 
 def _program_files(judged: Judged) -> frozenset[str]:
@@ -470,11 +480,23 @@ class Launcher:
 
     def paths_to_open(self, judged: Judged) -> list[str]:
         """The folders and programs the client must pass open (as the owner) to be bound."""
-        g = judged.grants
+        read, write, fds = _bound_paths(judged)
         return wanted_paths(
-            [p.real for p in g.read],
-            [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
-            [(f.path.real, f.write) for f in g.spec.with_fds],
+            read,
+            write,
+            fds,
+            judged.execute,
+            _program_files(judged),
+            programs_apart=self._programs_apart(judged),
+        )
+
+    def _staged_names(self, judged: Judged) -> tuple[str, ...]:
+        """What staging will mount in the sandbox's staging folder: written with its record."""
+        read, write, fds = _bound_paths(judged)
+        return staged_names(
+            read,
+            write,
+            fds,
             judged.execute,
             _program_files(judged),
             programs_apart=self._programs_apart(judged),
@@ -582,7 +604,7 @@ class Launcher:
                     command=[judged.program, *request.argv[1:]],
                     spec_hash=judged.digest,
                     lease=timedelta(seconds=self.cfg.lease_seconds),
-                    staged=TMPFS_NAMES,
+                    staged=self._staged_names(judged),  # staging writes no record
                 )
                 self._active.add(row.id)
         except BaseException:
@@ -621,6 +643,7 @@ class Launcher:
         making = self._user_maker.submit(
             host_users.create_user, row.host_uid, homes_dir=cfg.homes_dir
         )
+        bound_read, bound_write, bound_fds = _bound_paths(judged)
         try:
             staged = stage_sandbox(
                 sandbox_id=row.id,
@@ -629,10 +652,9 @@ class Launcher:
                 user=user,
                 owner_uid=owner_uid,
                 sources=sources,
-                grants_read=[p.real for p in grants.read],
-                grants_write=[p.real for p in grants.write]
-                + ([judged.agent.home] if judged.agent else []),
-                fd_grants=[(f.path.real, f.write) for f in grants.spec.with_fds],
+                grants_read=bound_read,
+                grants_write=bound_write,
+                fd_grants=bound_fds,
                 read_only_inside=grants.read_only_inside,
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
@@ -649,6 +671,7 @@ class Launcher:
                 if self._programs_apart(judged)
                 else (),
                 hold=True,  # the placeholders that seal are made while bwrap starts
+                recorded=frozenset(json.loads(row.mounts_json)),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation

@@ -83,6 +83,7 @@ __all__ = [
     "Staged",
     "hidden_mount_points",
     "stage_sandbox",
+    "staged_names",
     "wanted_paths",
 ]
 
@@ -120,6 +121,26 @@ def wanted_paths(
         grants_read, grants_write, [], execute, program_files, programs_apart=programs_apart
     )
     return [p for p, _, _ in wanted if p not in passed]
+
+
+def staged_names(
+    grants_read: list[str],
+    grants_write: list[str],
+    fd_grants: list[tuple[str, bool]],
+    execute: tuple[str, ...],
+    program_files: frozenset[str] = frozenset(),
+    *,
+    programs_apart: bool = False,
+) -> tuple[str, ...]:
+    """The names `stage_sandbox` mounts in the staging folder, in the order it makes them: the
+    tmpfs, one per bind, the /usr clone. Written with the sandbox's record when it is created
+    (`SandboxStore.create(staged=...)`), they cost staging no write of its own (a transaction
+    was ~0.9 ms of CPU of a 12 ms start)."""
+    wanted = _wanted(
+        grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
+    )
+    binds = tuple(f"g{n}" for n in range(len(wanted)))
+    return (*TMPFS_NAMES, *binds, *(("usr",) if programs_apart else ()))
 
 
 def _wanted(
@@ -270,12 +291,14 @@ def stage_sandbox(
     unsafe: tuple[str, ...] = (),
     caller: CallerCredentials | None = None,
     hold: bool = False,
+    recorded: frozenset[str] = frozenset(),
 ) -> Staged:
     """Stage everything of the sandbox's. `programs_apart` (a finite list, the loader gap
     closed): read grants noexec, each granted program in one bound on its own, and a noexec
     clone of /usr to bind, with `exec_over` exec-capable in it (`exec_mounts.py`). With `hold`
     (the sandbox starts held, its program released by the caller), the placeholders that will
-    seal are left for `make_held` (`Staged.held`, placeholder_plan.py)."""
+    seal are left for `make_held` (`Staged.held`, placeholder_plan.py). `recorded`: the targets
+    the record already names (`staged_names`); any other is recorded here before it is made."""
     owner = pwd.getpwuid(owner_uid)
     idmap_mounts.make_staging_dir(staging, gid=user.gid)
     idmap_mounts.mount_staging_root(staging)  # the clean-up's one detach takes all below it
@@ -296,6 +319,7 @@ def stage_sandbox(
         targets = [staging / f"g{n}" for n in range(len(wanted))]
         usr = staging / "usr" if programs_apart else None
         records = [str(target) for target in targets] + ([str(usr)] if usr else [])
+        records = [r for r in records if r not in recorded]
         if records:  # one write for all of them, before any is made
             store.add_mounts(sandbox_id, records)
         if usr is not None:
