@@ -235,6 +235,8 @@ def hidden_mount_points(
     answers as a missing one, so the launch tells nothing of what is there; a folder the caller
     could not make itself (a home that is not its own) refuses the launch, and nothing is made
     by root in its place."""
+    if not hidden:  # nothing to cover (a launch without folders): no lookup, no switch
+        return ()
     out = []
     with caller_credentials(caller):
         real_home = os.path.realpath(home)  # links above the home are the machine's
