@@ -86,6 +86,7 @@ from lnk_controller.staging import (
     hidden_mount_points,
     stage_sandbox,
     staged_names,
+    wanted_binds,
     wanted_paths,
 )
 from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
@@ -203,13 +204,15 @@ def _interpreter(path: str, box_bin: Path) -> str | None:
     return os.fsdecode(line.split()[0]) if line else None
 
 
-def _bound_paths(judged: Judged) -> tuple[list[str], list[str], list[tuple[str, bool]]]:
-    """(read grants, write grants with an agent's home, --with-fd grants) as staging binds them."""
+def _bound(judged: Judged) -> tuple[list[str], list[str], list[tuple[str, bool]], tuple[str, ...]]:
+    """What staging binds: (read grants, write grants with an agent's home, --with-fd grants,
+    the programs it may execute)."""
     g = judged.grants
     return (
         [p.real for p in g.read],
         [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
         [(f.path.real, f.write) for f in g.spec.with_fds],
+        judged.execute,
     )
 
 
@@ -480,27 +483,14 @@ class Launcher:
 
     def paths_to_open(self, judged: Judged) -> list[str]:
         """The folders and programs the client must pass open (as the owner) to be bound."""
-        read, write, fds = _bound_paths(judged)
-        return wanted_paths(
-            read,
-            write,
-            fds,
-            judged.execute,
-            _program_files(judged),
-            programs_apart=self._programs_apart(judged),
-        )
+        apart = self._programs_apart(judged)
+        return wanted_paths(*_bound(judged), _program_files(judged), programs_apart=apart)
 
     def _staged_names(self, judged: Judged) -> tuple[str, ...]:
         """What staging will mount in the sandbox's staging folder: written with its record."""
-        read, write, fds = _bound_paths(judged)
-        return staged_names(
-            read,
-            write,
-            fds,
-            judged.execute,
-            _program_files(judged),
-            programs_apart=self._programs_apart(judged),
-        )
+        apart = self._programs_apart(judged)
+        binds = wanted_binds(*_bound(judged), _program_files(judged), programs_apart=apart)
+        return staged_names(len(binds), programs_apart=apart)
 
     def _programs_apart(self, judged: Judged) -> bool:
         """Whether the loader gap is closed for this sandbox (`exec_mounts.py`): under a finite
@@ -643,7 +633,7 @@ class Launcher:
         making = self._user_maker.submit(
             host_users.create_user, row.host_uid, homes_dir=cfg.homes_dir
         )
-        bound_read, bound_write, bound_fds = _bound_paths(judged)
+        bound_read, bound_write, bound_fds, _ = _bound(judged)
         try:
             staged = stage_sandbox(
                 sandbox_id=row.id,

@@ -16,7 +16,7 @@ from lnk_controller.placeholders import (
     _set_immutable,
     remove_placeholder,
 )
-from lnk_controller.staging import TMPFS_NAMES, _wanted, staged_names, wanted_paths
+from lnk_controller.staging import TMPFS_NAMES, staged_names, wanted_binds, wanted_paths
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 from lnk_shared.protected_names import GIT_REDIRECTS
 
@@ -304,7 +304,7 @@ def test_which_programs_get_a_bind_of_their_own(
     execute: tuple[str, ...],
     wanted: list[tuple[str, bool, bool]],
 ) -> None:
-    assert _wanted(read, [], [], execute, programs_apart=programs_apart) == wanted
+    assert wanted_binds(read, [], [], execute, programs_apart=programs_apart) == wanted
 
 
 @pytest.mark.parametrize(
@@ -320,9 +320,7 @@ def test_the_record_names_every_mount_staging_makes_in_its_order(
 ) -> None:
     # Written with the record (SandboxStore.create) instead of by staging: a name missing here
     # would be a mount made unrecorded, which a crash would leave behind.
-    names = staged_names(read, write, [], execute, programs_apart=programs_apart)
-    binds = [
-        f"g{n}"
-        for n in range(len(_wanted(read, write, [], execute, programs_apart=programs_apart)))
-    ]
-    assert names == (*TMPFS_NAMES, *binds, *(["usr"] if programs_apart else []))
+    binds = wanted_binds(read, write, [], execute, programs_apart=programs_apart)
+    names = staged_names(len(binds), programs_apart=programs_apart)
+    grants = [f"g{n}" for n in range(len(binds))]
+    assert names == (*TMPFS_NAMES, *grants, *(["usr"] if programs_apart else []))
