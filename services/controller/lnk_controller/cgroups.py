@@ -53,12 +53,14 @@ def root() -> Path:
     return Path(_PREFERRED_ROOT if _PREFERRED_ROOT in found else found[0])
 
 
-_parent: Path | None = None  # the controller's delegated subtree's, once it moved there
+# The groups' parent, set once at the controller's start (its delegated subtree, or the root's
+# lnk.sandboxes); None (tests, tools): found from the cgroup2 mount at each use.
+_parent: Path | None = None
 
 
 def use_parent(parent: Path | None) -> None:
     """Put the sandboxes' groups in `parent` from now on: the controller's own delegated
-    subtree (cgroup_limits.delegated_parent), not the root's `lnk.sandboxes`."""
+    subtree (cgroup_limits.delegated_parent), or the root's `lnk.sandboxes` found once."""
     global _parent  # noqa: PLW0603 - one place per controller process, set once at its start
     _parent = parent
 

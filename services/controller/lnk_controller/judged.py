@@ -16,7 +16,7 @@ from lnk_controller.as_caller import CallerCredentials
 from lnk_controller.limits import Limits
 from lnk_shared.grants import Grants, Identity
 
-__all__ = ["Judged", "program_files"]
+__all__ = ["Judged", "bound_grants", "program_files"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,17 @@ def program_files(judged: Judged) -> frozenset[str]:
     """The programs judged as files: each is bound as the very file judged (staging)."""
     ids = judged.identities
     return frozenset(p for p in judged.execute if p in ids and ids[p].kind == stat.S_IFREG)
+
+
+def bound_grants(
+    judged: Judged,
+) -> tuple[list[str], list[str], list[tuple[str, bool]], tuple[str, ...]]:
+    """What staging binds: (read grants, write grants with an agent's home, --with-fd grants,
+    the programs it may execute)."""
+    g = judged.grants
+    return (
+        [p.real for p in g.read],
+        [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
+        [(f.path.real, f.write) for f in g.spec.with_fds],
+        judged.execute,
+    )

@@ -16,6 +16,7 @@ win, and nothing the owner could not reach.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import pwd
@@ -43,7 +44,7 @@ from lnk_controller.config import ControllerConfig
 from lnk_controller.denials import DenialReader
 from lnk_controller.held_start import HeldStart
 from lnk_controller.host_users import HostUser
-from lnk_controller.judged import Judged, program_files
+from lnk_controller.judged import Judged, bound_grants, program_files
 from lnk_controller.launch_end import Ending
 from lnk_controller.launch_judge import LOADERS, Judging
 from lnk_controller.launch_request import LaunchRequest
@@ -54,7 +55,7 @@ from lnk_controller.sandbox_plan import Prepared, plan_sandbox
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
 from lnk_controller.spawn import Running, start_time, watch_status
-from lnk_controller.staging import TMPFS_NAMES, Staged, hidden_mount_points, stage_sandbox
+from lnk_controller.staging import Staged, hidden_mount_points, stage_sandbox
 from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
 from lnk_controller.wall import Bind
 from lnk_shared.errors import StateError
@@ -173,7 +174,7 @@ class Launcher(Judging, HeldStart, Ending):
                     command=[judged.program, *request.argv[1:]],
                     spec_hash=judged.digest,
                     lease=timedelta(seconds=self.cfg.lease_seconds),
-                    staged=TMPFS_NAMES,
+                    staged=self._staged_names(judged),  # staging writes no record
                 )
                 self._active.add(row.id)
         except BaseException:
@@ -255,6 +256,7 @@ class Launcher(Judging, HeldStart, Ending):
         making = self._user_maker.submit(
             host_users.create_user, row.host_uid, homes_dir=cfg.homes_dir
         )
+        bound_read, bound_write, bound_fds, _ = bound_grants(judged)
         try:
             staged = stage_sandbox(
                 sandbox_id=row.id,
@@ -263,10 +265,9 @@ class Launcher(Judging, HeldStart, Ending):
                 user=user,
                 owner_uid=owner_uid,
                 sources=sources,
-                grants_read=[p.real for p in grants.read],
-                grants_write=[p.real for p in grants.write]
-                + ([judged.agent.home] if judged.agent else []),
-                fd_grants=[(f.path.real, f.write) for f in grants.spec.with_fds],
+                grants_read=bound_read,
+                grants_write=bound_write,
+                fd_grants=bound_fds,
                 read_only_inside=grants.read_only_inside,
                 execute=judged.execute,
                 exec_anywhere=grants.spec.commands_any,
@@ -283,6 +284,7 @@ class Launcher(Judging, HeldStart, Ending):
                 if self._programs_apart(judged)
                 else (),
                 hold=True,  # the placeholders that seal are made while bwrap starts
+                recorded=frozenset(json.loads(row.mounts_json)),
             )
         finally:
             futures.wait([making])  # a clean-up after a failure must not race the creation

@@ -22,7 +22,7 @@ from lnk_controller.as_caller import CallerCredentials, caller_credentials, cred
 from lnk_controller.bound import judged_identities, same_spec
 from lnk_controller.box_client import CLIENT_NAME, CONNECTOR_NAME
 from lnk_controller.config import ControllerConfig
-from lnk_controller.judged import Judged, program_files
+from lnk_controller.judged import Judged, bound_grants, program_files
 from lnk_controller.launch_request import LaunchRequest
 from lnk_controller.limits import requested_by_spec
 from lnk_controller.preflight import preflight
@@ -30,7 +30,7 @@ from lnk_controller.remembered import RememberedSpecs, flags_key
 from lnk_controller.sandbox_plan import SANDBOX_PATH, check_agent_network
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore
-from lnk_controller.staging import wanted_paths
+from lnk_controller.staging import staged_names, wanted_binds, wanted_paths
 from lnk_shared.cloud import detect_cloud
 from lnk_shared.discovery import (
     DEFAULT_PATH,
@@ -327,15 +327,14 @@ class Judging:
 
     def paths_to_open(self, judged: Judged) -> list[str]:
         """The folders and programs the client must pass open (as the owner) to be bound."""
-        g = judged.grants
-        return wanted_paths(
-            [p.real for p in g.read],
-            [p.real for p in g.write] + ([judged.agent.home] if judged.agent else []),
-            [(f.path.real, f.write) for f in g.spec.with_fds],
-            judged.execute,
-            program_files(judged),
-            programs_apart=self._programs_apart(judged),
-        )
+        apart = self._programs_apart(judged)
+        return wanted_paths(*bound_grants(judged), program_files(judged), programs_apart=apart)
+
+    def _staged_names(self, judged: Judged) -> tuple[str, ...]:
+        """What staging will mount in the sandbox's staging folder: written with its record."""
+        apart = self._programs_apart(judged)
+        binds = wanted_binds(*bound_grants(judged), program_files(judged), programs_apart=apart)
+        return staged_names(len(binds), programs_apart=apart)
 
     def _programs_apart(self, judged: Judged) -> bool:
         """Whether the loader gap is closed for this sandbox (`exec_mounts.py`): under a finite

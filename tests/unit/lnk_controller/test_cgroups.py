@@ -116,3 +116,31 @@ def test_this_process_is_not_moved_by_any_of_it(sandbox_id: str) -> None:
     cgroups.remove(sandbox_id)
     with open(f"/proc/{os.getpid()}/cgroup", encoding="ascii") as f:
         assert f.read() == before
+
+
+def test_the_groups_parent_is_found_once_at_start_not_per_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where no subtree is delegated, the groups stay at the root's lnk.sandboxes: found once at
+    # the controller's start, not from /proc/self/mountinfo at each group made and removed.
+    from lnk_controller import cgroup_limits, service
+
+    expected = cgroups.group_of("sbx-1")
+    looks = []
+    real_root = cgroups.root
+
+    def counted_root() -> Path:
+        looks.append(1)
+        return real_root()
+
+    monkeypatch.setattr(cgroups, "root", counted_root)
+    monkeypatch.setattr(cgroup_limits, "delegated_parent", lambda root, own: None)
+    try:
+        service._place_cgroups()
+        assert [cgroups.group_of(f"sbx-{n}") for n in (1, 2)] == [
+            expected,
+            expected.parent / "sbx-2",
+        ]
+        assert len(looks) == 1
+    finally:
+        cgroups.use_parent(None)

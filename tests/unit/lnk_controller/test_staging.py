@@ -16,7 +16,7 @@ from lnk_controller.placeholders import (
     _set_immutable,
     remove_placeholder,
 )
-from lnk_controller.staging import _wanted, wanted_paths
+from lnk_controller.staging import TMPFS_NAMES, staged_names, wanted_binds, wanted_paths
 from lnk_shared.paths import PROJECT_RUN_DOT_ENTRIES
 from lnk_shared.protected_names import GIT_REDIRECTS
 
@@ -304,4 +304,23 @@ def test_which_programs_get_a_bind_of_their_own(
     execute: tuple[str, ...],
     wanted: list[tuple[str, bool, bool]],
 ) -> None:
-    assert _wanted(read, [], [], execute, programs_apart=programs_apart) == wanted
+    assert wanted_binds(read, [], [], execute, programs_apart=programs_apart) == wanted
+
+
+@pytest.mark.parametrize(
+    ("programs_apart", "read", "write", "execute"),
+    [
+        (True, [], [], ("/usr/bin/true",)),  # a plain launch: the tmpfs and /usr's clone
+        (True, ["/srv/tools"], ["/srv/w"], ("/srv/tools/bin/a", "/opt/x/bin/x")),
+        (False, ["/srv/tools"], [], ("/srv/tools/bin/a",)),  # no /usr clone: no `usr`
+    ],
+)
+def test_the_record_names_every_mount_staging_makes_in_its_order(
+    programs_apart: bool, read: list[str], write: list[str], execute: tuple[str, ...]
+) -> None:
+    # Written with the record (SandboxStore.create) instead of by staging: a name missing here
+    # would be a mount made unrecorded, which a crash would leave behind.
+    binds = wanted_binds(read, write, [], execute, programs_apart=programs_apart)
+    names = staged_names(len(binds), programs_apart=programs_apart)
+    grants = [f"g{n}" for n in range(len(binds))]
+    assert names == (*TMPFS_NAMES, *grants, *(["usr"] if programs_apart else []))

@@ -81,3 +81,9 @@ def test_a_link_on_the_way_is_refused_and_nothing_is_made_where_it_points(base: 
     with pytest.raises(LaunchRefused, match="no link"):
         hidden_mount_points((str(home / "Link" / "History"),), home=str(home), caller=NOBODY)
     assert os.listdir(elsewhere) == []
+
+
+def test_nothing_to_cover_looks_nothing_up(base: Path) -> None:
+    # A launch without folders covers nothing: not even the home is looked up (one that is
+    # not there is not an error), and no credentials are switched.
+    assert hidden_mount_points((), home=str(base / "no-such-home"), caller=NOBODY) == ()
