@@ -52,6 +52,7 @@ from lnk_shared.addresses import IPAddress
 
 __all__ = [
     "BUFFER_SIZE",
+    "IDLE_TOO_LONG",
     "READ_CHUNK",
     "BufferPool",
     "Conn",
@@ -112,9 +113,12 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+IDLE_TOO_LONG = "the peer was idle too long"  # a wait's timeout, as the wire's log shows it
+
+
 def _expire(future: asyncio.Future[None]) -> None:
     if not future.done():
-        future.set_exception(TimeoutError("the peer was idle too long"))
+        future.set_exception(TimeoutError(IDLE_TOO_LONG))
 
 
 class Conn:
@@ -137,8 +141,15 @@ class Conn:
         self._watched = False  # in the selector for reading
         self._reader: asyncio.Future[None] | None = None  # the read wait in progress
         self._spoke_last = False  # sent since the last read: the peer owes an answer first
+        # Called at readiness instead of waking a read wait: the callback path's
+        # (`fast_exchange`), on the same selector entry (a new callback costs two epoll_ctl).
+        self.on_readable: Callable[[], None] | None = None
 
     def _readable(self) -> None:
+        callback = self.on_readable
+        if callback is not None:
+            callback()
+            return
         reader = self._reader
         if reader is None:  # no one reads now: stop watching (level-triggered: it would spin)
             self._loop.remove_reader(self._fd)
@@ -175,6 +186,18 @@ class Conn:
         share = CURRENT.get()  # the sandbox's share of the loop: its turn may come later
         if share is not None and (turn := share.take()) is not None:
             await turn
+
+    def watch(self) -> None:
+        """Keep the socket in the loop's selector for reading (for `on_readable`)."""
+        if not self._watched:
+            self._loop.add_reader(self._fd, self._readable)
+            self._watched = True
+
+    def unwatch(self) -> None:
+        """Take it out (nothing to read now: level-triggered readiness would spin)."""
+        if self._watched:
+            self._loop.remove_reader(self._fd)
+            self._watched = False
 
     async def readable(self) -> None:
         """Until the socket is readable (or, listening, has a connection to accept)."""
@@ -324,9 +347,8 @@ class Conn:
             self.sock.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
-        if self._watched:  # before the fd is freed: a new socket may get its number
-            self._loop.remove_reader(self._fd)
-            self._watched = False
+        self.unwatch()  # before the fd is freed: a new socket may get its number
+        self.on_readable = None
         self.sock.close()
 
 

@@ -39,6 +39,7 @@ from lnk_proxy.http_request import (
 )
 
 __all__ = [
+    "BAD_GATEWAY",
     "MAX_CHUNK_LINE",
     "MAX_RESPONSE_HEAD_BYTES",
     "BadResponse",
@@ -55,6 +56,10 @@ MAX_CHUNK_LINE = 4096  # a size line with extensions; real ones are a few bytes
 MAX_CHUNK_SIZE_DIGITS = 15  # below 2**60: a size every peer can hold
 MAX_TRAILER_BYTES = 32 * 1024  # trailers are read to be dropped; bounded like a head
 BODY_SETTLE_S = 1.0  # after the response, time for the last body write to be seen done
+BAD_GATEWAY = (
+    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 31\r\nConnection: close\r\n\r\nlnk: the origin did not answer\n"
+)
 
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?: [\x09\x20-\x7e\x80-\xff]*)?")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -234,11 +239,14 @@ async def _relay_response(request: ProxyRequest, upstream: Conn, client: Conn) -
         return Forwarded(keep_alive, origin_keeps and not upstream.buffer)
 
 
-async def forward_http(request: ProxyRequest, client: Conn, upstream: Conn) -> Forwarded:
-    """Send `request` and its body upstream, relay the answer; say which connections may carry
-    another request. BadResponse before any answer went back means the caller still owes a
-    502 (`client.sent` tells)."""
-    await upstream.send(format_upstream_head(request))
+async def forward_http(
+    request: ProxyRequest, client: Conn, upstream: Conn, head_sent: bool = False
+) -> Forwarded:
+    """Send `request` (unless `head_sent`: its head went already) and its body upstream, relay
+    the answer; say which connections may carry another request. BadResponse before any
+    answer went back means the caller still owes a 502 (`client.sent` tells)."""
+    if not head_sent:
+        await upstream.send(format_upstream_head(request))
     if request.body_length().kind == "none":  # most requests: no body to move alongside
         return await _relay_response(request, upstream, client)
     relay = asyncio.create_task(_relay_response(request, upstream, client))

@@ -41,7 +41,7 @@ class TunnelRefusal:
 
 
 class TunnelOwner(Protocol):
-    """What a sandbox's listener holds that this reads (`server._Listener`)."""
+    """What a sandbox's listener holds that this reads (`listeners.Listener`)."""
 
     hosted: HostedGrant
     resolver: Resolver | None

@@ -43,6 +43,7 @@ __all__ = [
     "format_upstream_head",
     "parse_request_head",
     "refusal_response",
+    "shown_target",
 ]
 
 MAX_HEAD_BYTES = 32 * 1024  # nginx's default head budget (4 x 8 KiB); bounds memory per client
@@ -281,6 +282,13 @@ def refusal_response(rule: str) -> bytes:
         b"HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
         b"Connection: close\r\n\r\n%s" % (REFUSAL_STATUS, len(body), body)
     )
+
+
+def shown_target(request: ProxyRequest) -> str:
+    """The request's target as the wire's log shows it: `host:port` or the absolute URI."""
+    if request.kind == "connect":
+        return f"{request.host}:{request.port}"
+    return f"http://{request.authority()}{request.path}"
 
 
 def cut_for_log(text: str, limit: int = LOG_LIMIT) -> str:

@@ -66,7 +66,7 @@ import ssl
 import stat
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,21 +74,24 @@ from lnk_proxy import machine, service_relay
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
-from lnk_proxy.fair_share import CURRENT, LoopShares, Share
+from lnk_proxy.fair_share import CURRENT, LoopShares
+from lnk_proxy.fast_exchange import FastExchange
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
-from lnk_proxy.forward import BadResponse, forward_http
+from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
 from lnk_proxy.hosted_relay import exchange as exchange_hosted
 from lnk_proxy.hosted_relay import read_body
-from lnk_proxy.hosted_tunnels import TunnelRefusal, judge_tunnel
+from lnk_proxy.hosted_tunnels import judge_tunnel
 from lnk_proxy.http_request import (
     ProxyRequest,
     RequestRefused,
     find_head_end,
     parse_request_head,
     refusal_response,
+    shown_target,
 )
+from lnk_proxy.listeners import Exchange, Listener, Refusal, SentHead, send_refusal
 from lnk_proxy.machine_watch import MachineWatch
 from lnk_proxy.model_relay import (
     CONNECT_OK,
@@ -104,14 +107,15 @@ from lnk_proxy.policy import (
     ProxyGrants,
     Refused,
     Rule,
+    Target,
     judge_localhost,
 )
 from lnk_proxy.policy_memo import PolicyMemo
-from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy, make_resolver
+from lnk_proxy.resolver import Resolver, ResolverBusy, make_resolver
 from lnk_proxy.route_check import RouteChecker
 from lnk_proxy.service_relay import ServiceGrant, relay, scrub_text, tls_context
 from lnk_proxy.tunnel_buffers import LARGE, PLAIN, SMALL, TunnelBuffers, buffers_for
-from lnk_proxy.upstream_pool import PoolKey, UpstreamPool
+from lnk_proxy.upstream_pool import PoolKey
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
 from lnk_shared.errors import StateError
@@ -134,69 +138,18 @@ ACCEPT_RETRY_S = 0.1  # after an accept error (out of descriptors), let connecti
 # Connections accepted from one listener before its next wake-up (a step of its share of the
 # loop, `fair_share`): a sandbox's burst of connects waits in its own backlog, not in the loop.
 ACCEPT_PER_WAKE = 8
-BAD_GATEWAY = (
-    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: 31\r\nConnection: close\r\n\r\nlnk: the origin did not answer\n"
-)
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    rule: str
-    reason: str
-
-
-_Refused = _Refusal | TunnelRefusal  # a tunnel's last judgement's (`hosted_tunnels`) included
-
-
-@dataclass(eq=False)
-class _Listener:
-    sandbox: str
-    path: Path
-    grants: ProxyGrants
-    secret: str
-    sock: socket.socket
-    connections: set[asyncio.Task[None]] = field(default_factory=set)
-    background: set[asyncio.Task[None]] = field(default_factory=set)  # accept loop, watcher
-    tunnels: int = 0  # reserved when a CONNECT is read, before any await
-    lookups: int = 0  # this sandbox's requests waiting for a lookup now
-    buffers: int = 0  # tunnels' worst-case kernel buffers reserved (`tunnel_buffers`)
-    large_buffers: int = 0  # of which by large tunnels
-    resolver: Resolver | None = None  # this sandbox's only (the system one's threads)
-    pool: UpstreamPool = field(default_factory=UpstreamPool)  # this sandbox's only
-    answers: AnswerCache = field(default_factory=AnswerCache)  # this sandbox's only
-    flags: tuple[tuple[str, str, str], ...] = ()  # (path, flag, rule): stop first, then pause
-    watch: Conn | None = None  # the listening socket's readiness, for the accept loop
-    services: ServiceGrant = field(default_factory=ServiceGrant)  # its rules, their secrets
-    models: ModelGrant = field(default_factory=ModelGrant)  # its [[models]] rules
-    hosted: HostedGrant = field(default_factory=HostedGrant)  # the hosted ones' providers
-    flag_refusal: _Refusal | None = None  # its flags as last read, while `flags_known`
-    flags_known: bool = False  # read since the watch last said a name of it changed
-    share: Share | None = None  # its share of the event loop's turns (`fair_share`)
-
-    def __post_init__(self) -> None:
-        self.memo = PolicyMemo(self.grants)  # this sandbox's only
-
-
-@dataclass(slots=True)  # not frozen: one per request, and a frozen init sets each field slowly
-class _Exchange:
-    """One allowed request or tunnel, and where its byte counts start (never changed)."""
-
-    listener: _Listener
-    client: Conn
-    request: ProxyRequest
-    allowed: Allowed
-    target: str  # as the wire's log shows it
-    consumed: int  # the client's bytes read before this request's head
-    sent: int  # the bytes sent to the client before this answer
-    buffers: TunnelBuffers = LARGE  # a tunnel's, reserved from its sandbox's budget
 
 
 class ProxyServer:
     """Per-sandbox listeners on one event loop. Call `start` first, `close` last."""
 
-    def __init__(self, config: ProxyConfig, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self, config: ProxyConfig, resolver: Resolver | None = None, *, fast_path: bool = True
+    ) -> None:
+        """`fast_path`: serve keep-alive plain http by callbacks (`fast_exchange`) where it
+        can; False leaves every request to the coroutine path (the tests' other reading)."""
         self.config = config
+        self._fast = FastExchange(self, HEAD_TIMEOUT_S, IO_TIMEOUT_S) if fast_path else None
         self._shared_resolver = resolver  # a test's; else each sandbox gets its own
         # Descriptors for sandboxes' connections, shared out per sandbox (`descriptors`).
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -210,7 +163,7 @@ class ProxyServer:
         self.wire_log.scanner = self._wire_scanner
         self.machine: MachineView | None = None
         self.routes = None if config.unsafe_skip_route_check else RouteChecker()
-        self._listeners: dict[str, _Listener] = {}
+        self._listeners: dict[str, Listener] = {}
         self._watch: MachineWatch | None = None
         self._flag_watch: FlagWatch | None = None
         self._events = select.poll()  # the two watches: one poll, with no wait, per decision
@@ -395,7 +348,7 @@ class ProxyServer:
     ) -> None:
         if self.config.unsafe_ssh_port_by_any_entry:  # a test switch (config.py warns)
             grants = replace(grants, unsafe_listed_only_ports_open=True)
-        listener = _Listener(sandbox, socket_path, grants, secret, sock)
+        listener = Listener(sandbox, socket_path, grants, secret, sock)
         listener.share = self.shares.share()
         listener.services = services or ServiceGrant()
         listener.models = models or ModelGrant()
@@ -440,7 +393,7 @@ class ProxyServer:
         log.info("listener for %s closed", sandbox)
         return True
 
-    async def _accept_forever(self, listener: _Listener) -> None:
+    async def _accept_forever(self, listener: Listener) -> None:
         # Accept first, wait only when none is pending; the listening socket stays in the
         # selector between waits (`Conn`): a connection per request costs no epoll_ctl here.
         CURRENT.set(listener.share)  # its wake-ups are steps of its sandbox's share
@@ -472,14 +425,14 @@ class ProxyServer:
                 continue
             _spawn(listener.connections, self._serve(listener, sock))
 
-    def _refuse_now(self, listener: _Listener, sock: socket.socket, rule: str, reason: str) -> None:
+    def _refuse_now(self, listener: Listener, sock: socket.socket, rule: str, reason: str) -> None:
         with contextlib.suppress(OSError):
             sock.setblocking(False)
             sock.send(refusal_response(rule))
         sock.close()
         self.wire_log.write(WireEntry(listener.sandbox, "", "", "refused", rule, reason=reason))
 
-    async def _watch_stop(self, listener: _Listener) -> None:
+    async def _watch_stop(self, listener: Listener) -> None:
         stop_flag = self.config.flags_dir / f"{listener.sandbox}.stop"
         while True:
             await asyncio.sleep(FLAG_POLL_S)
@@ -497,7 +450,7 @@ class ProxyServer:
         for listener in self._listeners.values():
             listener.flags_known = False
 
-    def _flags(self, listener: _Listener) -> _Refusal | None:
+    def _flags(self, listener: Listener) -> Refusal | None:
         """The stop and pause flags as they are now: as last read while the watch has said
         no name of this sandbox changed since, else read (and kept while the watch is on)."""
         self._take_events()
@@ -508,14 +461,14 @@ class ProxyServer:
             is_set, link = _flag_state(path)
             by_path = by_path or link
             if is_set:
-                refusal = _Refusal(rule, f"the sandbox's {name} flag is set")
+                refusal = Refusal(rule, f"the sandbox's {name} flag is set")
                 break
         watch = self._flag_watch
         if watch is not None and watch.armed and not by_path:
             listener.flag_refusal, listener.flags_known = refusal, True
         return refusal
 
-    async def _serve(self, listener: _Listener, sock: socket.socket) -> None:
+    async def _serve(self, listener: Listener, sock: socket.socket) -> None:
         CURRENT.set(listener.share)  # this task's (and its children's) steps are its sandbox's
         share = listener.share  # its first step too: a flood's head is there at its accept
         if share is not None and (turn := share.take()) is not None:
@@ -526,14 +479,16 @@ class ProxyServer:
                 raise
         client = Conn(sock)
         try:
-            while await self._one_request(listener, client):
-                pass
+            while True:  # the callback path while it can (`fast_exchange`), else one by one
+                step = await self._fast.serve(listener, client) if self._fast else None
+                if not await (self._one_request(listener, client) if step is None else step):
+                    break
         except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
             log.debug("%s: connection ended: %s", listener.sandbox, exc)
         finally:
             client.close()
 
-    async def _one_request(self, listener: _Listener, client: Conn) -> bool:
+    async def _one_request(self, listener: Listener, client: Conn) -> bool:
         """Serve one request; True when the connection may carry another."""
         client.timeout = None
         consumed = client.received - len(client.buffer)  # this request's bytes start here
@@ -545,10 +500,10 @@ class ProxyServer:
                 client.deadline = None  # before any answer: its send has its own bound
         except TimeoutError:
             if client.buffer:
-                await self._refuse(listener, client, "", "", _Refusal("head-timeout", "slow"))
+                await self.refuse(listener, client, "", "", Refusal("head-timeout", "slow"))
             return False
         except RequestRefused as exc:
-            await self._refuse(listener, client, "", "", _Refusal(exc.rule, exc.reason))
+            await self.refuse(listener, client, "", "", Refusal(exc.rule, exc.reason))
             return False
         if head is None:
             return False
@@ -557,10 +512,10 @@ class ProxyServer:
         except RequestRefused as exc:
             method, _, rest = head.partition(b" ")
             target = rest.partition(b" ")[0].decode("latin-1")
-            refusal = _Refusal(exc.rule, exc.reason)
-            await self._refuse(listener, client, method.decode("latin-1"), target, refusal)
+            refusal = Refusal(exc.rule, exc.reason)
+            await self.refuse(listener, client, method.decode("latin-1"), target, refusal)
             return False
-        target = _shown_target(request)
+        target = shown_target(request)
         if listener.services.rule_for(request) is not None:  # a rule's host: never elsewhere
             return await self._service(listener, client, request, target, consumed)
         if listener.models.rule_for(request) is not None:  # a model rule's port in the sandbox
@@ -569,8 +524,8 @@ class ProxyServer:
             try:
                 listener.hosted.refuse_connect(request)
             except RequestRefused as exc:
-                refusal = _Refusal(exc.rule, exc.reason)
-                await self._refuse(listener, client, request.method, target, refusal)
+                refusal = Refusal(exc.rule, exc.reason)
+                await self.refuse(listener, client, request.method, target, refusal)
                 return False
             hosted = listener.hosted.rule_for_host(request.host)
             if hosted is not None:
@@ -578,39 +533,39 @@ class ProxyServer:
         buffers: TunnelBuffers | None = None
         if request.kind == "connect":  # reserved now, before any await: no cap is passed
             reserved = self._reserve_tunnel(listener)
-            if isinstance(reserved, _Refusal):
-                await self._refuse(listener, client, request.method, target, reserved)
+            if isinstance(reserved, Refusal):
+                await self.refuse(listener, client, request.method, target, reserved)
                 return False
             buffers = reserved
         try:
-            verdict: Allowed | _Refused = await self._decide(listener, request)
+            verdict = await self._decide(listener, request)
             if buffers is not None and isinstance(verdict, Allowed):  # no provider by address
-                verdict = await judge_tunnel(listener, verdict, self.config)
+                judged = await judge_tunnel(listener, verdict, self.config)
+                verdict = (
+                    judged if isinstance(judged, Allowed) else Refusal(judged.rule, judged.reason)
+                )
             if not isinstance(verdict, Allowed):
-                await self._refuse(listener, client, request.method, target, verdict)
+                await self.refuse(listener, client, request.method, target, verdict)
                 return False
-            exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
+            exchange = Exchange(listener, client, request, verdict, target, consumed, client.sent)
             if buffers is not None:
                 await self._tunnel(replace(exchange, buffers=buffers))
                 return False
         finally:
             if buffers is not None:
                 self._release_tunnel(listener, buffers)
-        refused = self._reserve_plain(listener)  # its origin socket's buffers, from the budget
+        refused = self.reserve_plain(listener)  # its origin socket's buffers, from the budget
         if refused is not None:
-            await self._refuse(listener, client, request.method, target, refused)
+            await self.refuse(listener, client, request.method, target, refused)
             return False
-        try:
-            return await self._forward(exchange)
-        finally:
-            listener.buffers -= PLAIN.worst_case()
+        return await self.forward(exchange)
 
-    def _reserve_tunnel(self, listener: _Listener) -> TunnelBuffers | _Refusal:
+    def _reserve_tunnel(self, listener: Listener) -> TunnelBuffers | Refusal:
         """One of the sandbox's tunnel slots and its tunnel's buffers, taken before any await."""
         unbounded = self.config.unsafe_unbounded_tunnels  # a test box's: `check` shows the leak
         if listener.tunnels >= self.config.max_tunnels_per_sandbox and not unbounded:
             limit = self.config.max_tunnels_per_sandbox
-            return _Refusal("too-many-tunnels", f"{limit} tunnels already open")
+            return Refusal("too-many-tunnels", f"{limit} tunnels already open")
         budget = self.config.tunnel_buffer_budget_bytes
         buffers = buffers_for(listener.large_buffers, listener.buffers, budget)
         if buffers is None and unbounded:
@@ -618,32 +573,32 @@ class ProxyServer:
             buffers = SMALL  # still counted, so its release balances
         if buffers is None:
             reason = f"the sandbox's open tunnels hold its {budget} bytes of kernel buffers"
-            return _Refusal("too-much-buffer", reason)
+            return Refusal("too-much-buffer", reason)
         listener.tunnels += 1
         listener.buffers += buffers.worst_case()
         if buffers is LARGE:
             listener.large_buffers += buffers.worst_case()
         return buffers
 
-    def _reserve_plain(self, listener: _Listener) -> _Refusal | None:
+    def reserve_plain(self, listener: Listener) -> Refusal | None:
         """A plain http exchange's buffers (`tunnel_buffers.PLAIN`) from the sandbox's budget,
         taken before any await, shared with its tunnels."""
         budget = self.config.tunnel_buffer_budget_bytes
         over = listener.buffers + PLAIN.worst_case() > budget
         if over and not self.config.unsafe_unbounded_tunnels:
             reason = f"the sandbox's open exchanges hold its {budget} bytes of kernel buffers"
-            return _Refusal("too-much-buffer", reason)
+            return Refusal("too-much-buffer", reason)
         listener.buffers += PLAIN.worst_case()
         return None
 
-    def _release_tunnel(self, listener: _Listener, buffers: TunnelBuffers) -> None:
+    def _release_tunnel(self, listener: Listener, buffers: TunnelBuffers) -> None:
         listener.tunnels -= 1
         listener.buffers -= buffers.worst_case()
         if buffers is LARGE:
             listener.large_buffers -= buffers.worst_case()
 
     async def _service(
-        self, listener: _Listener, client: Conn, request: ProxyRequest, target: str, consumed: int
+        self, listener: Listener, client: Conn, request: ProxyRequest, target: str, consumed: int
     ) -> bool:
         """A request to a service rule's host (`service_relay`): judged, the secret added,
         TLS upstream at the vetted address; the connection ends with the answer."""
@@ -654,16 +609,16 @@ class ProxyServer:
             check = not self.config.unsafe_skip_service_method_check
             forward, secret = grant.judge(rule, request, check_route=check)
         except RequestRefused as exc:
-            await self._refuse(
-                listener, client, request.method, target, _Refusal(exc.rule, exc.reason)
+            await self.refuse(
+                listener, client, request.method, target, Refusal(exc.rule, exc.reason)
             )
             return False
         verdict = await self._decide(listener, request, grant.memo, service_relay.HTTPS_PORT)
         if not isinstance(verdict, Allowed):
-            await self._refuse(listener, client, request.method, target, verdict)
+            await self.refuse(listener, client, request.method, target, verdict)
             return False
         shown = f"http://{rule.host}{forward.logged_path}"  # the placeholder, never the secret
-        exchange = _Exchange(listener, client, request, verdict, shown, consumed, client.sent)
+        exchange = Exchange(listener, client, request, verdict, shown, consumed, client.sent)
         client.timeout = IO_TIMEOUT_S
         error = ""
         try:
@@ -686,11 +641,11 @@ class ProxyServer:
                 with contextlib.suppress(OSError, TimeoutError):
                     await client.send(BAD_GATEWAY)
         finally:
-            self._allowed(exchange, error)
+            self.log_allowed(exchange, error)
         return False
 
     async def _model(
-        self, listener: _Listener, client: Conn, request: ProxyRequest, target: str, consumed: int
+        self, listener: Listener, client: Conn, request: ProxyRequest, target: str, consumed: int
     ) -> bool:
         """A request to a model rule's port (`model_relay`): the relay's CONNECT answered and
         its one request read, judged (route, then body), then the runtime dialed at the rule's
@@ -700,7 +655,7 @@ class ProxyServer:
         if request.kind == "connect":
             gate = self._gate(listener)
             if gate is not None:
-                await self._refuse(listener, client, request.method, target, gate)
+                await self.refuse(listener, client, request.method, target, gate)
                 return False
             await client.send(CONNECT_OK)
             try:
@@ -708,33 +663,33 @@ class ProxyServer:
             except TimeoutError:
                 return False
             except RequestRefused as exc:
-                await self._refuse(listener, client, "", target, _Refusal(exc.rule, exc.reason))
+                await self.refuse(listener, client, "", target, Refusal(exc.rule, exc.reason))
                 return False
             if tunneled is None:
                 return False
             consumed = client.received - len(client.buffer)
-            request, target = tunneled, _shown_target(tunneled)
+            request, target = tunneled, shown_target(tunneled)
         if not rule.local:  # anthropic, openai: the provider over TLS, the key forced
             return await self._hosted(listener, client, request, target, consumed, rule=rule)
         try:
             check = not self.config.unsafe_skip_model_route_check
             judged = await judge_model_request(rule, request, client, check_route=check)
         except RequestRefused as exc:
-            await self._refuse(
-                listener, client, request.method, target, _Refusal(exc.rule, exc.reason)
+            await self.refuse(
+                listener, client, request.method, target, Refusal(exc.rule, exc.reason)
             )
             return False
         secret = listener.services.secret(rule.secret) if rule.secret else None
         if rule.secret and secret is None:
             reason = f"the secret {rule.secret} is not set: `lnk secret set {rule.secret}`"
-            refusal = _Refusal("model-secret-gone", reason)
-            await self._refuse(listener, client, request.method, target, refusal)
+            refusal = Refusal("model-secret-gone", reason)
+            await self.refuse(listener, client, request.method, target, refusal)
             return False
         verdict = await self._decide_model(listener, request, rule)
         if not isinstance(verdict, Allowed):
-            await self._refuse(listener, client, request.method, target, verdict)
+            await self.refuse(listener, client, request.method, target, verdict)
             return False
-        exchange = _Exchange(listener, client, request, verdict, target, consumed, client.sent)
+        exchange = Exchange(listener, client, request, verdict, target, consumed, client.sent)
         client.timeout = IO_TIMEOUT_S
         error = ""
         try:
@@ -756,12 +711,12 @@ class ProxyServer:
                 with contextlib.suppress(OSError, TimeoutError):
                     await client.send(BAD_GATEWAY)
         finally:
-            self._allowed(exchange, error)
+            self.log_allowed(exchange, error)
         return False
 
     async def _hosted(
         self,
-        listener: _Listener,
+        listener: Listener,
         client: Conn,
         request: ProxyRequest,
         target: str,
@@ -788,25 +743,25 @@ class ProxyServer:
                 keep_tools=self.config.unsafe_keep_server_tools,
             )
         except RequestRefused as exc:
-            await self._refuse(
-                listener, client, request.method, target, _Refusal(exc.rule, exc.reason)
+            await self.refuse(
+                listener, client, request.method, target, Refusal(exc.rule, exc.reason)
             )
             return False
         secret = listener.services.secret(rule.secret) if rule.secret else None
         if secret is None:
             reason = f"the secret {rule.secret} is not set: `lnk secret set {rule.secret}`"
-            await self._refuse(
-                listener, client, request.method, target, _Refusal("model-secret-gone", reason)
+            await self.refuse(
+                listener, client, request.method, target, Refusal("model-secret-gone", reason)
             )
             return False
         upstream = replace(request, host=rule.host)
         verdict = await self._decide(listener, upstream, hosted.memo, rule.upstream_port)
         if not isinstance(verdict, Allowed):
-            await self._refuse(listener, client, request.method, target, verdict)
+            await self.refuse(listener, client, request.method, target, verdict)
             return False
         why = "; ".join(forward.removed)
         shown = replace(verdict, reason=f"{verdict.reason}; {why}" if why else verdict.reason)
-        exchange = _Exchange(listener, client, request, shown, target, consumed, client.sent)
+        exchange = Exchange(listener, client, request, shown, target, consumed, client.sent)
         client.timeout = IO_TIMEOUT_S
         error = ""
         try:
@@ -833,20 +788,20 @@ class ProxyServer:
                 with contextlib.suppress(OSError, TimeoutError):
                     await client.send(BAD_GATEWAY)
         finally:
-            self._allowed(exchange, error)
+            self.log_allowed(exchange, error)
         return False
 
-    def _gate(self, listener: _Listener) -> _Refusal | None:
+    def _gate(self, listener: Listener) -> Refusal | None:
         """What refuses every request before its host is judged: no room in the wire's log,
         the stop or pause flag."""
         if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
             reason = "no room for its line in the sandbox's wire log or in the box's wire logs"
-            return _Refusal("log-full", reason)
+            return Refusal("log-full", reason)
         return self._flags(listener)
 
     async def _decide_model(
-        self, listener: _Listener, request: ProxyRequest, rule: ModelRule
-    ) -> Allowed | _Refusal:
+        self, listener: Listener, request: ProxyRequest, rule: ModelRule
+    ) -> Allowed | Refusal:
         """A runtime on this machine: its loopback address and port, by the rule (the one
         exception to "never this machine"); elsewhere: the rule's host judged as a `[lan]`
         grant of exactly it (a private address), as the kernel routes it."""
@@ -859,85 +814,95 @@ class ProxyServer:
         reason = f"[[models]] {rule.kind} on this machine's {rule.upstream}"
         return Allowed(loopback_address(rule), rule.upstream_port, Rule.ALLOWED_MODEL, reason)
 
-    async def _decide(
-        self,
-        listener: _Listener,
-        request: ProxyRequest,
-        memo: PolicyMemo | None = None,
-        port: int | None = None,
-    ) -> Allowed | _Refusal:
-        """The verdict on the request's host, by `memo` (the sandbox's own grants unless a
-        service rule's) at `port` (the request's unless a service rule's)."""
-        memo = memo or listener.memo
-        port = request.port if port is None else port
-        if not self.wire_log.can_admit(listener.sandbox):  # never an exchange it cannot log
-            reason = "no room for its line in the sandbox's wire log or in the box's wire logs"
-            return _Refusal("log-full", reason)
-        flagged = self._flags(listener)
-        if flagged is not None:
-            return flagged
+    def decide_now(
+        self, listener: Listener, request: ProxyRequest, memo: PolicyMemo, port: int
+    ) -> Allowed | Refusal | Target:
+        """The verdict on the request's host by `memo` at `port`, with no await: the name's
+        `Target` when it needs a lookup (not a literal, not in the sandbox's kept answers)."""
+        gate = self._gate(listener)
+        if gate is not None:
+            return gate
         local = judge_localhost(memo.grants, request.host, port)
         if local is not None:
             return local
         target = memo.target(request.host, port)
         if isinstance(target, Refused):
-            return _Refusal(target.rule, target.reason)
-        addresses: Sequence[IPAddress] | None
-        looked_up = False  # an await: the loop ran other work since the flags' look
+            return Refusal(target.rule, target.reason)
         resolver = listener.resolver
         assert resolver is not None  # set by open_listener
         if target.literal is not None:
-            addresses = (target.literal,)
-        elif resolver.caches_answers and (cached := listener.answers.get(target.host)):
-            addresses = cached
-        else:
-            refused = self._reserve_lookup(listener)
-            if refused is not None:
-                return refused
-            looked_up = True
-            try:
-                addresses = await resolver.resolve(target.host)
-            except ResolverBusy as exc:
-                return _Refusal("too-many-lookups", str(exc))
-            finally:
-                listener.lookups -= 1
-            share = listener.share  # the answer's wake-up is a step of the sandbox's share
-            if share is not None and (turn := share.take()) is not None:
-                await turn
-            if resolver.caches_answers:
-                listener.answers.put(target.host, addresses)
+            return self._judge_addresses(memo, target, (target.literal,))
+        if resolver.caches_answers and (cached := listener.answers.get(target.host)):
+            return self._judge_addresses(memo, target, cached)
+        return target
+
+    async def _decide(
+        self,
+        listener: Listener,
+        request: ProxyRequest,
+        memo: PolicyMemo | None = None,
+        port: int | None = None,
+    ) -> Allowed | Refusal:
+        """The verdict on the request's host, by `memo` (the sandbox's own grants unless a
+        service rule's) at `port` (the request's unless a service rule's)."""
+        memo = memo or listener.memo
+        target = self.decide_now(listener, request, memo, request.port if port is None else port)
+        if not isinstance(target, Target):
+            return target
+        resolver = listener.resolver
+        assert resolver is not None  # set by open_listener
+        refused = self._reserve_lookup(listener)
+        if refused is not None:
+            return refused
+        try:
+            addresses = await resolver.resolve(target.host)
+        except ResolverBusy as exc:
+            return Refusal("too-many-lookups", str(exc))
+        finally:
+            listener.lookups -= 1
+        share = listener.share  # the answer's wake-up is a step of the sandbox's share
+        if share is not None and (turn := share.take()) is not None:
+            await turn
+        if resolver.caches_answers:
+            listener.answers.put(target.host, addresses)
+        # An await: the loop ran other work since the flags' look. Change messages taken again
+        # (as at `_flags`): an interface's kept answer is never older than a change queued
+        # before this decision's last look.
+        self._take_events()
+        return self._judge_addresses(memo, target, addresses)
+
+    def _judge_addresses(
+        self, memo: PolicyMemo, target: Target, addresses: Sequence[IPAddress]
+    ) -> Allowed | Refusal:
+        """The addresses judged, then the vetted one as the kernel routes it now."""
         if self.machine is None:
             raise RuntimeError("ProxyServer.start() was not called: this machine is unknown")
         verdict = memo.addresses(target, addresses, self.machine)
         if isinstance(verdict, Refused):
-            return _Refusal(verdict.rule, verdict.reason)
-        # The second judgement, on the vetted address, as the kernel routes it now (change
-        # messages taken first, at `_flags` and again after a lookup's await: an interface's
-        # kept answer is never older than a change queued before this decision's last look).
-        if looked_up:
-            self._take_events()
+            return Refusal(verdict.rule, verdict.reason)
         routed = self.routes.check(verdict.address) if self.routes is not None else None
         if routed is not None:
-            return _Refusal(routed.rule, routed.reason)
+            return Refusal(routed.rule, routed.reason)
         return verdict
 
-    def _reserve_lookup(self, listener: _Listener) -> _Refusal | None:
+    def _reserve_lookup(self, listener: Listener) -> Refusal | None:
         """One of the sandbox's `MAX_WAITING_LOOKUPS` slots, taken before the await."""
         if listener.lookups >= MAX_WAITING_LOOKUPS:
-            return _Refusal("too-many-lookups", f"{listener.lookups} lookups already waiting")
+            return Refusal("too-many-lookups", f"{listener.lookups} lookups already waiting")
         listener.lookups += 1
         return None
 
-    async def _refuse(
-        self, listener: _Listener, client: Conn, method: str, target: str, refusal: _Refused
+    async def refuse(
+        self, listener: Listener, client: Conn, method: str, target: str, refusal: Refusal
     ) -> None:
+        self.log_refusal(listener, method, target, refusal)
+        await send_refusal(client, refusal, IO_TIMEOUT_S)
+
+    def log_refusal(self, listener: Listener, method: str, target: str, refusal: Refusal) -> None:
         entry = WireEntry(listener.sandbox, method, target, "refused", refusal.rule)
         self.wire_log.write(replace(entry, reason=refusal.reason))
-        with contextlib.suppress(OSError, TimeoutError):
-            client.timeout = IO_TIMEOUT_S
-            await client.send(refusal_response(refusal.rule))
 
-    def _allowed(self, exchange: _Exchange, error: str) -> None:
+    def log_allowed(self, exchange: Exchange, error: str) -> None:
         client, allowed = exchange.client, exchange.allowed
         up = client.received - len(client.buffer) - exchange.consumed
         down = client.sent - exchange.sent
@@ -954,7 +919,7 @@ class ProxyServer:
         timeout = self.config.connect_timeout_s
         return Conn(await dial(allowed.address, allowed.port, timeout, buffers))
 
-    async def _upstream(self, exchange: _Exchange, key: PoolKey) -> tuple[Conn, bool]:
+    async def _upstream(self, exchange: Exchange, key: PoolKey) -> tuple[Conn, bool]:
         """An idle pooled connection to exactly the judged address, else a new one; and
         whether it was reused. OSError or TimeoutError when dialing fails."""
         pooled = exchange.listener.pool.take(key, retryable=_retryable(exchange.request))
@@ -962,7 +927,7 @@ class ProxyServer:
             return pooled, True
         return await self._dial(exchange.allowed), False
 
-    async def _tunnel(self, exchange: _Exchange) -> None:
+    async def _tunnel(self, exchange: Exchange) -> None:
         client, error, dial_failed = exchange.client, "", False
         try:
             try:
@@ -981,29 +946,37 @@ class ProxyServer:
         except (OSError, EOFError, TimeoutError) as exc:
             error = f"ended: {exc!r}"
         finally:
-            self._allowed(exchange, error)  # before the 502: a client reading it sees the line
+            self.log_allowed(exchange, error)  # before the 502: a client reading it sees the line
             if dial_failed:
                 with contextlib.suppress(OSError, TimeoutError):
                     await client.send(BAD_GATEWAY)
 
-    async def _forward(self, exchange: _Exchange) -> bool:
+    async def forward(self, exchange: Exchange, sent: SentHead | None = None) -> bool:
+        """Forward a plain http request whose buffers `_reserve_plain` took (given back here);
+        `sent`: its head went already, on that upstream connection (`fast_exchange`)."""
+        try:
+            return await self._forward_reserved(exchange, sent)
+        finally:
+            exchange.listener.buffers -= PLAIN.worst_case()
+
+    async def _forward_reserved(self, exchange: Exchange, sent: SentHead | None) -> bool:
         client, request, allowed = exchange.client, exchange.request, exchange.allowed
         key: PoolKey = (request.host.lower(), allowed.port, allowed.address)
         client.timeout = IO_TIMEOUT_S
         error, client_keeps = "", False
         try:
-            upstream, reused = await self._upstream(exchange, key)
+            upstream, reused = await self._upstream(exchange, key) if sent is None else sent[:2]
         except (OSError, TimeoutError) as exc:
-            self._allowed(exchange, f"dial failed: {exc!r}")
+            self.log_allowed(exchange, f"dial failed: {exc!r}")
             with contextlib.suppress(OSError, TimeoutError):
                 await client.send(BAD_GATEWAY)
             return False
         pooled = False
         try:
             upstream.timeout = IO_TIMEOUT_S
-            answered_before = upstream.received
+            answered_before = upstream.received if sent is None else sent.answered_before
             try:
-                forwarded = await forward_http(request, client, upstream)
+                forwarded = await forward_http(request, client, upstream, sent is not None)
             except (OSError, EOFError, BadResponse):
                 # A reused connection the origin closed as it was taken: nothing came back and
                 # nothing reached the sandbox; a request without a body that may be repeated
@@ -1030,7 +1003,7 @@ class ProxyServer:
         finally:
             if not pooled:
                 upstream.close()
-            self._allowed(exchange, error)
+            self.log_allowed(exchange, error)
         return client_keeps
 
 
@@ -1067,19 +1040,13 @@ def _retryable(request: ProxyRequest) -> bool:
     return request.framing.kind == "none" and request.method in IDEMPOTENT_METHODS
 
 
-def _shown_target(request: ProxyRequest) -> str:
-    if request.kind == "connect":
-        return f"{request.host}:{request.port}"
-    return f"http://{request.authority()}{request.path}"
-
-
 def _spawn(tasks: set[asyncio.Task[None]], coroutine: Coroutine[Any, Any, None]) -> None:
     task = asyncio.create_task(coroutine)
     tasks.add(task)
     task.add_done_callback(tasks.discard)
 
 
-async def _cancel_all(listener: _Listener) -> None:
+async def _cancel_all(listener: Listener) -> None:
     tasks = [*listener.background, *listener.connections]
     for task in tasks:
         task.cancel()

@@ -95,6 +95,9 @@ REASON_LIMIT = 2 * LOG_LIMIT  # a reason quotes a cut target and says why
 SANDBOX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a file name: no '/', no '..'
 
 Decision = Literal["allowed", "refused"]
+# (sandbox, method, target, address, decision, rule, reason) -> their text in a line
+KeptFields = dict[tuple[str, str, str, str, str, str, str], tuple[str, str]]
+MAX_KEPT_FIELDS = 256  # a sandbox's distinct decisions at once; past it all are forgotten
 # JSON's quoting of a string with every non-ASCII character escaped (C, where available).
 _quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
@@ -116,27 +119,43 @@ class WireEntry:
     repeated: int = 0  # an aggregate: this many more like it within the window
 
 
-def format_line(entry: WireEntry, now: datetime) -> str:
+def format_line(entry: WireEntry, now: datetime, kept: KeptFields | None = None) -> str:
     """The log line for `entry` at `now`, newline included; ValueError for a bad sandbox id.
     The JSON `json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))` writes for the same
     fields, built in one f-string around the encoder's own string quoting (a dict and the
-    encoder's walk were half of the line's cost)."""
-    if not SANDBOX_ID.fullmatch(entry.sandbox):
-        raise ValueError(f"not a sandbox id: {entry.sandbox!r}")
-    q = _quote
-    line = (
-        f'{{"time":{q(now.astimezone(UTC).isoformat(timespec="milliseconds"))},'
-        f'"sandbox":{q(entry.sandbox)},"method":{q(cut_for_log(entry.method, METHOD_LIMIT))},'
-        f'"target":{q(cut_for_log(entry.target, LOG_LIMIT))},'
-        f'"address":{q(cut_for_log(entry.address, LOG_LIMIT))},"decision":{q(entry.decision)},'
-        f'"rule":{q(cut_for_log(entry.rule, METHOD_LIMIT))},"up":{int(entry.up)},'
-        f'"down":{int(entry.down)},"reason":{q(cut_for_log(entry.reason, REASON_LIMIT))}'
-    )
+    encoder's walk were half of the line's cost). `kept`: the fixed fields' text as earlier
+    lines of the same sandbox, method, target, address, decision, rule and reason had it
+    (cleaning, cutting and quoting them was half of what was left)."""
+    e = entry
+    key = (e.sandbox, e.method, e.target, e.address, e.decision, e.rule, e.reason)
+    fixed = kept.get(key) if kept is not None else None
+    if fixed is None:
+        fixed = _fixed_fields(entry)
+        if kept is not None:
+            if len(kept) >= MAX_KEPT_FIELDS:
+                kept.clear()
+            kept[key] = fixed
+    stamp = _quote(now.astimezone(UTC).isoformat(timespec="milliseconds"))
+    line = f'{{"time":{stamp},{fixed[0]}{int(entry.up)},"down":{int(entry.down)}{fixed[1]}'
     if entry.error:
-        line += f',"error":{q(cut_for_log(entry.error, REASON_LIMIT))}'
+        line += f',"error":{_quote(cut_for_log(entry.error, REASON_LIMIT))}'
     if entry.repeated:
         line += f',"repeated":{int(entry.repeated)}'
     return line + "}\n"
+
+
+def _fixed_fields(entry: WireEntry) -> tuple[str, str]:
+    """The line's text from `sandbox` to `"up":`, and its `reason` field."""
+    if not SANDBOX_ID.fullmatch(entry.sandbox):
+        raise ValueError(f"not a sandbox id: {entry.sandbox!r}")
+    q = _quote
+    head = (
+        f'"sandbox":{q(entry.sandbox)},"method":{q(cut_for_log(entry.method, METHOD_LIMIT))},'
+        f'"target":{q(cut_for_log(entry.target, LOG_LIMIT))},'
+        f'"address":{q(cut_for_log(entry.address, LOG_LIMIT))},"decision":{q(entry.decision)},'
+        f'"rule":{q(cut_for_log(entry.rule, METHOD_LIMIT))},"up":'
+    )
+    return head, f',"reason":{q(cut_for_log(entry.reason, REASON_LIMIT))}'
 
 
 _Key = tuple[str, str, str]  # rule, method, target
@@ -211,6 +230,7 @@ class WireLog:
         # One open file per sandbox, and its size: a line costs one write, not an open, an
         # fstat and a close (those were a tenth of a small request's time in the proxy).
         self._open: dict[str, tuple[int, int]] = {}
+        self._kept: dict[str, KeptFields] = {}  # per sandbox: no sandbox's lines time another's
 
     def prepare(self) -> None:
         """Create the folder (mode set explicitly); StateError-free: OSError goes up at start."""
@@ -302,7 +322,10 @@ class WireLog:
             )
 
     def _append(self, entry: WireEntry) -> None:
-        line = format_line(entry, datetime.now(UTC)).encode("ascii")
+        kept = self._kept.get(entry.sandbox)
+        if kept is None:
+            kept = self._kept[entry.sandbox] = {}
+        line = format_line(entry, datetime.now(UTC), kept).encode("ascii")
         opened = self._file(entry.sandbox)
         if opened is None:
             return
@@ -335,6 +358,7 @@ class WireLog:
         reopens it)."""
         self.flush(sandbox, every=True)
         self._counters.pop(sandbox, None)
+        self._kept.pop(sandbox, None)
         opened = self._open.pop(sandbox, None)
         self._full = {(whose, what) for whose, what in self._full if whose != sandbox}
         if opened is not None:
