@@ -22,11 +22,12 @@ import asyncio
 import contextlib
 import ssl
 
+from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
 from lnk_proxy.forward import MAX_CHUNK_LINE, MAX_RESPONSE_HEAD_BYTES, parse_chunk_size
 from lnk_proxy.hosted_models import HostedForward, IssuedIds, upstream_head
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
-from lnk_proxy.service_relay import CLOSE_WAIT_S, HTTPS_PORT, stream_answer
+from lnk_proxy.service_relay import CLOSE_WAIT_S, HTTPS_PORT
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
 from lnk_shared.addresses import IPAddress
 
