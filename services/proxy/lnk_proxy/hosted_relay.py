@@ -61,14 +61,15 @@ async def read_body(request: ProxyRequest, client: Conn) -> bytes:
 
 
 async def _take(client: Conn, count: int) -> bytes:
-    out = bytearray()
-    while len(out) < count:
-        if not client.buffer and not await client.recv_some():
+    """`count` bytes of the client's, gathered in its buffer and copied out once (a 1 MiB body
+    was copied four times over, 64 KiB at a time)."""
+    while len(client.buffer) < count:
+        if not await client.recv_some():
             raise EOFError("the client's body ended early")
-        part = client.buffer[: count - len(out)]
-        out += part
-        del client.buffer[: len(part)]
-    return bytes(out)
+    with memoryview(client.buffer) as view:
+        out = bytes(view[:count])
+    del client.buffer[:count]
+    return out
 
 
 async def exchange(
