@@ -83,7 +83,7 @@ def _start(stack: ExitStack, base: Path, net: TestInternet, checkout: Path = CHE
     argv = [sys.executable, "-m", "lnk_proxy"]
     process = start_confined(stack, argv, env, [], base / "lnk_proxy.out")
     lnk = Lnk(process, base / "run" / "proxy" / "admin.sock", base / "run" / "proxy" / "r.sock")
-    wait_until(lnk.admin_socket.exists, process, "lnk_proxy")
+    wait_until(lambda: _listening(lnk.admin_socket), process, "lnk_proxy")
     none = {"internet_any": False, "internet": [], "lan_any": False, "lan": []}
     rule = {"kind": "openai", "models": ["gpt-x"], "secret": "bench-key"}
     for sandbox, grants, extra in (
@@ -99,6 +99,17 @@ def _start(stack: ExitStack, base: Path, net: TestInternet, checkout: Path = CHE
         if reply != {"ok": True}:
             raise RuntimeError(f"lnk_proxy did not open {sandbox}: {reply}")
     return lnk
+
+
+def _listening(path: Path) -> bool:
+    """Whether a unix socket accepts (it exists a moment before it listens: a loaded machine's
+    bench was refused in between)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+    return True
 
 
 def _request(body: str, path_prefix: str, key: str) -> bytes:
