@@ -1,13 +1,15 @@
 """(f) A hosted model request through its rule against the same request through a plain
 `[internet]` CONNECT to the same test upstream (the OpenAI-shaped API of the test internet's
 other host, TLS with its test CA), interleaved in one run, one client, one request at a time:
-added p50 and p99 of the whole request, of a streamed answer's first event from the request's
+added p50 and p99 of the whole request (a small one, and one of 1 MiB: one long text, where the
+rule reads, judges and encrypts what the client itself encrypts through the tunnel), of a
+streamed answer's first event from the request's
 start, and of that first event's own way from the upstream to the client: the test upstream
 stamps it with CLOCK_MONOTONIC as it writes it (`tests/e2e/net_models.stamped`) and the client
 takes the clock as the bytes arrive, so the TLS handshake and the request's judging are not in
 it (issue 18's target: the first byte not delayed beyond 1 ms).
 
-    sudo /opt/lnk/venv/bin/python bench/proxy_hosted_path.py [--requests 200]
+    sudo /opt/lnk/venv/bin/python bench/proxy_hosted_path.py [--requests 200] [--baseline DIR]
 
 One lnk_proxy from this checkout (as nobody, `unsafe_dns_table` naming the test hosts,
 `unsafe_service_ca` its CA) with two listeners: sandbox `rule` holding an openai `[[models]]`
@@ -51,6 +53,9 @@ BODY = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "h
 STREAM = json.dumps(
     {"model": "gpt-x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 )
+BIG_BYTES = 1024 * 1024  # issue 18's body size
+BIG = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": ""}]})
+BIG = BIG.replace('""', '"' + "x" * (BIG_BYTES - len(BIG)) + '"')
 STAMPED = json.dumps(
     {"model": "gpt-x", "stream": True, "messages": [{"role": "user", "content": "stamp"}]}
 )
@@ -58,7 +63,7 @@ TARGET_FIRST_BYTE_MS = 1.0  # streaming's first event not delayed beyond this (i
 _SENT = re.compile(rb'"sent_ns": ([0-9]+)')
 
 
-def _start(stack: ExitStack, base: Path, net: TestInternet) -> Lnk:
+def _start(stack: ExitStack, base: Path, net: TestInternet, checkout: Path = CHECKOUT) -> Lnk:
     (base / "etc").mkdir()
     (base / "etc" / "proxy.toml").write_text(
         f'unsafe_public_networks = ["198.18.0.0/15"]\ncontroller_uid = 0\n'
@@ -70,7 +75,7 @@ def _start(stack: ExitStack, base: Path, net: TestInternet) -> Lnk:
     (base / "run" / "flags").mkdir(mode=0o755)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "PYTHONPATH": os.pathsep.join(str(CHECKOUT / s) for s in SOURCES),
+        "PYTHONPATH": os.pathsep.join(str(checkout / s) for s in SOURCES),
         "LNK_CONFIG_DIR": str(base / "etc"),
         "LNK_RUN_DIR": str(base / "run"),
         "LNK_STATE_DIR": str(base / "state"),
@@ -78,7 +83,7 @@ def _start(stack: ExitStack, base: Path, net: TestInternet) -> Lnk:
     argv = [sys.executable, "-m", "lnk_proxy"]
     process = start_confined(stack, argv, env, [], base / "lnk_proxy.out")
     lnk = Lnk(process, base / "run" / "proxy" / "admin.sock", base / "run" / "proxy" / "r.sock")
-    wait_until(lnk.admin_socket.exists, process, "lnk_proxy")
+    wait_until(lambda: _listening(lnk.admin_socket), process, "lnk_proxy")
     none = {"internet_any": False, "internet": [], "lan_any": False, "lan": []}
     rule = {"kind": "openai", "models": ["gpt-x"], "secret": "bench-key"}
     for sandbox, grants, extra in (
@@ -94,6 +99,17 @@ def _start(stack: ExitStack, base: Path, net: TestInternet) -> Lnk:
         if reply != {"ok": True}:
             raise RuntimeError(f"lnk_proxy did not open {sandbox}: {reply}")
     return lnk
+
+
+def _listening(path: Path) -> bool:
+    """Whether a unix socket accepts (it exists a moment before it listens: a loaded machine's
+    bench was refused in between)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+    return True
 
 
 def _request(body: str, path_prefix: str, key: str) -> bytes:
@@ -155,26 +171,41 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, len(ordered) * 99 // 100)]
 
 
-def bench_path(requests: int) -> None:
+def _base(stack: ExitStack) -> Path:
+    base = Path(tempfile.mkdtemp(prefix="lnkh", dir="/tmp"))
+    stack.callback(shutil.rmtree, base, ignore_errors=True)
+    base.chmod(0o755)
+    return base
+
+
+def bench_path(requests: int, baseline: Path | None = None) -> None:
+    """Print row (f); with `baseline` (another checkout, e.g. `git worktree add` of the commit
+    to compare with), a second lnk_proxy from it serves the rule too, interleaved in the run."""
     with ExitStack() as stack:
         net = stack.enter_context(TestInternet())
-        base = Path(tempfile.mkdtemp(prefix="lnkh", dir="/tmp"))
-        stack.callback(shutil.rmtree, base, ignore_errors=True)
-        base.chmod(0o755)
+        base = _base(stack)
         _start(stack, base, net)
+        old = None
+        if baseline is not None:
+            old = _base(stack)
+            _start(stack, old, net, baseline)
         tls = ssl.create_default_context(cafile=str(net.ca_file))
         print(f"\n(f) hosted model request, load average {os.getloadavg()[0]:.2f}, {requests} each")
         for name, body, marker in (
             ("whole request", BODY, b"chat.completion"),
+            ("1 MiB request", BIG, b"chat.completion"),
             ("stream first event", STREAM, b"data: "),
             ("first event's way", STAMPED, b"data: "),
         ):
-            pick = {"whole request": 1, "stream first event": 0}.get(name, 2)
+            pick = {"stream first event": 0, "first event's way": 2}.get(name, 1)
             rule: list[float] = []
             plain: list[float] = []
-            for _ in range(requests):  # interleaved: the same load on both
+            before: list[float] = []
+            for _ in range(requests):  # interleaved: the same load on each
                 rule.append(_through_rule(base, body, marker)[pick])
                 plain.append(_through_tunnel(base, tls, body, marker)[pick])
+                if old is not None:
+                    before.append(_through_rule(old, body, marker)[pick])
             r50, r99 = _quantiles(rule)
             p50, p99 = _quantiles(plain)
             print(
@@ -182,6 +213,12 @@ def bench_path(requests: int) -> None:
                 f"{p50:7.2f} ms p99 {p99:7.2f} ms | added p50 {r50 - p50:+.2f} ms "
                 f"p99 {r99 - p99:+.2f} ms"
             )
+            if before:
+                b50, b99 = _quantiles(before)
+                print(
+                    f"  {'':<20} baseline's rule p50 {b50:7.2f} ms p99 {b99:7.2f} ms | added p50"
+                    f" {b50 - p50:+.2f} ms p99 {b99 - p99:+.2f} ms"
+                )
             if pick == 2:
                 met = r50 - p50 < TARGET_FIRST_BYTE_MS
                 print(f"  target: first byte added p50 < {TARGET_FIRST_BYTE_MS} ms:", end=" ")
@@ -192,12 +229,16 @@ def bench_path(requests: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200, help="requests per path and row")
+    parser.add_argument(
+        "--baseline", type=Path, help="another checkout whose lnk_proxy serves the rule too"
+    )
     if os.geteuid() != 0:
         print(
             "run as root: sudo /opt/lnk/venv/bin/python bench/proxy_hosted_path.py", file=sys.stderr
         )
         return 2
-    bench_path(max(10, parser.parse_args().requests))
+    args = parser.parse_args()
+    bench_path(max(10, args.requests), args.baseline)
     return 0
 
 

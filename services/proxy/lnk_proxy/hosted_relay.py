@@ -22,11 +22,12 @@ import asyncio
 import contextlib
 import ssl
 
+from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
 from lnk_proxy.forward import MAX_CHUNK_LINE, MAX_RESPONSE_HEAD_BYTES, parse_chunk_size
 from lnk_proxy.hosted_models import HostedForward, IssuedIds, upstream_head
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
-from lnk_proxy.service_relay import CLOSE_WAIT_S, HTTPS_PORT, stream_answer
+from lnk_proxy.service_relay import CLOSE_WAIT_S, HTTPS_PORT
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
 from lnk_shared.addresses import IPAddress
 
@@ -60,14 +61,15 @@ async def read_body(request: ProxyRequest, client: Conn) -> bytes:
 
 
 async def _take(client: Conn, count: int) -> bytes:
-    out = bytearray()
-    while len(out) < count:
-        if not client.buffer and not await client.recv_some():
+    """`count` bytes of the client's, gathered in its buffer and copied out once (a 1 MiB body
+    was copied four times over, 64 KiB at a time)."""
+    while len(client.buffer) < count:
+        if not await client.recv_some():
             raise EOFError("the client's body ended early")
-        part = client.buffer[: count - len(out)]
-        out += part
-        del client.buffer[: len(part)]
-    return bytes(out)
+    with memoryview(client.buffer) as view:
+        out = bytes(view[:count])
+    del client.buffer[:count]
+    return out
 
 
 async def exchange(

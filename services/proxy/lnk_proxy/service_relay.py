@@ -26,22 +26,16 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
-from lnk_proxy.forward import (
-    MAX_CHUNK_LINE,
-    MAX_RESPONSE_HEAD_BYTES,
-    BadResponse,
-    parse_chunk_size,
-    parse_response_head,
-)
+from lnk_proxy.forward import MAX_CHUNK_LINE, MAX_RESPONSE_HEAD_BYTES, parse_chunk_size
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.policy_memo import PolicyMemo
 from lnk_proxy.services import (
-    SecretScrubber,
     ServiceForward,
     judge_service,
     placeholder,
@@ -63,14 +57,12 @@ __all__ = [
     "parse_services",
     "relay",
     "scrub_text",
-    "stream_answer",
     "tls_context",
 ]
 
 log = logging.getLogger(__name__)
 
 HTTPS_PORT = 443  # a rule's host is spoken to over TLS on its usual port
-READ_SIZE = 64 * 1024  # one read of the answer's body: a few TLS records
 CLOSE_WAIT_S = 1.0  # the TLS close_notify exchange at the end: the answer is already sent
 
 
@@ -259,81 +251,6 @@ async def _copy(client: Conn, writer: asyncio.StreamWriter, count: int) -> None:
         count -= len(part)
         writer.write(part)
         await writer.drain()
-
-
-async def stream_answer(
-    request: ProxyRequest,
-    reader: asyncio.StreamReader,
-    client: Conn,
-    scrubbing: tuple[bytes, bytes],
-    io_timeout_s: float,
-    *,
-    observe: Callable[[bytes], None] | None = None,
-) -> None:
-    """The answer's head (interim ones too), then its body on its framing, scrubbed; each
-    piece of the body goes to the client as it arrives (never held for the next one), and
-    to `observe` as it came (a hosted model's response ids are learnt there)."""
-    scrubber = SecretScrubber(*scrubbing)
-
-    def feed(data: bytes) -> bytes:
-        if observe is not None:
-            observe(data)
-        return scrubber.feed(data)
-
-    while True:
-        async with asyncio.timeout(io_timeout_s):
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                raise BadResponse("the service closed without answering") from None
-            except asyncio.LimitOverrunError:
-                raise BadResponse("an answer's head past its limit") from None
-        response = parse_response_head(head, request.method)
-        kept = [
-            line
-            for line in response.head_lines
-            if not line.lower().startswith((b"content-length:", b"transfer-encoding:"))
-        ]
-        out = b"\r\n".join((*kept, b"Connection: close")) + b"\r\n\r\n"
-        if response.interim:
-            out = b"\r\n".join(response.head_lines) + b"\r\n\r\n"
-        await client.send(_scrub_whole(*scrubbing, out))
-        if not response.interim:
-            break
-    if response.framing == "length" and response.length:
-        remaining = response.length
-        while remaining:
-            async with asyncio.timeout(io_timeout_s):
-                data = await reader.read(min(remaining, READ_SIZE))
-            if not data:
-                raise BadResponse("the service's answer ended early")
-            remaining -= len(data)
-            await client.send(feed(data))
-    elif response.framing == "chunked":
-        while True:
-            async with asyncio.timeout(io_timeout_s):
-                size = parse_chunk_size(await reader.readuntil(b"\r\n"))
-                if size == 0:
-                    break
-                data = await reader.readexactly(size)
-                if await reader.readexactly(2) != b"\r\n":
-                    raise BadResponse("a chunk not followed by CRLF")
-            await client.send(feed(data))
-    elif response.framing == "close":
-        while True:
-            async with asyncio.timeout(io_timeout_s):
-                data = await reader.read(READ_SIZE)
-            if not data:
-                break
-            await client.send(feed(data))
-    await client.send(scrubber.flush())
-    client.shutdown_write()
-
-
-def _scrub_whole(secret: bytes, replacement: bytes, data: bytes) -> bytes:
-    """`data` scrubbed on its own (a head: nothing of it is held back for the body)."""
-    once = SecretScrubber(secret, replacement)
-    return once.feed(data) + once.flush()
 
 
 def scrub_text(text: str, secret: bytes) -> str:

@@ -181,3 +181,51 @@ def test_a_body_past_the_bound_is_refused_before_it_is_read() -> None:
 
     with ours, theirs, pytest.raises(BodyRefused):
         asyncio.run(read())
+
+
+async def _read_sent(head: bytes, pieces: list[bytes]) -> tuple[bytes, bytes]:
+    """(read_body's answer, what is left in the client's buffer) when the client sends
+    `pieces` one by one, then closes its side."""
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    loop = asyncio.get_running_loop()
+    with ours, theirs:
+        client = Conn(ours)
+
+        async def send() -> None:
+            for piece in pieces:
+                await loop.sock_sendall(theirs, piece)
+            theirs.shutdown(socket.SHUT_WR)
+
+        sender = asyncio.create_task(send())
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                body = await read_body(parse_request_head(head), client)
+        finally:
+            await sender
+        return body, bytes(client.buffer)
+
+
+def test_a_large_body_in_many_reads_is_read_whole_and_no_further() -> None:
+    body = b'{"model":"gpt-x","input":"' + b"y" * (1024 * 1024) + b'"}'
+    head = f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+    pieces = [body[i : i + 50_000] for i in range(0, len(body), 50_000)]
+    assert asyncio.run(_read_sent(head.encode(), [*pieces, b"POST /next"])) == (
+        body,
+        b"POST /next",
+    )
+
+
+def test_a_chunked_body_is_read_whole() -> None:
+    head = f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+    head += "Transfer-Encoding: chunked\r\n\r\n"
+    chunks = [b'4\r\n{"a"\r\n', b"3\r\n:1}\r\n", b"0\r\n\r\n"]
+    assert asyncio.run(_read_sent(head.encode(), chunks)) == (b'{"a":1}', b"")
+
+
+def test_a_body_that_ends_early_is_an_error() -> None:
+    head = f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+    head += "Content-Length: 100\r\n\r\n"
+    with pytest.raises(EOFError):
+        asyncio.run(_read_sent(head.encode(), [b"{" * 60]))
