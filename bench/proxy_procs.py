@@ -168,6 +168,9 @@ class Lnk:
             return recv_frame(sock)[0]
 
 
+WIRE_LOG_BYTES = 8 << 30  # the bench's sandboxes' logs, in its temporary folder
+
+
 def start_lnk(
     stack: ExitStack,
     base: Path,
@@ -188,6 +191,9 @@ def start_lnk(
         f"max_connections_per_sandbox = {4 * IDLE_TUNNELS}\n"
         # (c)'s idle tunnels reserve their worst case (`tunnel_buffers`): room for twice them
         f"tunnel_buffer_budget_bytes = {2 * IDLE_TUNNELS * (1 << 20)}\n"
+        # a round of small GETs at c=64 logs ~100 MiB now: at the default 256 MiB a sandbox's
+        # log is full by the third round and its exchanges are refused (`log-full`, by design)
+        f"wire_log_max_bytes = {WIRE_LOG_BYTES}\nwire_box_max_bytes = {4 * WIRE_LOG_BYTES}\n"
     )
     for name in ("run", "state"):
         (base / name).mkdir(mode=0o755)
