@@ -121,12 +121,15 @@ def wait_v1(group: Path, timeout: float = EMPTY_TIMEOUT_S) -> None:
         if time.monotonic() >= deadline:
             still = " ".join(str(t) for t in tasks[:8])
             raise StateError(
-                f"the cgroup {group} still holds tasks {timeout:g} s after they were killed "
-                f"(tid {still}): a task stuck in the kernel, or frozen by a v1 freezer; "
-                "the next clean-up removes the group once they are gone"
+                f"the cgroup {group} still holds tasks that were killed and did not exit "
+                f"within the wait (tid {still}): a task stuck in the kernel, or frozen by a v1 "
+                "freezer; the next clean-up removes the group once they are gone"
             )
-        pidfds = [fd for fd in map(_pidfd, tasks) if fd is not None]
+        pidfds: list[int] = []
         try:
+            for tid in tasks:
+                if (fd := _pidfd(tid)) is not None:
+                    pidfds.append(fd)
             _wait_exits(pidfds, deadline)  # each is out of its groups once it has exited
         finally:
             for fd in pidfds:

@@ -26,6 +26,7 @@ import errno
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -318,9 +319,10 @@ def remove_v1(groups: dict[str, Path], timeout: float = cgroup_empty.EMPTY_TIMEO
     first, but the launcher, killed by a stop, is in these groups and not in that one, and may
     not have exited yet (an rmdir then fails with EBUSY). A group already gone is fine."""
     problems = []
+    deadline = time.monotonic() + timeout  # one bound for all the groups, not one each
     for group in groups.values():
         try:
-            cgroup_empty.wait_v1(group, timeout)
+            cgroup_empty.wait_v1(group, max(0.0, deadline - time.monotonic()))
             group.rmdir()
         except StateError as exc:
             problems.append(str(exc))
