@@ -26,9 +26,11 @@ import errno
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from lnk_controller import cgroup_empty
 from lnk_controller.limits import Limits
 from lnk_shared.errors import StateError
 
@@ -312,13 +314,18 @@ def outcome(v2_group: Path, v1: dict[str, Path]) -> tuple[int, int]:
     return kills, refused
 
 
-def remove_v1(groups: dict[str, Path]) -> None:
-    """Remove the sandbox's v1 groups (its processes are gone: the v2 group was emptied first).
-    A group already gone is fine."""
+def remove_v1(groups: dict[str, Path], timeout: float = cgroup_empty.EMPTY_TIMEOUT_S) -> None:
+    """Remove the sandbox's v1 groups once their tasks have exited: the v2 group was emptied
+    first, but the launcher, killed by a stop, is in these groups and not in that one, and may
+    not have exited yet (an rmdir then fails with EBUSY). A group already gone is fine."""
     problems = []
+    deadline = time.monotonic() + timeout  # one bound for all the groups, not one each
     for group in groups.values():
         try:
+            cgroup_empty.wait_v1(group, max(0.0, deadline - time.monotonic()))
             group.rmdir()
+        except StateError as exc:
+            problems.append(str(exc))
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 problems.append(f"{group}: {os.strerror(exc.errno or 0)}")

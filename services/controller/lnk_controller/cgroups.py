@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 from pathlib import Path
 
+from lnk_controller import cgroup_empty
 from lnk_shared.errors import LaunchRefused, StateError
 
 __all__ = ["PARENT", "create", "freeze", "group_of", "kill", "remove", "root", "use_parent"]
@@ -34,7 +34,6 @@ __all__ = ["PARENT", "create", "freeze", "group_of", "kill", "remove", "root", "
 PARENT = "lnk.sandboxes"
 FREEZE_TIMEOUT_S = 5.0  # a freeze waits for every task to stop in the kernel: milliseconds
 KILL_TIMEOUT_S = 5.0  # SIGKILL to every task and their exit: milliseconds
-_POLL_S = 0.002
 _PREFERRED_ROOT = "/sys/fs/cgroup"  # pure v2 hosts; hybrid ones mount v2 at .../unified
 
 
@@ -89,25 +88,14 @@ def create(sandbox_id: str) -> Path:
     return group
 
 
-def _events(group: Path) -> dict[str, str]:
-    with open(group / "cgroup.events", encoding="ascii") as f:
-        return dict(line.split(" ", 1) for line in f.read().split("\n") if " " in line)
-
-
-def _wait(group: Path, key: str, value: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while _events(group).get(key) != value:
-        if time.monotonic() > deadline:
-            raise StateError(f"the cgroup {group} did not {what} within {timeout:g} s")
-        time.sleep(_POLL_S)
-
-
 def freeze(sandbox_id: str, frozen: bool) -> None:
     """Freeze (pause) or thaw (resume) every process of the sandbox; returns once done."""
     group = group_of(sandbox_id)
     try:
         (group / "cgroup.freeze").write_text("1" if frozen else "0")
-        _wait(group, "frozen", "1" if frozen else "0", FREEZE_TIMEOUT_S, "freeze or thaw")
+        cgroup_empty.wait_v2(
+            group, "frozen", "1" if frozen else "0", FREEZE_TIMEOUT_S, "freeze or thaw"
+        )
     except FileNotFoundError:
         raise StateError(f"sandbox {sandbox_id} has no cgroup: it is not running") from None
 
@@ -119,7 +107,7 @@ def remove(sandbox_id: str) -> bool:
     group = group_of(sandbox_id)
     try:
         (group / "cgroup.kill").write_text("1")
-        _wait(group, "populated", "0", KILL_TIMEOUT_S, "empty after cgroup.kill")
+        cgroup_empty.wait_v2(group, "populated", "0", KILL_TIMEOUT_S, "empty after cgroup.kill")
         group.rmdir()
     except FileNotFoundError:
         return False
