@@ -19,11 +19,11 @@ name's plain http carries no TLS to the provider), nor look inside a tunnel.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Protocol
 
 from lnk_proxy.hosted_grant import TUNNEL_RULE, HostedGrant
 from lnk_proxy.http_request import RequestRefused
+from lnk_proxy.listeners import Refusal
 from lnk_proxy.policy import Allowed
 from lnk_proxy.resolver import AnswerCache, Resolver, ResolverBusy
 
@@ -32,12 +32,8 @@ __all__ = ["TunnelOwner", "TunnelRefusal", "judge_tunnel"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class TunnelRefusal:
-    """A tunnel refused: `rule` to the sandbox, `reason` (the rule's hint) to the wire's log."""
-
-    rule: str
-    reason: str
+# A tunnel refused: the proxy's one refusal (`rule` to the sandbox, `reason` to the wire's log).
+TunnelRefusal = Refusal
 
 
 class TunnelOwner(Protocol):

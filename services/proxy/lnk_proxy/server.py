@@ -540,10 +540,7 @@ class ProxyServer:
         try:
             verdict = await self._decide(listener, request)
             if buffers is not None and isinstance(verdict, Allowed):  # no provider by address
-                judged = await judge_tunnel(listener, verdict, self.config)
-                verdict = (
-                    judged if isinstance(judged, Allowed) else Refusal(judged.rule, judged.reason)
-                )
+                verdict = await judge_tunnel(listener, verdict, self.config)
             if not isinstance(verdict, Allowed):
                 await self.refuse(listener, client, request.method, target, verdict)
                 return False
