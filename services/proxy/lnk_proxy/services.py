@@ -250,12 +250,23 @@ class SecretScrubber:
         return data
 
     def _partial(self, data: bytes) -> int:
-        """The length of the longest end of `data` that some form begins with (0: none)."""
-        for size in range(min(self._keep, len(data)), 0, -1):
-            tail = data[-size:]
-            if any(form.startswith(tail) for form in self._forms):
-                return size
-        return 0
+        """The length of the longest end of `data` that some form begins with (0: none).
+
+        Only where a form's first byte lies in the last `_keep` bytes can its end begin the
+        form, so those places are found with `find` and the earliest that fits is the longest:
+        a few C calls per chunk (one slice and a generator per length cost ~20 us a chunk
+        for a 54-byte key on the streamed answer's path, and grew with the secret's length)."""
+        start = max(0, len(data) - self._keep)
+        longest = 0
+        for form in self._forms:
+            first = form[:1]
+            at = data.find(first, start)
+            while at >= 0 and len(data) - at > longest:
+                if form.startswith(data[at:]):
+                    longest = len(data) - at
+                    break
+                at = data.find(first, at + 1)
+        return longest
 
     def _scrub(self, data: bytes) -> bytes:
         for form in self._forms:

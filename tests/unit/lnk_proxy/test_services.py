@@ -5,6 +5,8 @@ sandbox's own key in the token position or a header, a CONNECT past the rule."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from lnk_proxy.http_request import ProxyRequest, RequestRefused, parse_request_head
@@ -182,6 +184,41 @@ def test_a_chunk_ending_in_nothing_like_the_secret_is_sent_whole() -> None:
     assert scrubber.feed(b"data: " + SECRET[:5]) == b"data: "
     assert scrubber.feed(SECRET[5:] + b"\n\n") == P.encode() + b"\n\n"
     assert scrubber.flush() == b""
+
+
+def _held_back_by_every_length(forms: list[bytes], keep: int, data: bytes) -> int:
+    """The scrubber's first way of finding what it holds back: every end's length, longest
+    first, against every form (kept here as the reference the fast way must agree with)."""
+    for size in range(min(keep, len(data)), 0, -1):
+        if any(form.startswith(data[-size:]) for form in forms):
+            return size
+    return 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_what_is_held_back_is_the_longest_end_that_could_begin_the_secret(seed: int) -> None:
+    """The `find`-based search holds back exactly what trying every length did, over secrets
+    with colons (three forms of unequal length) and data made of the secret's own bytes."""
+    rng = random.Random(seed)
+    for _ in range(500):
+        secret = bytes(rng.choice(b"ab:%3A") for _ in range(rng.randint(1, 12)))
+        if secret.startswith(b":"):
+            secret = b"a" + secret
+        scrubber = SecretScrubber(secret, b"<gone>")
+        data = bytes(rng.choice(b"ab:%3Ax") for _ in range(rng.randint(0, 30)))
+        forms, keep = scrubber._forms, scrubber._keep
+        assert scrubber._partial(data) == _held_back_by_every_length(forms, keep, data)
+
+
+def test_a_long_secret_is_searched_for_only_where_its_first_byte_is() -> None:
+    """The longest key a secret may be (4 KiB) costs a chunk a few `find`s, not 4,095 slices:
+    an end that begins it is still held back whole, an end that does not is sent."""
+    secret = b"k" * 4000 + b":" + b"z" * 95
+    scrubber = SecretScrubber(secret, b"<gone>")
+    assert scrubber.feed(b"data: x\n\n" + secret[:3000]) == b"data: x\n\n"
+    assert scrubber.feed(secret[3000:]) == b"<gone>"
+    assert scrubber.flush() == b""
+    assert scrubber.feed(b"k" * 50 + b"y") == b"k" * 50 + b"y"
 
 
 @pytest.mark.parametrize("rule", [BOT, API])
