@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Protocol
 
 from lnk_proxy.conn import Conn
 from lnk_proxy.forward import (
@@ -33,7 +34,7 @@ from lnk_proxy.forward import (
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
 from lnk_proxy.services import SecretScrubber
 
-__all__ = ["READ_SIZE", "ChunkedBody", "stream_answer"]
+__all__ = ["READ_SIZE", "AnswerReader", "ChunkedBody", "stream_answer"]
 
 READ_SIZE = 64 * 1024  # one read of the answer: a few TLS records
 _HEAD_END = b"\r\n\r\n"  # a head's blank line
@@ -87,21 +88,31 @@ class ChunkedBody:
         return bytes(out)
 
 
+class AnswerReader(Protocol):
+    """Where the answer comes from: `upstream_tls.UpstreamTls`, or an asyncio StreamReader."""
+
+    async def read(self, n: int, /) -> bytes: ...
+
+
 async def stream_answer(
     request: ProxyRequest,
-    reader: asyncio.StreamReader,
+    reader: AnswerReader,
     client: Conn,
     scrubbing: tuple[bytes, bytes],
-    io_timeout_s: float,
+    io_timeout_s: float | None,
     *,
     observe: Callable[[bytes], None] | None = None,
 ) -> None:
     """The answer's head (interim ones too), then its body on its framing, scrubbed; what one
     read brings goes to the client in one send (never held for the next read), and the body's
-    bytes to `observe` as they came (a hosted model's response ids are learnt there)."""
+    bytes to `observe` as they came (a hosted model's response ids are learnt there). Each
+    read waits at most `io_timeout_s` (None: `reader` bounds its own waits, as `UpstreamTls`
+    does by its `Conn`'s timeout, with no timer context per read)."""
     scrubber = SecretScrubber(*scrubbing)
 
     async def read() -> bytes:
+        if io_timeout_s is None:
+            return await reader.read(READ_SIZE)
         async with asyncio.timeout(io_timeout_s):
             return await reader.read(READ_SIZE)
 

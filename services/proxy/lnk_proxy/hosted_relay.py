@@ -18,17 +18,16 @@ only by the proxy's per-sandbox connection cap.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ssl
 
 from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
-from lnk_proxy.forward import MAX_CHUNK_LINE, MAX_RESPONSE_HEAD_BYTES, parse_chunk_size
+from lnk_proxy.forward import MAX_CHUNK_LINE, parse_chunk_size
 from lnk_proxy.hosted_models import HostedForward, IssuedIds, upstream_head
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
-from lnk_proxy.service_relay import CLOSE_WAIT_S, HTTPS_PORT
+from lnk_proxy.service_relay import HTTPS_PORT
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
+from lnk_proxy.upstream_tls import UpstreamTls
 from lnk_shared.addresses import IPAddress
 
 __all__ = ["exchange", "read_body"]
@@ -91,24 +90,14 @@ async def exchange(
     `client` close-delimited. OSError, TimeoutError, ssl.SSLError or BadResponse when it
     cannot be completed (their texts never hold the key: the caller scrubs its log line)."""
     sock = await dial(address, port, connect_timeout_s)
+    upstream = await UpstreamTls.open(sock, context, host, connect_timeout_s)
+    upstream.conn.timeout = io_timeout_s  # each wait's idle bound, reads and writes alike
     try:
-        async with asyncio.timeout(connect_timeout_s):
-            reader, writer = await asyncio.open_connection(
-                sock=sock, ssl=context, server_hostname=host, limit=MAX_RESPONSE_HEAD_BYTES
-            )
-    except BaseException:
-        sock.close()
-        raise
-    try:
-        # Two pieces, not one joined copy of a body of up to MAX_BODY_BYTES: the TLS
-        # transport encrypts each from where it lies.
-        writer.writelines((upstream_head(forward, host, secret), forward.body))
-        async with asyncio.timeout(io_timeout_s):
-            await writer.drain()
+        # Two pieces, not one joined copy of a body of up to MAX_BODY_BYTES: each is
+        # encrypted from where it lies.
+        await upstream.write(upstream_head(forward, host, secret), forward.body)
         observe = issued.reader() if forward.kind == "openai" else None
         scrubbing = (secret, placeholder.encode())
-        await stream_answer(request, reader, client, scrubbing, io_timeout_s, observe=observe)
+        await stream_answer(request, upstream, client, scrubbing, None, observe=observe)
     finally:
-        writer.close()
-        with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
-            await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
+        upstream.close()

@@ -22,8 +22,6 @@ doing with the owner's credential whatever the allowed routes do.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Mapping, Sequence
@@ -31,7 +29,7 @@ from pathlib import Path
 
 from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
-from lnk_proxy.forward import MAX_CHUNK_LINE, MAX_RESPONSE_HEAD_BYTES, parse_chunk_size
+from lnk_proxy.forward import MAX_CHUNK_LINE, parse_chunk_size
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.policy_memo import PolicyMemo
@@ -43,6 +41,7 @@ from lnk_proxy.services import (
     rule_for_host,
     upstream_head,
 )
+from lnk_proxy.upstream_tls import UpstreamTls
 from lnk_shared.addresses import IPAddress
 from lnk_shared.errors import SpecError, UsageError
 from lnk_shared.hosts import parse_host_pattern
@@ -63,7 +62,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HTTPS_PORT = 443  # a rule's host is spoken to over TLS on its usual port
-CLOSE_WAIT_S = 1.0  # the TLS close_notify exchange at the end: the answer is already sent
 
 
 class ServiceGrant:
@@ -194,63 +192,50 @@ async def relay(
     never hold the secret (`scrub_text` is applied by the caller's log line)."""
     host = forward.rule.host
     sock = await dial(address, port, connect_timeout_s)
-    try:
-        async with asyncio.timeout(connect_timeout_s):
-            reader, writer = await asyncio.open_connection(
-                sock=sock, ssl=context, server_hostname=host, limit=MAX_RESPONSE_HEAD_BYTES
-            )
-    except BaseException:
-        sock.close()
-        raise
+    upstream = await UpstreamTls.open(sock, context, host, connect_timeout_s)
+    upstream.conn.timeout = io_timeout_s  # each wait's idle bound, reads and writes alike
     try:
         framing: tuple[tuple[str, str], ...] = ()
         if request.framing.kind == "length":
             framing = (("Content-Length", str(request.framing.length)),)
         elif request.framing.kind == "chunked":
             framing = (("Transfer-Encoding", "chunked"),)
-        writer.write(upstream_head(forward, secret, framing))
-        await _send_body(request, client, writer, io_timeout_s)
+        await upstream.write(upstream_head(forward, secret, framing))
+        await _send_body(request, client, upstream)
         replacement = placeholder(forward.rule).encode()
-        await stream_answer(request, reader, client, (secret, replacement), io_timeout_s)
+        await stream_answer(request, upstream, client, (secret, replacement), None)
     finally:
-        writer.close()
-        with contextlib.suppress(OSError, TimeoutError, ssl.SSLError):
-            await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
+        upstream.close()
 
 
-async def _send_body(
-    request: ProxyRequest, client: Conn, writer: asyncio.StreamWriter, io_timeout_s: float
-) -> None:
+async def _send_body(request: ProxyRequest, client: Conn, upstream: UpstreamTls) -> None:
     """The client's body as it framed it, to the upstream in the same framing."""
     framing = request.framing
     if framing.kind == "length" and framing.length:
-        await _copy(client, writer, framing.length)
+        await _copy(client, upstream, framing.length)
     elif framing.kind == "chunked":
         while True:
             size = parse_chunk_size(await client.read_line(MAX_CHUNK_LINE))
-            writer.write(b"%x\r\n" % size)
             if size == 0:
                 while await client.read_line(MAX_CHUNK_LINE) != b"\r\n":
                     pass  # trailers: read and dropped
-                writer.write(b"\r\n")
+                await upstream.write(b"0\r\n\r\n")
                 break
-            await _copy(client, writer, size)
+            await upstream.write(b"%x\r\n" % size)
+            await _copy(client, upstream, size)
             if await client.read_exact(2) != b"\r\n":
                 raise RequestRefused("bad-chunk", "a chunk not followed by CRLF")
-            writer.write(b"\r\n")
-    async with asyncio.timeout(io_timeout_s):
-        await writer.drain()
+            await upstream.write(b"\r\n")
 
 
-async def _copy(client: Conn, writer: asyncio.StreamWriter, count: int) -> None:
+async def _copy(client: Conn, upstream: UpstreamTls, count: int) -> None:
     while count:
         if not client.buffer and not await client.recv_some():
             raise EOFError("the client's body ended early")
         part = bytes(client.buffer[:count])
         del client.buffer[: len(part)]
         count -= len(part)
-        writer.write(part)
-        await writer.drain()
+        await upstream.write(part)
 
 
 def scrub_text(text: str, secret: bytes) -> str:
