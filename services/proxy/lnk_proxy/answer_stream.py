@@ -9,7 +9,9 @@ CRLF, each its own await and timer), and the head was sent on its own before the
 looked for. Under `strace` of the proxy while the test upstream streamed SSE, the first event
 left the proxy a loop turn and four awaits after the record holding it was read. Here one read
 of whatever the TLS layer has decrypted is parsed whole: a head and the chunks that came with it
-go out in one send, and every complete chunk of a later read in one more.
+go out in one send, and every complete chunk of a later read in one more. The reads come from
+`upstream_tls.UpstreamTls` (all that the socket's records decrypt to, in one call), which
+bounds its own waits, so no timer context is made per read (`io_timeout_s=None`).
 
 Security limitations: this does NOT bound an answer's size or total time (only each read's idle
 time), look at the body beyond the scrubber and `observe`, or read trailers (the answer goes on
@@ -132,7 +134,9 @@ async def stream_answer(
             continue
         response = parse_response_head(bytes(buffer[:end]), request.method)
         del buffer[:end]
-        out = _scrub_whole(*scrubbing, _head_out(response))
+        # A head is scrubbed whole (nothing of it held back for the body), by the stream's
+        # own scrubber: nothing is held in it yet, and flush leaves nothing held after.
+        out = scrubber.feed(_head_out(response)) + scrubber.flush()
         if not response.interim:
             break
         await client.send(out)
@@ -188,9 +192,3 @@ def _head_out(response: ResponseHead) -> bytes:
         if not line.lower().startswith((b"content-length:", b"transfer-encoding:"))
     ]
     return b"\r\n".join((*kept, b"Connection: close")) + _HEAD_END
-
-
-def _scrub_whole(secret: bytes, replacement: bytes, data: bytes) -> bytes:
-    """`data` scrubbed on its own (a head: nothing of it is held back for the body)."""
-    once = SecretScrubber(secret, replacement)
-    return once.feed(data) + once.flush()
