@@ -31,10 +31,13 @@ from typing import cast
 
 from lnk_proxy.conn import Conn
 
-__all__ = ["RAW_READ", "WRITE_SLICE", "UpstreamTls"]
+__all__ = ["CLOSE_DRAIN_READS", "RAW_READ", "WRITE_SLICE", "UpstreamTls"]
 
 RAW_READ = 64 * 1024  # one recv of ciphertext: a few full records
-WRITE_SLICE = 256 * 1024  # a body is encrypted this much at a time: the ciphertext held is bounded
+WRITE_SLICE = 256 * 1024  # a body is encrypted this much at a time: bounded ciphertext held
+# Reads at close, for the host's close_notify: bounded, so a host that keeps sending cannot
+# hold the loop (or grow the BIO) while the connection is being dropped.
+CLOSE_DRAIN_READS = 4
 
 
 class UpstreamTls:
@@ -156,8 +159,9 @@ class UpstreamTls:
             return True
 
     def _drain_nowait(self) -> None:
-        """What the socket holds now, fed to TLS, without waiting."""
-        while True:
+        """What the socket holds now (at most `CLOSE_DRAIN_READS` reads), fed to TLS, without
+        waiting."""
+        for _ in range(CLOSE_DRAIN_READS):
             try:
                 count = self.conn.sock.recv_into(self._raw)
             except (BlockingIOError, InterruptedError):
