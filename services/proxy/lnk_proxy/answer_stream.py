@@ -100,7 +100,7 @@ async def stream_answer(
     request: ProxyRequest,
     reader: AnswerReader,
     client: Conn,
-    scrubbing: tuple[bytes, bytes],
+    scrubbing: tuple[bytes, bytes] | None,
     io_timeout_s: float | None,
     *,
     observe: Callable[[bytes], None] | None = None,
@@ -109,8 +109,9 @@ async def stream_answer(
     read brings goes to the client in one send (never held for the next read), and the body's
     bytes to `observe` as they came (a hosted model's response ids are learnt there). Each
     read waits at most `io_timeout_s` (None: `reader` bounds its own waits, as `UpstreamTls`
-    does by its `Conn`'s timeout, with no timer context per read)."""
-    scrubber = SecretScrubber(*scrubbing)
+    does by its `Conn`'s timeout, with no timer context per read). `scrubbing`: (the secret,
+    what replaces it), or None when the upstream was given none (a local runtime's)."""
+    scrubber = SecretScrubber(*scrubbing) if scrubbing is not None else _NoSecret()
 
     async def read() -> bytes:
         if io_timeout_s is None:
@@ -129,7 +130,7 @@ async def stream_answer(
         if end is None:
             data = await read()
             if not data:
-                raise BadResponse("the service closed without answering")
+                raise BadResponse("the upstream closed without answering")
             buffer += data
             continue
         response = parse_response_head(bytes(buffer[:end]), request.method)
@@ -151,7 +152,7 @@ async def stream_answer(
                 break
             data = await read()
             if not data:
-                raise BadResponse("the service's answer ended early")
+                raise BadResponse("the upstream's answer ended early")
             data = data[:remaining]
     elif response.framing == "chunked":
         chunked = ChunkedBody()
@@ -164,7 +165,7 @@ async def stream_answer(
                 break
             more = await read()
             if not more:
-                raise BadResponse("the service's answer ended early")
+                raise BadResponse("the upstream's answer ended early")
             data = chunked.feed(more)
     elif response.framing == "close":
         data = bytes(buffer)
@@ -192,3 +193,13 @@ def _head_out(response: ResponseHead) -> bytes:
         if not line.lower().startswith((b"content-length:", b"transfer-encoding:"))
     ]
     return b"\r\n".join((*kept, b"Connection: close")) + _HEAD_END
+
+
+class _NoSecret:
+    """The scrubber of an answer from an upstream that was given no secret: nothing to hold."""
+
+    def feed(self, data: bytes) -> bytes:
+        return data
+
+    def flush(self) -> bytes:
+        return b""

@@ -12,9 +12,10 @@ then reads one origin-form request from it: `read_tunneled_head`), or an absolut
 loopback address and port only (the one exception to "never this machine", by this rule),
 elsewhere at the address the policy vetted for the rule's host as a `[lan]` grant of exactly it
 (a private address only). One request per connection: `Connection: close` both ways; the answer
-is streamed back as it comes (NDJSON and SSE chunk by chunk), close-delimited, with the rule's
-key (vllm, openai-compatible) scrubbed from it; a model listing's answer is read whole and cut
-to the rule's models first (`model_listings`: a 502 when it cannot be read).
+is streamed back as each read brings it (`answer_stream`: NDJSON and SSE never held for the
+next chunk), close-delimited, with the rule's key (vllm, openai-compatible) scrubbed from it; a
+model listing's answer is read whole and cut to the rule's models first (`model_listings`: a
+502 when it cannot be read).
 
 Security limitations: this does NOT serve the hosted kinds (anthropic, openai: TLS upstream, the
 key forced, server tools removed; `hosted_models`), bound an answer's size or total time (each
@@ -27,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
 from lnk_proxy.forward import (
     MAX_CHUNK_LINE,
@@ -241,15 +243,15 @@ async def _answer(
     *,
     listing: tuple[ModelRule, str] | None = None,
 ) -> None:
-    """The answer's head (interim ones too), then its body on its framing, chunk by chunk; a
-    listing's (`listing`: the rule to cut it to, its path) read whole and cut before its head
-    goes."""
+    """The answer's head (interim ones too), then its body on its framing as each read brings
+    it (`answer_stream.stream_answer`: the head and the first chunk in one send, no await per
+    chunk line); a listing's (`listing`: the rule to cut it to, its path) read whole and cut
+    before its head goes."""
     replacement = b"<secret>"
-    scrubber = SecretScrubber(secret, replacement) if secret else None
-
-    def scrub(data: bytes) -> bytes:
-        return scrubber.feed(data) if scrubber is not None else data
-
+    if listing is None:
+        scrubbing = (secret, replacement) if secret else None
+        await stream_answer(request, reader, client, scrubbing, io_timeout_s)
+        return
     while True:
         async with asyncio.timeout(io_timeout_s):
             try:
@@ -259,64 +261,26 @@ async def _answer(
             except asyncio.LimitOverrunError:
                 raise BadResponse("an answer's head past its limit") from None
         response = parse_response_head(raw, request.method)
-        if response.interim:
-            await client.send(b"\r\n".join(response.head_lines) + b"\r\n\r\n")
-            continue
-        kept = [
-            line
-            for line in response.head_lines
-            if not line.lower().startswith((b"content-length:", b"transfer-encoding:"))
-        ]
-        head = b"\r\n".join((*kept, b"Connection: close")) + b"\r\n\r\n"
-        if secret:
-            head = head.replace(secret, replacement)
-        if listing is not None:  # cut first: nothing of the runtime's list goes unfiltered
-            whole = await _listing_body(response, reader, io_timeout_s, listing[1])
-            await client.send(head + scrub(filter_listing(*listing, whole)))
+        if not response.interim:
             break
-        await client.send(head)
-        break
-    if listing is None:
-        await _stream_body(response, reader, client, scrub, io_timeout_s)
+        await client.send(b"\r\n".join(response.head_lines) + b"\r\n\r\n")
+    kept = [
+        line
+        for line in response.head_lines
+        if not line.lower().startswith((b"content-length:", b"transfer-encoding:"))
+    ]
+    head = b"\r\n".join((*kept, b"Connection: close")) + b"\r\n\r\n"
+    scrubber = SecretScrubber(secret, replacement) if secret else None
     if scrubber is not None:
-        await client.send(scrubber.flush())
+        head = head.replace(secret or b"", replacement)
+    # Cut first: nothing of the runtime's list goes unfiltered.
+    whole = filter_listing(
+        *listing, await _listing_body(response, reader, io_timeout_s, listing[1])
+    )
+    if scrubber is not None:
+        whole = scrubber.feed(whole) + scrubber.flush()
+    await client.send(head + whole)
     client.shutdown_write()
-
-
-async def _stream_body(
-    response: ResponseHead,
-    reader: asyncio.StreamReader,
-    client: Conn,
-    scrub: Callable[[bytes], bytes],
-    io_timeout_s: float,
-) -> None:
-    """The answer's body to the client on its framing, each read or chunk as it came."""
-    if response.framing == "length" and response.length:
-        remaining = response.length
-        while remaining:
-            async with asyncio.timeout(io_timeout_s):
-                data = await reader.read(min(remaining, READ_SIZE))
-            if not data:
-                raise BadResponse("the runtime's answer ended early")
-            remaining -= len(data)
-            await client.send(scrub(data))
-    elif response.framing == "chunked":
-        while True:
-            async with asyncio.timeout(io_timeout_s):
-                size = parse_chunk_size(await reader.readuntil(b"\r\n"))
-                if size == 0:
-                    break
-                data = await reader.readexactly(size)
-                if await reader.readexactly(2) != b"\r\n":
-                    raise BadResponse("a chunk not followed by CRLF")
-            await client.send(scrub(data))  # one chunk as it came: a token, an NDJSON line
-    elif response.framing == "close":
-        while True:
-            async with asyncio.timeout(io_timeout_s):
-                data = await reader.read(READ_SIZE)
-            if not data:
-                break
-            await client.send(scrub(data))
 
 
 async def _listing_body(
