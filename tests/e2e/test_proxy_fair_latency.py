@@ -4,31 +4,25 @@ The proxy from this checkout (bench/proxy_procs.start_lnk: as nobody, in a priva
 namespace whose /etc/hosts names the test internet's hosts, real netns hosts, the system
 resolver) serves two sandboxes: `measured` (granted `www`) sends `GET http://www/` at
 concurrency 1; `flood` (granted the whole internet) runs bench/proxy_fairness.py's flood,
-`FLOOD_WORKERS` connections at once, each looking up a new name every time (a lookup on its
-resolver's threads, then the refusal). The flood is stopped (SIGSTOP) and resumed in turn,
-`ROUNDS` times, with a window of measurement in each state, so the machine's other load falls
-on both: the median of the flooded windows' p99 must stay within `P99_RATIO` of the median of
-the quiet ones' (a ratio, not a time, so it holds on a loaded machine).
+48 connections at once, each looking up a new name every time (a lookup on its resolver's
+threads, then the refusal). Each client runs in a CPU group of its own under the sandboxes'
+common parent, written by the controller's `cgroup_limits` as for a real sandbox (the parent
+weighed below the services, each sandbox its own default weight and a core's quota:
+bench/sandbox_cpu.py), so the kernel shares the CPU between the two clients and the proxy as
+it does between two sandboxes and the proxy; the proxy runs at the services' place (the root
+group, nice 0). The flood is stopped (SIGSTOP) and resumed in turn, `ROUNDS` times, with a
+window of measurement in each state, so the machine's other load falls on both: the median of
+the flooded windows' p99 must stay within `P99_RATIO` (issue 16's 2x) of the median of the
+quiet ones' (a ratio, not a time, so it holds on a loaded machine).
 
 The attack: before the lookup threads were kept (`lnk_proxy.lookup_workers`), the proxy's
 event loop waited in `Thread.start` once per uncached lookup, and every sandbox's requests
-with it: 5.6x here at load 6 (5.3 ms -> 30 ms; 36x, 1.0 -> 36 ms, on a quieter machine);
-with kept threads 0.96-2.6x. `P99_RATIO` is 4, not issue 16's 2: the rest is the flood's own
-CPU in the proxy (its lookups' callbacks on the loop), which this proxy does not schedule per
-sandbox (bench/README.md).
-
-The flooding client runs at nice 19: on a 2-core machine its own CPU (a full core) otherwise
-delays the measuring client and the origin, which is the kernel's scheduling of two clients,
-not the proxy; the proxy runs at the measuring client's priority.
+with it: 5.6x here at load 6 (5.3 ms -> 30 ms; 36x, 1.0 -> 36 ms, on a quieter machine).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -38,35 +32,27 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
-from proxy_client import Via, get_request, measure, unix  # noqa: E402
-from proxy_fairness import FLOOD_GRANTS, FLOOD_SANDBOX  # noqa: E402
-from proxy_procs import WWW, TestInternet, open_listener, resolver_files, start_lnk, stop  # noqa: E402
+from proxy_fairness import sandboxes_measure  # noqa: E402
+from proxy_procs import TestInternet, resolver_files, start_lnk  # noqa: E402
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
 PHASE_S = 1.0  # one quiet or flooded window of c=1 requests (~1,000): a p99 of ~10 of them
 ROUNDS = 5  # quiet and flooded windows taken in turn: the machine's other load hits both
-P99_RATIO = 4.0  # median p99s: 0.96-2.6x measured with kept threads, 5.6x before (above)
+P99_RATIO = 2.0  # issue 16's target for the median p99s (not met yet: the xfail below)
 FLOOD_KINDS = "lookup"  # every worker looks a new name up each time
-FLOOD_S = 600.0  # stopped by the test once measured; ends on its own if the test dies
-FLOOD_END_S = 30.0  # its exchanges in flight each end within 10 s (FLOOD_IO_TIMEOUT_S)
 
 
-def _phase(via: Via, flood: subprocess.Popen[str], flooding: bool) -> float:
-    """The p99 (ms) of one window, the flood running or stopped (SIGSTOP: its connections
-    stay open and idle, its lookups in flight end on their own)."""
-    flood.send_signal(signal.SIGCONT if flooding else signal.SIGSTOP)
-    return measure(via, 1, PHASE_S).p99_ms
-
-
-# Not met yet (issue 16 stays open on it): on a quiet machine the quiet p99 is ~0.65 ms and a
-# lookup flood made it 18 ms (27.7x) in a fresh-clone CI run; on a loaded one the ratio was
-# 0.96-2.6x. The loop's turns are now shared per sandbox (`fair_share`), which did not change a
-# lookup flood's tail (its lookup threads' GIL hand-backs, bench/README.md). It runs and
-# reports each time; it is to pass, not strictly, once that is fixed.
+# Not met yet (issue 16 stays open on it): with both clients in their sandboxes' CPU groups,
+# 2.8-5.8x at load 5-8 and up to 30x when the machine's other load pauses (bench/README.md,
+# session 10; the same minutes' runs of the old harness, its flood at nice 19 outside any
+# group, 1.1-1.8x). The flood's client takes a core of two, the proxy's work for it (its
+# lookup threads' wake-ups) shares the other with the measured path, and the two sandboxes
+# share their parent group's CPU weight, which the kernel splits among the cores by load. It
+# runs and reports each time; it is to pass, not strictly, once that is fixed.
 @pytest.mark.xfail(
-    reason="issue 16: one sandbox's lookup flood still stretches another's p99 on a quiet "
-    "machine (its lookup threads' GIL hand-backs)",
+    reason="issue 16: one sandbox's lookup flood still stretches another's p99 past 2x (the "
+    "sandboxes' shared CPU parent and the flood's lookup threads, bench/README.md)",
     strict=False,
 )
 def test_a_flood_of_uncached_lookups_leaves_another_sandboxs_p99() -> None:
@@ -76,38 +62,16 @@ def test_a_flood_of_uncached_lookups_leaves_another_sandboxs_p99() -> None:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         base.chmod(0o755)
         lnk = start_lnk(stack, base, resolver_files(base, net))
-        flood_socket = base / "run" / "proxy" / "flood.sock"
-        open_listener(lnk, FLOOD_SANDBOX, flood_socket, FLOOD_GRANTS)
-        via = Via("measured", unix(str(lnk.listener)), get_request(WWW), {})
-        argv = [sys.executable, str(BENCH / "proxy_fairness.py"), "--flood", str(flood_socket)]
-        flood = subprocess.Popen(
-            ["nice", "-n", "19", *argv, WWW, str(FLOOD_S), FLOOD_KINDS],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        stack.callback(stop, flood)
-        assert flood.stdout is not None
-        assert flood.stdout.readline().strip() == "flooding"
-        quiet, loaded = [], []
-        for _ in range(ROUNDS):
-            quiet.append(_phase(via, flood, flooding=False))
-            loaded.append(_phase(via, flood, flooding=True))
-        flood.send_signal(signal.SIGCONT)
-        counts = _flood_counts(flood)
+        seen = sandboxes_measure(stack, lnk, FLOOD_KINDS, ROUNDS, PHASE_S)
+        counts = seen.counts
         # the flood happened, and the proxy answered each of its lookups (refused: no address)
         assert counts["lookup"] > 100 * ROUNDS, counts
         assert counts["errors"] == 0, counts
-        ratio = statistics.median(loaded) / statistics.median(quiet)
-        print(f"p99 quiet {quiet} flooded {loaded} ms: {ratio:.2f}x; flood {counts}")
+        quiet = [round(r.p99_ms, 2) for r in seen.quiet]
+        flooded = [round(r.p99_ms, 2) for r in seen.flooded]
+        ratio = seen.p99_ratio
+        print(f"p99 quiet {quiet} flooded {flooded} ms: {ratio:.2f}x; flood {counts}")
         assert ratio <= P99_RATIO, (
-            f"median p99 {statistics.median(quiet):.2f} ms quiet, "
-            f"{statistics.median(loaded):.2f} ms under the flood ({ratio:.1f}x); {counts}"
+            f"median p99 {seen.median(False, 'p99_ms'):.2f} ms quiet, "
+            f"{seen.median(True, 'p99_ms'):.2f} ms under the flood ({ratio:.1f}x); {counts}"
         )
-
-
-def _flood_counts(flood: subprocess.Popen[str]) -> dict[str, int]:
-    """Stop the flood (SIGTERM: it finishes its exchanges in flight) and read its counts."""
-    flood.terminate()
-    out, _ = flood.communicate(timeout=FLOOD_END_S)
-    counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
-    return counts
