@@ -301,6 +301,26 @@ def stage_sandbox(
     wanted = wanted_binds(
         grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
     )
+    targets = [staging / f"g{n}" for n in range(len(wanted))]
+    # The placeholders first: a held start's are then made on a worker while the rest below
+    # (the user namespace's child, the /usr view, the mounts) and the spawn go on.
+    for (real, write, _), target in zip(wanted, targets, strict=True):
+        source_fd = sources.get(real)
+        guarded = "unsafe_protected_names_unguarded" not in unsafe
+        if source_fd is None or not (write and guarded):
+            continue  # a miss is refused below
+        if stat.S_ISDIR(os.fstat(source_fd).st_mode):
+            made_now, held_here = stage_placeholders(
+                sandbox_id=sandbox_id,
+                store=store,
+                grant=WriteGrant(real, source_fd, str(target), owner_uid, owner.pw_gid),
+                as_files="unsafe_placeholders_visible" in unsafe,
+                caller=caller,
+                hold=hold,
+            )
+            placeholders += made_now
+            if held_here is not None:
+                held.append(held_here)
     # The owner -> sandbox map for the idmapped grants: a short-lived child's namespace (5-10
     # ms on a loaded host), so made only when there is a grant to map (a plain launch has none).
     userns_fd = -1
@@ -309,7 +329,6 @@ def stage_sandbox(
             ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
         )
     try:
-        targets = [staging / f"g{n}" for n in range(len(wanted))]
         usr = staging / "usr" if programs_apart else None
         records = [str(target) for target in targets] + ([str(usr)] if usr else [])
         records = [r for r in records if r not in recorded]
@@ -321,19 +340,6 @@ def stage_sandbox(
             source_fd = sources.get(real)
             if source_fd is None:  # bound.open_judged opened every one; a miss is a bug here
                 raise StateError(f"{real} was not opened as judged: nothing is bound")
-            guarded = "unsafe_protected_names_unguarded" not in unsafe
-            if write and guarded and stat.S_ISDIR(os.fstat(source_fd).st_mode):
-                made_now, held_here = stage_placeholders(
-                    sandbox_id=sandbox_id,
-                    store=store,
-                    grant=WriteGrant(real, source_fd, str(target), owner_uid, owner.pw_gid),
-                    as_files="unsafe_placeholders_visible" in unsafe,
-                    caller=caller,
-                    hold=hold,
-                )
-                placeholders += made_now
-                if held_here is not None:
-                    held.append(held_here)
             if programs_apart:
                 runs_here = is_program or real in execute
             else:  # unsafe_loader_maps_anything: a grant holding a program is exec-capable
