@@ -30,7 +30,7 @@ from lnk_controller import (
 )
 from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
-from lnk_controller.placeholders import PLACEHOLDER, remove_placeholder
+from lnk_controller.placeholders import PLACEHOLDER, remove_placeholder, settle
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_shared.errors import StateError
 
@@ -70,6 +70,7 @@ def clean_sandbox(
 def _clean(
     sandbox_id: str, store: SandboxStore, cfg: ControllerConfig, exit_status: int | None
 ) -> None:
+    settle(sandbox_id)  # a held start's placeholders still being made: all in the record first
     row = store.get(sandbox_id)
     if row is None or row.state == "ended":
         return

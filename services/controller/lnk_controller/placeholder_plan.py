@@ -7,35 +7,45 @@ it, provided the program is released only once every one is made, sealed and che
 does not seal needs a bind, which must be on bwrap's command line before it starts. Whether the
 flag takes is the filesystem's answer, so it is asked, not guessed from a filesystem's name: the
 first placeholder under each folder (the grant's top, its `.git`) is made and sealed before the
-start (`probes`); where it sealed, the others under that folder are made during the start
-(`held`), and where it did not, before the start as always, each keeping its bind.
+start (`probes`); where it sealed, the others under that folder are made on a worker from then
+on, while the staging goes on and bwrap starts (`held`), and where it did not, before the start
+as always, each keeping its bind.
 
 What this does NOT decide: a held placeholder that fails to seal all the same (its name swapped
 between its `mkdir` and the flag, or a folder below it on another filesystem) is not given a bind
-after the fact; the launch is refused before the program is released (staging.make_held).
+after the fact; the launch is refused before the program is released (placeholders.make_held).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 
-__all__ = ["HeldPlaceholders", "parent_of", "split_probes"]
+__all__ = ["HeldPlaceholders", "WriteGrant", "parent_of", "split_probes"]
 
 Entry = tuple[str, bytes | None]  # (path under the grant, content: None for an empty folder)
 
 
 @dataclass(frozen=True)
-class HeldPlaceholders:
-    """A write grant's placeholders left to make while its sandbox starts held: the grant's
-    real path, the owner's descriptor of it (open until the launch is released), its staged
-    mount, the entries, and the owner's ids they are made with."""
+class WriteGrant:
+    """A write grant whose placeholders are made: its real path, the owner's descriptor of it,
+    its staged mount ("" for none), and the owner's ids they are made with."""
 
     folder: str
     source_fd: int
     staged: str
-    entries: tuple[Entry, ...]
     owner_uid: int
     owner_gid: int
+
+
+@dataclass(frozen=True)
+class HeldPlaceholders:
+    """A write grant's placeholders left for a held start, and their making when it was begun
+    at staging (each path with whether it sealed), or None when `make_held` is to make them."""
+
+    grant: WriteGrant
+    entries: tuple[Entry, ...]
+    making: Future[list[tuple[str, bool]]] | None = None
 
 
 def parent_of(entry: str) -> str:

@@ -29,9 +29,10 @@ to everyone without CAP_LINUX_IMMUTABLE, and a bind each (~49 for an empty folde
 a write grant's start. Where the flag does not take, the bind stands over it as before.
 Since a sealed placeholder is on no command line, most are made while bwrap starts: a held start
 (`stage_sandbox(hold=True)`, placeholder_plan.py) makes the first under each folder before the
-start, to ask the filesystem whether the flag takes, and the rest (`make_held`) while bwrap and
-the confiner start; the confiner waits on a pipe for the controller's release, sent only once
-every one is made, sealed and checked (launch.py), and anything but the release refuses.
+start, to ask the filesystem whether the flag takes, and the rest on a worker from then on
+(placeholders.py), while the staging goes on and bwrap and the confiner start; the confiner
+waits on a pipe for the controller's release, sent only once every one is made, sealed and
+checked (held_start.py), and anything but the release refuses.
 
 Kept out of a plain `ls` too? A plain `ls` (no `-a`) already hides the dot names; the five
 that are not (mise.toml, mise.local.toml, bunfig.toml, rust-toolchain, rust-toolchain.toml)
@@ -71,7 +72,7 @@ from pathlib import Path
 from lnk_controller import idmap_mounts
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
-from lnk_controller.placeholder_plan import HeldPlaceholders
+from lnk_controller.placeholder_plan import HeldPlaceholders, WriteGrant
 from lnk_controller.placeholders import stage_placeholders
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
@@ -102,8 +103,8 @@ class Staged:
     shm: str
     home: str
     usr: str | None = None  # the noexec clone of /usr bwrap binds from, if one was made
-    # Placeholders to make while the sandbox starts held (`stage_sandbox(hold=True)`): the
-    # program may be released only after `make_held` made and sealed every one.
+    # Placeholders being made while the sandbox starts held (`stage_sandbox(hold=True)`): the
+    # program may be released only after `make_held` has every one made and sealed.
     held: tuple[HeldPlaceholders, ...] = ()
 
 
@@ -300,6 +301,26 @@ def stage_sandbox(
     wanted = wanted_binds(
         grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
     )
+    targets = [staging / f"g{n}" for n in range(len(wanted))]
+    # The placeholders first: a held start's are then made on a worker while the rest below
+    # (the user namespace's child, the /usr view, the mounts) and the spawn go on.
+    for (real, write, _), target in zip(wanted, targets, strict=True):
+        source_fd = sources.get(real)
+        guarded = "unsafe_protected_names_unguarded" not in unsafe
+        if source_fd is None or not (write and guarded):
+            continue  # a miss is refused below
+        if stat.S_ISDIR(os.fstat(source_fd).st_mode):
+            made_now, held_here = stage_placeholders(
+                sandbox_id=sandbox_id,
+                store=store,
+                grant=WriteGrant(real, source_fd, str(target), owner_uid, owner.pw_gid),
+                as_files="unsafe_placeholders_visible" in unsafe,
+                caller=caller,
+                hold=hold,
+            )
+            placeholders += made_now
+            if held_here is not None:
+                held.append(held_here)
     # The owner -> sandbox map for the idmapped grants: a short-lived child's namespace (5-10
     # ms on a loaded host), so made only when there is a grant to map (a plain launch has none).
     userns_fd = -1
@@ -308,7 +329,6 @@ def stage_sandbox(
             ((owner_uid, user.uid, 1),), ((owner.pw_gid, user.gid, 1),)
         )
     try:
-        targets = [staging / f"g{n}" for n in range(len(wanted))]
         usr = staging / "usr" if programs_apart else None
         records = [str(target) for target in targets] + ([str(usr)] if usr else [])
         records = [r for r in records if r not in recorded]
@@ -320,23 +340,6 @@ def stage_sandbox(
             source_fd = sources.get(real)
             if source_fd is None:  # bound.open_judged opened every one; a miss is a bug here
                 raise StateError(f"{real} was not opened as judged: nothing is bound")
-            guarded = "unsafe_protected_names_unguarded" not in unsafe
-            if write and guarded and stat.S_ISDIR(os.fstat(source_fd).st_mode):
-                made_now, held_here = stage_placeholders(
-                    sandbox_id=sandbox_id,
-                    store=store,
-                    folder=real,
-                    source_fd=source_fd,
-                    owner_uid=owner_uid,
-                    owner_gid=owner.pw_gid,
-                    as_files="unsafe_placeholders_visible" in unsafe,
-                    caller=caller,
-                    staged=str(target),
-                    hold=hold,
-                )
-                placeholders += made_now
-                if held_here is not None:
-                    held.append(held_here)
             if programs_apart:
                 runs_here = is_program or real in execute
             else:  # unsafe_loader_maps_anything: a grant holding a program is exec-capable

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lnk_controller.placeholder_plan import HeldPlaceholders
+from lnk_controller import placeholders
+from lnk_controller.placeholder_make import set_immutable
+from lnk_controller.placeholder_plan import HeldPlaceholders, WriteGrant
 from lnk_controller.placeholders import (
-    _set_immutable,
     make_held,
     placeholder_entries,
     remove_placeholder,
+    settle,
     stage_placeholders,
 )
 from lnk_shared.errors import LaunchRefused
@@ -47,7 +51,7 @@ def _unseal_all(path: Path) -> None:
             continue
         fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
-            _set_immutable(fd, False)
+            set_immutable(fd, False)
         finally:
             os.close(fd)
 
@@ -75,13 +79,9 @@ def _stage(folder: Path, records: Records, *, hold: bool) -> tuple[list[tuple[st
     made, held = stage_placeholders(
         sandbox_id="sbx-test",
         store=records,  # type: ignore[arg-type]
-        folder=str(folder),
-        source_fd=fd,
-        owner_uid=os.getuid(),
-        owner_gid=os.getgid(),
+        grant=WriteGrant(str(folder), fd, "", os.getuid(), os.getgid()),
         as_files=False,
         caller=None,
-        staged="",
         hold=hold,
     )
     if held is None:
@@ -93,18 +93,18 @@ def _make_held(held: HeldPlaceholders, records: Records) -> None:
     try:
         make_held((held,), sandbox_id="sbx-test", store=records, caller=None)  # type: ignore[arg-type]
     finally:
-        os.close(held.source_fd)
+        os.close(held.grant.source_fd)
 
 
-def test_a_held_start_makes_only_the_probe_first_and_every_one_before_the_release(
+def test_a_held_start_makes_the_probe_first_and_every_one_before_the_release(
     folder: Path,
 ) -> None:
     records = Records()
     made, held = _stage(folder, records, hold=True)
-    assert held is not None
+    assert held is not None and held.making is not None, "the rest begun on a worker"
     assert sorted(os.path.basename(p) for p, _ in made) == TOP_LEVEL  # all listed...
     assert all(sealed for _, sealed in made)  # ...as sealed: the wall binds none of them
-    assert os.listdir(folder) == [TOP_LEVEL[0]], "more than the probe made before the start"
+    assert TOP_LEVEL[0] in os.listdir(folder), "the probe is made before the start"
     assert [e for e, _ in held.entries] == TOP_LEVEL[1:]
     _make_held(held, records)
     assert sorted(os.listdir(folder)) == TOP_LEVEL
@@ -161,10 +161,55 @@ def test_a_held_placeholder_that_does_not_seal_refuses_the_launch(ramfs: Path) -
     records = Records()
     fd = os.open(ramfs, os.O_RDONLY | os.O_DIRECTORY)
     entries = tuple(placeholder_entries(fd, as_files=False)[:2])
-    held = HeldPlaceholders(str(ramfs), fd, "", entries, os.getuid(), os.getgid())
+    held = HeldPlaceholders(WriteGrant(str(ramfs), fd, "", os.getuid(), os.getgid()), entries)
     with pytest.raises(LaunchRefused, match="could not be made immutable as the sandbox started"):
         _make_held(held, records)
     assert len(records.records) == 2, "made, so recorded for the clean-up"
     for record in records.records:
         remove_placeholder(record)
     assert os.listdir(ramfs) == []
+
+
+@pytest.fixture
+def one_busy_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """The placeholders' workers as one, held busy until the event is set: a held start's
+    making waits in its queue while the test acts."""
+    pool = futures.ThreadPoolExecutor(1)
+    go = threading.Event()
+    pool.submit(go.wait)
+    monkeypatch.setattr(placeholders, "_MAKERS", pool)
+    yield go
+    go.set()
+    pool.shutdown(wait=True)
+
+
+def test_a_failed_launch_s_clean_up_waits_for_the_making_and_finds_every_one(
+    folder: Path, tmp_path: Path, one_busy_worker: threading.Event
+) -> None:
+    """The launch fails before `make_held` and closes the owner's descriptor at once; its
+    number is reused for another folder before the worker starts. The worker makes every
+    placeholder in the grant (its own descriptor), nothing in the other folder, and `settle`
+    returns only once all of them are in the record the clean-up reads."""
+    records = Records()
+    _, held = _stage(folder, records, hold=True)
+    assert held is not None
+    os.close(held.grant.source_fd)
+    other = tmp_path / "other"
+    other.mkdir()
+    reused = os.open(other, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert reused == held.grant.source_fd, "the test needs the number reused"
+        waiting = threading.Thread(target=settle, args=("sbx-test",))
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive(), "settle returned before the making was done"
+        one_busy_worker.set()
+        waiting.join()
+    finally:
+        os.close(reused)
+    assert os.listdir(other) == []
+    assert sorted(os.listdir(folder)) == TOP_LEVEL
+    assert len(records.records) == len(TOP_LEVEL)
+    for record in records.records:
+        remove_placeholder(record)
+    assert os.listdir(folder) == []

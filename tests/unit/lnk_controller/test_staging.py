@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from lnk_controller.placeholder_make import set_immutable
 from lnk_controller.placeholders import (
     PLACEHOLDER,
     _missing_entries,
-    _set_immutable,
     remove_placeholder,
 )
 from lnk_controller.staging import TMPFS_NAMES, staged_names, wanted_binds, wanted_paths
@@ -259,7 +259,7 @@ def test_immutable_placeholder_is_removed(folder_placeholder: tuple[Path, str]) 
     path, rec = folder_placeholder
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _set_immutable(fd, True)
+        set_immutable(fd, True)
     finally:
         os.close(fd)
     with pytest.raises(PermissionError):

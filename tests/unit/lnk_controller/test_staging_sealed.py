@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from lnk_controller.placeholder_make import set_immutable
+from lnk_controller.placeholder_plan import WriteGrant
 from lnk_controller.placeholders import (
     _placeholders,
     _sealed,
-    _set_immutable,
     remove_placeholder,
 )
 from lnk_controller.staging import _inside_binds
@@ -43,7 +44,7 @@ def folder(tmp_path: Path) -> Iterator[Path]:
     for entry in path.iterdir():  # a failed test must not leave immutable entries behind
         fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
-            _set_immutable(fd, False)
+            set_immutable(fd, False)
         finally:
             os.close(fd)
 
@@ -51,14 +52,8 @@ def folder(tmp_path: Path) -> Iterator[Path]:
 def _make(folder: Path, records: Records) -> list[tuple[str, bool]]:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        return _placeholders(
-            sandbox_id="sbx-test",
-            store=records,  # type: ignore[arg-type]
-            folder=str(folder),
-            source_fd=fd,
-            owner_uid=os.getuid(),
-            owner_gid=os.getgid(),
-        )
+        grant = WriteGrant(str(folder), fd, "", os.getuid(), os.getgid())
+        return _placeholders("sbx-test", records, grant)  # type: ignore[arg-type]
     finally:
         os.close(fd)
 
@@ -93,12 +88,12 @@ def test_a_name_swapped_before_the_flag_is_not_sealed(folder: Path) -> None:
     try:
         os.rename(".envrc", "aside", src_dir_fd=fd, dst_dir_fd=fd)  # the race, won
         os.mkdir(".envrc", 0o755, dir_fd=fd)
-        assert _set_immutable(made, True)
+        assert set_immutable(made, True)
         assert not _sealed(os.fstat(made), fd, ".envrc")
         os.rmdir(".envrc", dir_fd=fd)
         assert not _sealed(os.fstat(made), fd, ".envrc")  # gone: not sealed either
     finally:
-        _set_immutable(made, False)
+        set_immutable(made, False)
         os.close(made)
         os.close(fd)
 
@@ -106,7 +101,7 @@ def test_a_name_swapped_before_the_flag_is_not_sealed(folder: Path) -> None:
 def test_a_filesystem_without_the_flag_says_so() -> None:
     fd = os.open("/proc/self/status", os.O_RDONLY)
     try:
-        assert _set_immutable(fd, True) is False  # procfs has no FS_IMMUTABLE_FL (ENOTTY)
+        assert set_immutable(fd, True) is False  # procfs has no FS_IMMUTABLE_FL (ENOTTY)
     finally:
         os.close(fd)
 

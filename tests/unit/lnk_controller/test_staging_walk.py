@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller import placeholders
+from lnk_controller import placeholder_make
 
 
 def test_a_link_above_the_parent_is_not_followed(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_a_link_above_the_parent_is_not_followed(tmp_path: Path) -> None:
     fd = os.open(grant, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with pytest.raises(OSError):
-            placeholders._make_as_owner(
+            placeholder_make.make_as_owner(
                 fd, ".git/info", "attributes", b"", caller=None, owner_uid=0
             )
     finally:
@@ -32,7 +32,7 @@ def test_a_real_parent_gets_the_placeholder(tmp_path: Path) -> None:
     (tmp_path / ".git" / "info").mkdir(parents=True)
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        made = placeholders._make_as_owner(
+        made = placeholder_make.make_as_owner(
             fd, ".git/info", "attributes", b"", caller=None, owner_uid=0
         )
     finally:
