@@ -68,6 +68,7 @@ static const char *const FETCH_NAMES[] = {"file_id", "file_url", "source", "imag
                                           "item_reference"};
 #define FETCH_COUNT (sizeof FETCH_NAMES / sizeof FETCH_NAMES[0])
 #define FETCH_LONGEST 14 /* "item_reference" */
+#define FETCH_LENGTHS ((1u << 6) | (1u << 7) | (1u << 8) | (1u << 9) | (1u << 14))
 
 typedef struct {
     const unsigned char *body, *p, *end;
@@ -285,7 +286,8 @@ static void screen_fetch(scanner_t *s, const unsigned char *start, uint32_t leng
     unsigned char text[FETCH_LONGEST + 1];
     uint32_t n = 0;
     if (!escaped) {
-        if (length > FETCH_LONGEST) return;
+        /* most strings are no name's length: a bit per length a name has (6, 7, 8, 9, 14) */
+        if (length > FETCH_LONGEST || !((FETCH_LENGTHS >> length) & 1)) return;
         memcpy(text, start, length);
         n = length;
     } else {
