@@ -20,10 +20,13 @@ escape, nesting at most `MAX_DEPTH` and at most `MAX_VALUES` values. Anything el
 refusal included, is read as before the C pass (`_read_as_before`: `refuse_many_values`, then
 msgspec's parse checked by `json_shape`'s passes, then the reference reader, the standard
 library's parser with the hooks above, whose verdict and message are the answer): a body the
-pass does not accept costs what it did before the pass, plus the pass. `read` also hands back
-msgspec's serialisation of the accepted parse (`Parsed.canonical`), where a string equal to a
-name is always spelled `"name"`, and the pass's screen for hosted_bodies' fetch names
-(`Parsed.fetch_seen`), so no Python pass over the bytes is left on the fast path.
+pass does not accept costs what it did before the pass, plus the pass (but a body past
+`MAX_VALUES`, refused at once with `refuse_many_values`'s verdict: the pass counted it exactly
+on a strict prefix of it, and that function's count over the whole text is at least as many).
+`read` also hands back msgspec's serialisation of the accepted parse (`Parsed.canonical`),
+where a string equal to a name is always spelled `"name"`, and the pass's screen for
+hosted_bodies' fetch names (`Parsed.fetch_seen`), so no Python pass over the bytes is left on
+the fast path.
 
 Without the C pass (a build that could not compile it: `_json_scan` will not import) every body
 is read as before it, with the same verdicts (tests/unit/lnk_proxy/test_json_scan.py compares
@@ -126,6 +129,9 @@ def read(untrusted: bytes) -> Parsed:
         _warn_without_scan()
     else:
         code, fetch_seen = _json_scan.scan(untrusted, MAX_DEPTH, MAX_VALUES)
+        if code == _json_scan.TOO_MANY:  # counted on a strict prefix: structure_within's count
+            # of the whole text is at least as many, and its verdict this one (not scanned again)
+            raise BodyRefused(f"more than {MAX_VALUES} values: refused before it was parsed")
         if code == _json_scan.OK:
             value = _parse_scanned(untrusted)
             if type(value) is dict:

@@ -217,6 +217,32 @@ def test_the_value_count_at_the_bound_and_one_past(extra: int) -> None:
             strict_json.loads(body)
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b'{"a":[',
+        b'{"s":"\\\\\\",[{","t":{"\\u0022":[1]},"a":[',  # escapes that hide a quote
+        b'{"k":"' + b"," * 5000 + b'","a":[',  # commas in a string count nothing
+    ],
+)
+@pytest.mark.parametrize("tail", [b"]}", b"]", b',"a":1}', b"\\x"])  # the rest need not be JSON
+def test_a_body_past_the_value_count_is_refused_as_the_structure_scan_refuses_it(
+    head: bytes, tail: bytes
+) -> None:
+    body = head + b",".join([b"0"] * MAX_VALUES) + tail
+    assert scan(body)[0] == _json_scan.TOO_MANY
+    verdicts = []
+    for reader in (strict_json.loads, _read_without_pass):
+        with pytest.raises(BodyRefused) as refused:
+            reader(body)
+        verdicts.append((refused.value.rule, refused.value.reason))
+    assert verdicts[0] == verdicts[1] == ("model-body", strict_json_refusal())
+
+
+def strict_json_refusal() -> str:
+    return f"more than {MAX_VALUES} values: refused before it was parsed"
+
+
 def test_a_small_max_values_is_counted_exactly() -> None:
     assert _json_scan.scan(b'{"a":[1,2]}', MAX_DEPTH, 4)[0] == OK  # { : [ ,
     assert _json_scan.scan(b'{"a":[1,2,3]}', MAX_DEPTH, 4)[0] == _json_scan.TOO_MANY
