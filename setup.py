@@ -65,7 +65,10 @@ class BuildScriptsWithClient(build_scripts):  # type: ignore[misc,valid-type]
 # No static flag: an extension module is loaded by the interpreter, not run on its own.
 JSON_SCAN = Extension(
     "lnk_proxy._json_scan",
-    sources=["services/proxy/lnk_proxy/native/json_scan.c"],
+    sources=[
+        "services/proxy/lnk_proxy/native/json_scan.c",  # the pass (json_scan.h)
+        "services/proxy/lnk_proxy/native/json_scan_module.c",  # its CPython module
+    ],
     extra_compile_args=[
         "-std=c11",
         "-O2",

@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-SOURCE = Path(__file__).resolve().parents[3] / "services/proxy/lnk_proxy/native/json_scan.c"
+NATIVE = Path(__file__).resolve().parents[3] / "services/proxy/lnk_proxy/native"
+SOURCES = (NATIVE / "json_scan.c", NATIVE / "json_scan_module.c")  # setup.py's JSON_SCAN
 # setup.py's flags (its JSON_SCAN extension), plus what setuptools adds for a shared object.
 FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_FORTIFY_SOURCE=2",
          "-fstack-protector-strong", "-fPIC", "-shared")  # fmt: skip
@@ -31,7 +32,7 @@ def build_json_scan(folder: Path) -> ModuleType:
     out = folder / ("_json_scan" + importlib.machinery.EXTENSION_SUFFIXES[0])
     include = sysconfig.get_paths()["include"]
     result = subprocess.run(
-        [compiler, *FLAGS, f"-I{include}", "-o", str(out), str(SOURCE)],
+        [compiler, *FLAGS, f"-I{include}", "-o", str(out), *map(str, SOURCES)],
         capture_output=True,
         text=True,
         check=False,

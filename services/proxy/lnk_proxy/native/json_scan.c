@@ -1,5 +1,6 @@
 /*
- * json_scan.c: lnk_proxy._json_scan.scan(body, max_depth, max_values) -> (code, may_fetch)
+ * json_scan.c: the one pass over a request body from a sandbox (json_scan_module.c makes it
+ * lnk_proxy._json_scan.scan(body, max_depth, max_values) -> (code, may_fetch); no Python here)
  *
  * One pass over a request body from a sandbox, before any parser builds a value of it, that
  * tells strict_json whether msgspec's parse of these bytes may be taken as the strict reader's
@@ -33,25 +34,13 @@
  * reader as it was before (strict_json: json_shape's passes and the stdlib reader), whose
  * verdict stands. Its codes name the first thing found, for tests and benches, not for people.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "json_scan.h"
 
 #include <stdint.h>
 #include <string.h>
 
-enum {
-    SCAN_OK = 0,
-    SCAN_NOT_JSON = 1,       /* not one strict RFC 8259 text, or its top level no object */
-    SCAN_KEY_TWICE = 2,      /* an object has a key twice */
-    SCAN_TOO_DEEP = 3,       /* nesting past max_depth */
-    SCAN_TOO_MANY = 4,       /* more than max_values values and members */
-    SCAN_LONE_SURROGATE = 5, /* an escape of half a surrogate pair alone */
-    SCAN_TOO_MANY_KEYS = 6,  /* an object with more keys than a table holds: not judged here */
-};
 
-#define MAX_LEVELS 64    /* strict_json.MAX_DEPTH: the deepest max_depth a caller may ask */
-#define TABLE_SLOTS 256  /* per open object; a power of two */
-#define MAX_KEYS 128     /* at most half the slots used: probes stay short */
+#define TABLE_SLOTS 256 /* per open object; a power of two, twice MAX_KEYS: probes stay short */
 
 typedef struct {
     uint32_t serial; /* the object this slot belongs to (a stale serial: an empty slot) */
@@ -63,10 +52,11 @@ typedef struct {
 static slot_t tables[MAX_LEVELS][TABLE_SLOTS];
 static uint32_t next_serial = 1;
 
-/* The fetch names, hosted_bodies.FETCH_NAMES (a unit test compares the two lists). */
-static const char *const FETCH_NAMES[] = {"file_id", "file_url", "source", "image_url",
-                                          "item_reference"};
-#define FETCH_COUNT (sizeof FETCH_NAMES / sizeof FETCH_NAMES[0])
+const char *const JSON_SCAN_FETCH_NAMES[] = {"file_id", "file_url", "source", "image_url",
+                                             "item_reference"};
+#define FETCH_NAMES JSON_SCAN_FETCH_NAMES
+#define FETCH_COUNT (sizeof JSON_SCAN_FETCH_NAMES / sizeof JSON_SCAN_FETCH_NAMES[0])
+const size_t JSON_SCAN_FETCH_COUNT = FETCH_COUNT;
 #define FETCH_LONGEST 14 /* "item_reference" */
 #define FETCH_LENGTHS ((1u << 6) | (1u << 7) | (1u << 8) | (1u << 9) | (1u << 14))
 
@@ -438,77 +428,10 @@ after: /* a value just ended */
     goto after;
 }
 
-static PyObject *scan(PyObject *module, PyObject *args) {
-    (void)module;
-    Py_buffer body;
-    int max_depth;
-    long max_values;
-    if (!PyArg_ParseTuple(args, "y*il", &body, &max_depth, &max_values)) return NULL;
-    if (max_depth < 1 || max_depth > MAX_LEVELS || body.len >= (Py_ssize_t)UINT32_MAX) {
-        PyBuffer_Release(&body);
-        PyErr_Format(PyExc_ValueError, "max_depth must be 1..%d and the body under 4 GiB",
-                     MAX_LEVELS);
-        return NULL;
-    }
-    scanner_t s = {body.buf, body.buf, (const unsigned char *)body.buf + body.len, 0};
+int json_scan(const unsigned char *body, size_t length, int max_depth, long max_values,
+              int *may_fetch) {
+    scanner_t s = {body, body, body + length, 0};
     int code = scan_text(&s, max_depth, max_values);
-    PyBuffer_Release(&body);
-    return Py_BuildValue("(iO)", code, s.may_fetch ? Py_True : Py_False);
-}
-
-static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS,
-     "scan(body, max_depth, max_values) -> (code, may_fetch): see json_scan.c's header."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "lnk_proxy._json_scan",
-    "The strict JSON pass before msgspec's parse (lnk_proxy/native/json_scan.c).", -1, methods,
-    NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__json_scan(void) {
-    PyObject *m = PyModule_Create(&module_def);
-    if (m == NULL) return NULL;
-    static const struct {
-        const char *name;
-        int value;
-    } codes[] = {
-        {"OK", SCAN_OK},
-        {"NOT_JSON", SCAN_NOT_JSON},
-        {"KEY_TWICE", SCAN_KEY_TWICE},
-        {"TOO_DEEP", SCAN_TOO_DEEP},
-        {"TOO_MANY", SCAN_TOO_MANY},
-        {"LONE_SURROGATE", SCAN_LONE_SURROGATE},
-        {"TOO_MANY_KEYS", SCAN_TOO_MANY_KEYS},
-        {"MAX_LEVELS", MAX_LEVELS},
-        {"MAX_KEYS", MAX_KEYS},
-    };
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
-        if (PyModule_AddIntConstant(m, codes[i].name, codes[i].value) < 0) {
-            Py_DECREF(m);
-            return NULL;
-        }
-    }
-    PyObject *names = PyTuple_New(FETCH_COUNT);
-    if (names == NULL) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    for (size_t i = 0; i < FETCH_COUNT; i++) {
-        PyObject *name = PyUnicode_FromString(FETCH_NAMES[i]);
-        if (name == NULL) {
-            Py_DECREF(names);
-            Py_DECREF(m);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(names, (Py_ssize_t)i, name);
-    }
-    if (PyModule_AddObject(m, "FETCH_NAMES", names) < 0) {
-        Py_DECREF(names);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    *may_fetch = s.may_fetch;
+    return code;
 }
