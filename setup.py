@@ -9,7 +9,9 @@ sandbox/lnk_inside/native/), and `bin/lnk` is the C client (cli/lnk_cli/native/l
 which runs the Python CLI (cli/bin/lnk's entry point) for all but a plain `lnk sandbox run`
 without a terminal; `bin/lnk-connect` beside it is ssh's ProxyCommand inside a sandbox
 (sandbox/lnk_inside/native/lnk_connect.c). Every source is listed in lnk_shared/native_build.py.
-The wheel holds binaries for one platform, so it is tagged for it (py3-none-<platform>).
+The proxy's strict JSON pass (services/proxy/lnk_proxy/native/json_scan.c) is a CPython
+extension module, lnk_proxy._json_scan, built against the Python that builds the wheel (Debian's
+python3-dev), so the wheel is tagged for that Python and platform (cp311-cp311-<platform>).
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from setuptools import Distribution, setup
-from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools import Distribution, Extension, setup
 from setuptools.command.build_py import build_py
 
 NATIVE_BUILD = Path(__file__).resolve().parent / "shared/lnk_shared/native_build.py"
@@ -60,22 +61,30 @@ class BuildScriptsWithClient(build_scripts):  # type: ignore[misc,valid-type]
         native.build(Path(self.build_dir) / native.CONNECTOR, program=native.CONNECTOR)
 
 
-class BinaryDistribution(Distribution):
-    def has_ext_modules(self) -> bool:
-        return True  # a compiled program inside: a platform wheel, installed to platlib
-
-
-class PlatformWheel(bdist_wheel):
-    def get_tag(self) -> tuple[str, str, str]:
-        _python, _abi, platform = super().get_tag()
-        return "py3", "none", platform  # no Python extension: any Python 3, this platform
+# The proxy's one pass over a model request's body before msgspec parses it (strict_json.py).
+# No static flag: an extension module is loaded by the interpreter, not run on its own.
+JSON_SCAN = Extension(
+    "lnk_proxy._json_scan",
+    sources=[
+        "services/proxy/lnk_proxy/native/json_scan.c",  # the pass (json_scan.h)
+        "services/proxy/lnk_proxy/native/json_scan_module.c",  # its CPython module
+    ],
+    extra_compile_args=[
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-D_FORTIFY_SOURCE=2",
+        "-fstack-protector-strong",
+    ],
+)
 
 
 setup(
-    distclass=BinaryDistribution,
+    ext_modules=[JSON_SCAN],  # a platform wheel for this Python (bdist_wheel's own tag)
     cmdclass={
         "build_py": BuildPyWithNative,
         "build_scripts": BuildScriptsWithClient,
-        "bdist_wheel": PlatformWheel,
     },
 )

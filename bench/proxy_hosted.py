@@ -1,12 +1,19 @@
 """(e) A hosted model rule's body filter: what `hosted_models.judge_hosted` (strict parse, the
 walk, the tools' allowlist, the proxy's own serialisation) adds to a request, at 1 KiB, 64 KiB and
-1 MiB, against the baseline in the same run and interleaved: the bytes as they came (what a
-forward without a filter sends), and the filter as it was before the C reader (`old filter`: the
-standard library's strict parse, the walk over every block, `json.dumps`), so the new and the
-old are timed at the same moments. Two body shapes: one long text (a pasted file) and many small
-content blocks (a long conversation: the most objects per byte).
+1 MiB, against the baselines in the same run and interleaved: the bytes as they came (what a
+forward without a filter sends); the same filter without the C pass (`no pass`: strict_json's
+reader as before it, msgspec's parse checked by json_shape's Python passes, the fetch screen by
+re.search); the filter with the C pass and the cyclic GC paused around msgspec's parse
+(`GC paused`, a trial: off in strict_json); and the filter as it was before the C reader
+(`old filter`: the standard library's strict parse, the walk over every block, `json.dumps`),
+so every variant is timed at the same moments. Two body shapes: one long text (a pasted file)
+and many small content blocks (a long conversation: the most objects per byte).
 
-    /opt/lnk/venv/bin/python bench/proxy_hosted.py [--runs 200] [--clock cpu]
+    /opt/lnk/venv/bin/python bench/proxy_hosted.py [--runs 200] [--clock cpu] [--no-old]
+
+The checkout's sources are timed, with the C pass the running venv's lnk box installed
+(`lnk_proxy._json_scan` is built by setup.py, not kept in the checkout): run it with the venv of
+a prefix installed from this checkout.
 
 Pure and in-process (no proxy, no sockets): the filter's own cost, which is what a rule adds
 over a plain CONNECT before the first byte goes upstream. Prints p50 and p99 of each and the
@@ -16,13 +23,33 @@ issue's target (added p50 under 1 ms at 1 MiB).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import logging
 import os
+import random
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _installed_json_scan() -> None:
+    """The venv's built lnk_proxy._json_scan, put where the checkout's strict_json imports it."""
+    installed = importlib.util.find_spec("lnk_proxy")  # before the checkout is on the path
+    folders = installed.submodule_search_locations if installed else None
+    built = sorted(Path(next(iter(folders))).glob("_json_scan*.so")) if folders else []
+    if not built:
+        sys.exit("bench/proxy_hosted.py: no lnk_proxy._json_scan in this venv: install lnk box")
+    spec = importlib.util.spec_from_file_location("lnk_proxy._json_scan", built[0])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["lnk_proxy._json_scan"] = module
+
+
+_installed_json_scan()
 sys.path[:0] = [str(ROOT / "services" / "proxy"), str(ROOT / "shared")]
 
 from lnk_proxy import strict_json  # noqa: E402
@@ -63,6 +90,25 @@ def _filter(body: bytes) -> None:
     )
 
 
+def _no_pass_filter(body: bytes) -> None:
+    """The filter with strict_json's reader as before the C pass (main before this branch)."""
+    scan, strict_json._json_scan = strict_json._json_scan, None
+    try:
+        _filter(body)
+    finally:
+        strict_json._json_scan = scan
+
+
+def _gc_paused_filter(body: bytes) -> None:
+    """The filter with the C pass, the cyclic GC paused around msgspec's parse (a trial: off in
+    strict_json, `_PAUSE_GC_IN_PARSE`)."""
+    strict_json._PAUSE_GC_IN_PARSE = True
+    try:
+        _filter(body)
+    finally:
+        strict_json._PAUSE_GC_IN_PARSE = False
+
+
 def _old_filter(body: bytes) -> None:
     """The body's judging as before the C reader: the reference parse (the standard library's,
     with every rule's hook and the depth walk), the fetch walk over every block, json.dumps."""
@@ -85,16 +131,23 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, len(ordered) * 99 // 100)]
 
 
-def bench_filter(runs: int, clock: str = "wall") -> bool:
+def bench_filter(runs: int, clock: str = "wall", with_old: bool = True) -> bool:
     """Print row (e); whether the target was met. `clock` "cpu" times each sample by the
-    thread's CPU time (what a loaded machine's preemption does not add to)."""
+    thread's CPU time (what a loaded machine's preemption does not add to). `with_old` False
+    leaves the old filter out of the loop: its allocations (the stdlib parse of a 1 MiB body)
+    raise the cost of whatever runs next (the as-is copy of 1 MiB goes from ~0.06 to ~0.4 ms:
+    fresh pages), which blurs the new filter's own figure."""
     now = time.thread_time if clock == "cpu" else time.perf_counter
     print(
         f"\n(e) hosted model body filter, load average {os.getloadavg()[0]:.2f}, {runs} runs,"
         f" {clock} clock"
     )
+    assert strict_json._json_scan is not None, "the C pass is not loaded"
+    logging.getLogger(strict_json.__name__).setLevel(logging.ERROR)  # `no pass`'s warning
+    print(f"  sources: {Path(strict_json.__file__).parent}")
     print(
         f"  {'body':<22} {'filter p50':>10} {'p99':>8} {'as-is p50':>10} {'added p50':>10}"
+        f" {'no pass':>9} {'new/nopass':>10} {'GC paused':>9} {'new/paused':>10}"
         f" {'old p50':>9} {'new/old':>8}"
     )
     met = True
@@ -104,18 +157,32 @@ def bench_filter(runs: int, clock: str = "wall") -> bool:
             filtered: list[float] = []
             plain: list[float] = []
             old: list[float] = []
-            for _ in range(runs):  # interleaved: the same load on all three
-                for action, into in ((_filter, filtered), (_as_it_came, plain), (_old_filter, old)):
+            no_pass: list[float] = []
+            gc_paused: list[float] = []
+            actions = (
+                (_filter, filtered),
+                (_as_it_came, plain),
+                (_no_pass_filter, no_pass),
+                (_gc_paused_filter, gc_paused),
+            ) + (((_old_filter, old),) if with_old else ())
+            order = random.Random(size)  # the same orders every run of the bench
+            for _ in range(runs):  # interleaved: the same load on every variant, in an order
+                # shuffled each run, so what one leaves behind (the old filter's heap, trimmed:
+                # fresh pages) falls on each variant alike, not always on the one after it
+                for action, into in order.sample(actions, len(actions)):
                     start = now()
                     action(body)
                     into.append((now() - start) * 1000)
             f50, f99 = _quantiles(filtered)
             p50, _ = _quantiles(plain)
-            o50, _ = _quantiles(old)
+            o50, _ = _quantiles(old) if old else (float("nan"), 0.0)
+            n50, _ = _quantiles(no_pass)
+            g50, _ = _quantiles(gc_paused)
             added = f50 - p50
             name = f"{shape} {len(body) // 1024} KiB"
             print(
                 f"  {name:<22} {f50:>8.3f}ms {f99:>6.2f}ms {p50:>8.3f}ms {added:>8.3f}ms"
+                f" {n50:>7.3f}ms {f50 / n50:>9.3f}x {g50:>7.3f}ms {f50 / g50:>9.3f}x"
                 f" {o50:>7.3f}ms {f50 / o50:>7.3f}x"
             )
             if size == SIZES[-1]:
@@ -131,8 +198,11 @@ def main() -> int:
     parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall", help="time samples by (default wall)"
     )
+    parser.add_argument(
+        "--no-old", action="store_true", help="leave the old (stdlib) filter out of the loop"
+    )
     args = parser.parse_args()
-    bench_filter(max(10, args.runs), args.clock)
+    bench_filter(max(10, args.runs), args.clock, not args.no_old)
     return 0
 
 

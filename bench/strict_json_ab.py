@@ -4,9 +4,11 @@ bodies) against another source tree's, in one run, rounds interleaved, the lowes
     PYTHONPATH=shared /opt/lnk/venv/bin/python bench/strict_json_ab.py --baseline OLD_SOURCES
 
 OLD_SOURCES is a tree holding `services/proxy` (`git archive 90fa756 services/proxy | tar -x
--C /tmp/old`). Bodies: prose (a comma every ~70 bytes) at 0.9 MiB (under MAX_VALUES bytes: no
-structure scan) and 4 MiB (scanned), and a 2**20-value array (refused by the scan, read whole
-by a tree without it). Prints ms and new/old per body.
+-C /tmp/old`). This checkout's C pass (`lnk_proxy._json_scan`) must be built in place first
+(`setup.py build_ext --inplace`), else the new tree reads every body as before the pass.
+Bodies: prose (a comma every ~70 bytes) at 0.9 MiB (under MAX_VALUES bytes: no structure scan)
+and 4 MiB (scanned), and a 2**20-value array (refused by the scan, read whole by a tree without
+it). Prints ms and new/old per body.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent / "services" / "proxy"
     old, new = _load(args.baseline / "services" / "proxy"), _load(here)
+    for label, module in (("old", old), ("new", new)):  # the C pass, where a tree has one
+        print(f"{label}: {module.__file__}, C pass {getattr(module, '_json_scan', None)}")
     bodies = {
         "prose 0.9 MiB": _prose(0.9),
         "prose 4 MiB": _prose(4),

@@ -227,6 +227,11 @@ def test_the_role_puts_lnk_on_path_and_only_the_runtime_in_the_venv(deployed: De
             [python, "-c", f"import {module}"], capture_output=True, check=False
         )
         assert imported.returncode != 0, f"the deployed venv imports {module}"
+    # the proxy's C pass over model bodies (setup.py's extension) is in the wheel and loads
+    scan = subprocess.run(
+        [python, "-c", "import lnk_proxy._json_scan"], capture_output=True, check=False
+    )
+    assert scan.returncode == 0, scan.stderr
 
 
 @pytest.fixture(scope="module")

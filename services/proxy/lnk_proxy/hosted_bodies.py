@@ -96,17 +96,20 @@ def judge_body(
     *,
     keep_tools: bool = False,
     canonical: bytes | None = None,
+    fetch_seen: bool | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """(the body to forward, what was removed) for `endpoint` ("messages", "count_tokens",
     "chat", "responses", "embeddings"); BodyRefused naming the first thing refused.
     `keep_tools` (the proxy's `unsafe_keep_server_tools`, tests only) keeps every tool, so
     `lnk sandbox check` can show that class leak. `canonical` is `strict_json.Parsed`'s
     serialisation of `body`: when none of `FETCH_NAMES` is a string in it, no block can be
-    refused as a fetch and the content is not walked."""
+    refused as a fetch and the content is not walked. `fetch_seen` is `Parsed.fetch_seen`, the
+    C pass's own screen of every string of the client's bytes for those names: when it is not
+    None it is used instead of screening `canonical` again."""
     out = dict(body)
     removed = [f"dropped {key}" for key in DROPPED_KEYS if out.pop(key, None) is not None]
     _refuse_references(kind, out, issued)
-    if may_fetch(canonical):
+    if fetch_seen if fetch_seen is not None else may_fetch(canonical):
         for key in _CONTENT_KEYS:
             if key in out:
                 _refuse_fetches(out[key])

@@ -237,6 +237,7 @@ def judge_hosted(
         issued,
         keep_tools=keep_tools,
         canonical=parsed.canonical,
+        fetch_seen=parsed.fetch_seen,
     )
     # Nothing changed (no key dropped, no tool removed: the judged copy equals the parse, and
     # the judge puts in no number or bool that could equal another type): the serialisation

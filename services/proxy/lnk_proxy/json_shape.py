@@ -1,8 +1,10 @@
 """The shape of a JSON text: its structural bytes outside strings (`:` `[` `]` `{` `}`), in
 order, found with bytes methods only (each a loop in C: no Python step per byte or per token).
 
-`strict_json` compares the shape of the client's bytes with the shape of its own serialisation
-of what the C parser made of them: a key given twice in one object leaves one pair in the parse
+`strict_json`'s reader as before its C pass (`_read_as_before`: for every body that pass,
+lnk_proxy/native/json_scan.c, does not accept, and every body when it is not built) compares
+the shape of the client's bytes with the shape of its own serialisation of what the C parser
+made of them: a key given twice in one object leaves one pair in the parse
 (the last wins), so the serialisation has one `:` fewer and the shapes differ. `depth` bounds
 the nesting from the shape, so the fast path never walks the value in Python.
 

@@ -13,14 +13,26 @@ Python's digit limit.
 
 Two readers, one verdict. The fast one is msgspec's C parser, as strict as the rules above
 except that it keeps the last of a key given twice and caps numbers a little lower; it only
-ever *accepts*: a body it parses whose shape (`json_shape`: its structural bytes outside
-strings) is the shape of msgspec's own serialisation of the parse (no pair lost to a key given
-twice) and nests at most `MAX_DEPTH` deep. Anything else, every refusal included, is read again
-by the reference reader (the standard library's parser with the hooks above), whose verdict and
-message are the answer: a refused body costs what it did before the fast path, never more.
-`read` also hands back that serialisation of the accepted parse (`Parsed.canonical`), where a
-string equal to a name is always spelled `"name"` (hosted_bodies screens it for the fields
-it would refuse before walking the value in Python).
+ever *accepts*, and only a body that one C pass over the client's bytes (`_json_scan`,
+lnk_proxy/native/json_scan.c) found to be one strict RFC 8259 text, a top-level object, no key
+twice in any object (keys compared as the code points they decode to), no lone surrogate
+escape, nesting at most `MAX_DEPTH` and at most `MAX_VALUES` values. Anything else, every
+refusal included, is read as before the C pass (`_read_as_before`: `refuse_many_values`, then
+msgspec's parse checked by `json_shape`'s passes, then the reference reader, the standard
+library's parser with the hooks above, whose verdict and message are the answer): a body the
+pass does not accept costs what it did before the pass, plus the pass (but a body past
+`MAX_VALUES`, refused at once with `refuse_many_values`'s verdict: the pass counted it exactly
+on a strict prefix of it, and that function's count over the whole text is at least as many).
+`read` also hands back msgspec's serialisation of the accepted parse (`Parsed.canonical`),
+where a string equal to a name is always spelled `"name"`, and the pass's screen for
+hosted_bodies' fetch names (`Parsed.fetch_seen`), so no Python pass over the bytes is left on
+the fast path.
+
+Without the C pass (a build that could not compile it: `_json_scan` will not import) every body
+is read as before it, with the same verdicts (tests/unit/lnk_proxy/test_json_scan.py compares
+the two over the fuzz corpus), and the proxy logs a warning once: the cost of a large body goes
+back up (bench/README.md), no check is lost, so the proxy keeps serving rather than refusing to
+start over a speed-up.
 
 Pure: bytes in, a value or bytes out. Security limitations: this does NOT judge what the value
 means (`hosted_models` does), and bounds memory only by `MAX_BODY_BYTES` (the parse of an
@@ -30,14 +42,24 @@ msgspec does (`1e16` where Python wrote `1e+16`): the same double either way.
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
+import logging
 import math
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import msgspec
 
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.json_shape import depth_within, pairs_in, shape, structure_within
+
+_json_scan: ModuleType | None
+try:
+    from lnk_proxy import _json_scan
+except ImportError:  # not built (see the docstring): every body is read as before the pass
+    _json_scan = None
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -73,6 +95,13 @@ MAX_SCANNED_DEPTH = 1000
 _WALK_BYTES_PER_CONTAINER = 100
 _DECODER = msgspec.json.Decoder()
 _ENCODER = msgspec.json.Encoder()
+# Whether to pause the cyclic GC around msgspec's parse of a body the C pass accepted (a body
+# of many small blocks makes ~10,000 containers: the GC runs inside the parse). Off: measured
+# (bench/proxy_hosted.py's `GC paused`, bench/README.md "After the C pass"), it halves the
+# parse alone but the collection it puts off comes at the next allocation, so the whole
+# filter's p50 moved by 0-3 % either way.
+_PAUSE_GC_IN_PARSE = False
+log = logging.getLogger(__name__)
 
 
 class BodyRefused(RequestRefused):
@@ -83,17 +112,60 @@ class BodyRefused(RequestRefused):
 
 
 class Parsed(NamedTuple):
-    """An accepted body: its value, and msgspec's serialisation of that value when the fast
-    reader accepted it (None when the reference reader did)."""
+    """An accepted body: its value, msgspec's serialisation of that value when the fast
+    reader accepted it (None when the reference reader did), and whether a string in it is
+    one of hosted_bodies' FETCH_NAMES when the C pass screened it (None: not screened)."""
 
     value: dict[str, Any]
     canonical: bytes | None
+    fetch_seen: bool | None = None
 
 
 def read(untrusted: bytes) -> Parsed:
     """The body as a JSON object, read strictly (see the module's docstring)."""
     if len(untrusted) > MAX_BODY_BYTES:
         raise BodyRefused(f"{len(untrusted)} B past the {MAX_BODY_BYTES} B a model request takes")
+    if _json_scan is None:
+        _warn_without_scan()
+    else:
+        code, fetch_seen = _json_scan.scan(untrusted, MAX_DEPTH, MAX_VALUES)
+        if code == _json_scan.TOO_MANY:  # counted on a strict prefix: structure_within's count
+            # of the whole text is at least as many, and its verdict this one (not scanned again)
+            raise BodyRefused(f"more than {MAX_VALUES} values: refused before it was parsed")
+        if code == _json_scan.OK:
+            value = _parse_scanned(untrusted)
+            if type(value) is dict:
+                return Parsed(value, _ENCODER.encode(value), fetch_seen)
+    return _read_as_before(untrusted)
+
+
+def _parse_scanned(untrusted: bytes) -> object:
+    """msgspec's parse of a body the C pass accepted, or None when msgspec refuses it (a
+    number past its cap): the reader as before decides."""
+    paused = _PAUSE_GC_IN_PARSE and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _DECODER.decode(untrusted)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    finally:
+        if paused:
+            gc.enable()
+
+
+@functools.cache  # once per process
+def _warn_without_scan() -> None:
+    log.warning(
+        "lnk_proxy._json_scan (the C pass over model request bodies) is not built into this"
+        " installation: bodies are judged as before it, with the same verdicts, at several"
+        " times the CPU for large ones; reinstall lnk box with python3-dev and gcc present"
+    )
+
+
+def _read_as_before(untrusted: bytes) -> Parsed:
+    """The reader as it was before the C pass: the structure scan, msgspec's parse checked by
+    json_shape's passes, else the reference reader (the module's docstring)."""
     refuse_many_values(untrusted)
     try:
         value = _DECODER.decode(untrusted)

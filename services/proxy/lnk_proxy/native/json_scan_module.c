@@ -1,0 +1,84 @@
+/* json_scan_module.c: lnk_proxy._json_scan, the CPython module around json_scan.c's one pass
+ * (scan(body, max_depth, max_values) -> (code, may_fetch)): arguments in, a tuple out, and the
+ * pass's constants for strict_json and the tests. The pass itself is json_scan.c, no Python. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "json_scan.h"
+
+static PyObject *scan(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer body;
+    int max_depth;
+    long max_values;
+    if (!PyArg_ParseTuple(args, "y*il", &body, &max_depth, &max_values)) return NULL;
+    if (max_depth < 1 || max_depth > MAX_LEVELS || body.len >= (Py_ssize_t)UINT32_MAX) {
+        PyBuffer_Release(&body);
+        PyErr_Format(PyExc_ValueError, "max_depth must be 1..%d and the body under 4 GiB",
+                     MAX_LEVELS);
+        return NULL;
+    }
+    int may_fetch = 0;
+    int code = json_scan(body.buf, (size_t)body.len, max_depth, max_values, &may_fetch);
+    PyBuffer_Release(&body);
+    return Py_BuildValue("(iO)", code, may_fetch ? Py_True : Py_False);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(body, max_depth, max_values) -> (code, may_fetch): see json_scan.c's header."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "lnk_proxy._json_scan",
+    "The strict JSON pass before msgspec's parse (lnk_proxy/native/json_scan.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__json_scan(void) {
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    static const struct {
+        const char *name;
+        int value;
+    } codes[] = {
+        {"OK", SCAN_OK},
+        {"NOT_JSON", SCAN_NOT_JSON},
+        {"KEY_TWICE", SCAN_KEY_TWICE},
+        {"TOO_DEEP", SCAN_TOO_DEEP},
+        {"TOO_MANY", SCAN_TOO_MANY},
+        {"LONE_SURROGATE", SCAN_LONE_SURROGATE},
+        {"TOO_MANY_KEYS", SCAN_TOO_MANY_KEYS},
+        {"MAX_LEVELS", MAX_LEVELS},
+        {"MAX_KEYS", MAX_KEYS},
+    };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        if (PyModule_AddIntConstant(m, codes[i].name, codes[i].value) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    PyObject *names = PyTuple_New((Py_ssize_t)JSON_SCAN_FETCH_COUNT);
+    if (names == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    for (size_t i = 0; i < JSON_SCAN_FETCH_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(JSON_SCAN_FETCH_NAMES[i]);
+        if (name == NULL) {
+            Py_DECREF(names);
+            Py_DECREF(m);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(names, (Py_ssize_t)i, name);
+    }
+    if (PyModule_AddObject(m, "FETCH_NAMES", names) < 0) {
+        Py_DECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
