@@ -46,6 +46,10 @@ def _clients(c_client: Path) -> dict[str, list[str]]:
     }
 
 
+# A flag the quick path does not take: the full CLI's launch (launch_dialogue.dialogue).
+FULL = ("--processes", "64")
+
+
 def _run(
     box: RunningBox, client: list[str], cwd: Path, *flags: str
 ) -> subprocess.CompletedProcess[str]:
@@ -75,12 +79,14 @@ def _run(
     )
 
 
-@pytest.mark.parametrize("client", ["c", "python"])
+@pytest.mark.parametrize("client", ["c", "python", "python-full"])
 def test_a_folder_not_granted_is_said_first_and_the_sandbox_starts_in_its_home(
     running_box: RunningBox, c_client: Path, client: str
 ) -> None:
     project = running_box.owner.home / "project"
-    ran = _run(running_box, _clients(c_client)[client], project)
+    full = client == "python-full"
+    argv = _clients(c_client)["python" if full else client]
+    ran = _run(running_box, argv, project, *(FULL if full else ()))
     assert ran.returncode == 0, ran.stderr
     home = ran.stdout.strip()
     assert home.startswith("/home/lnk-") and home != str(project)  # the sandbox's own home
