@@ -240,7 +240,7 @@ def cwd_note(asked: str, starts_in: str) -> str:
     not granted, so not there inside): where it starts instead, and the flags that grant it.
     Nothing when it starts where asked. The path is the caller's, shown with every control
     character escaped (it goes to their terminal) and quoted for a shell in the flags; cut to
-    NOTE_LIMIT, so one write of it never blocks on a pipe with room (`launch._say_note`)."""
+    NOTE_LIMIT, so one write of it never blocks on a pipe with room (`launch.say_note`)."""
     if asked == starts_in:
         return ""
     path = shown(asked)
