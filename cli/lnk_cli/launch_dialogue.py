@@ -256,7 +256,9 @@ def _launch(frames: _Frames, request: dict[str, Any], spec: str | None) -> int:
 def dialogue(send: Send, receive: Receive, relay: Relay | None = None) -> int:
     """The launch's answers to its end, for both clients: open what the controller asks as this
     user, ask the approval question, then wait for the exit (forwarding signals) or, given
-    `relay` and a terminal, relay the terminal. The exit status, or RemoteError."""
+    `relay` and a terminal, relay the terminal. The exit status, or RemoteError; a frame that
+    cannot be read (not JSON, too large) is the controller's bad frame, as the C client says."""
+    receive = _readable(receive)
     while True:
         message, extra = receive()
         kind = message.get(protocol.TYPE)
@@ -285,6 +287,19 @@ def dialogue(send: Send, receive: Receive, relay: Relay | None = None) -> int:
             return _ended(_wait(send, receive))
         else:
             return _ended(message)
+
+
+def _readable(receive: Receive) -> Receive:
+    """`receive`, with a frame it cannot read (its ValueError: not JSON, not UTF-8, a key
+    twice, past MAX_FRAME or MAX_FDS) made `protocol.bad_frame`: one line, never a traceback."""
+
+    def received() -> tuple[dict[str, Any], list[int]]:
+        try:
+            return receive()
+        except ValueError as exc:
+            raise protocol.bad_frame(str(exc)[:200]) from None
+
+    return received
 
 
 def ask(lines: list[str]) -> bool:
@@ -379,7 +394,8 @@ class _Frames:
     def decode(self, text: str) -> dict[str, Any]:
         try:
             value, end = self._scan(text, 0)
-        except StopIteration:
+        except (StopIteration, SystemError, RecursionError):
+            # SystemError: the scanner's own error, raised without json.decoder imported.
             raise ValueError("a frame is not JSON") from None
         if end != len(text) or not isinstance(value, dict):
             raise ValueError("a frame must be one JSON object")

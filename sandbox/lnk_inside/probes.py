@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lnk_inside import probes_caps, probes_env, probes_left
+from lnk_inside import probes_caps, probes_env, probes_left, probes_models
 
 __all__ = ["KERNEL_CALLS", "hosts_file_names", "main", "run_step"]
 
@@ -560,6 +560,7 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     **probes_left.STEPS,
     **probes_env.STEPS,
     **probes_caps.STEPS,
+    **probes_models.STEPS,
     "limits": _limits,
 }
 

@@ -69,6 +69,7 @@ __all__ = [
     "MAX_ENV_VALUE",
     "MAX_FDS",
     "MAX_FRAME",
+    "MAX_STATUS",
     "MAX_TERMINAL",
     "MAX_TEXT",
     "OPEN",
@@ -88,6 +89,7 @@ __all__ = [
     "approved_frame",
     "approved_hash",
     "asked_paths",
+    "bad_frame",
     "decline_frame",
     "error_frame",
     "exit_frame",
@@ -159,7 +161,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     APPROVE_QUESTION: ("lines", "hash"),
     OPEN: ("paths",),
     APPROVED: ("hash", "already"),
-    STARTED: ("id", "limits"),
+    # note: what the controller wrote on the program's stderr before it started (the folder
+    # it did not start in), absent when nothing; said already, so a client never prints it.
+    STARTED: ("id", "limits", "note"),
     EXIT: ("status", "message"),  # message: a limit the sandbox met, said by the client
     ERROR: ("exit", "run_exit", "message"),  # a command's status (1-3) and a run's (125-127)
 }
@@ -176,6 +180,7 @@ MAX_TERMINAL = 10000  # rows and cols are below this
 ENV_ALLOWED_PATTERN = r"^(TERM|LANG|LANGUAGE|COLORTERM|LC_[A-Z]+)$"  # what of env passes
 ENV_VALUE_PATTERN = r"^[A-Za-z0-9_.:@+,=-]*$"
 AGENT_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,39}"
+MAX_STATUS = 255  # an exit status, as a process's is (the controller's: 128+N for a signal)
 # The signals a client forwards to the program, by name (each side has its own numbers' module).
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 
@@ -268,8 +273,10 @@ def approved_frame(digest: str, already: bool) -> dict[str, Any]:
     return {TYPE: APPROVED, "hash": digest, "already": already}
 
 
-def started_frame(sandbox_id: str, limits: str) -> dict[str, Any]:
-    return {TYPE: STARTED, "id": sandbox_id, "limits": limits}
+def started_frame(sandbox_id: str, limits: str, note: str = "") -> dict[str, Any]:
+    """The sandbox runs; `note` (when there is one) is what the caller was told before it
+    started, on the program's stderr, so that it comes first (`FIELDS`)."""
+    return {TYPE: STARTED, "id": sandbox_id, "limits": limits, **({"note": note} if note else {})}
 
 
 def exit_frame(status: int, message: str = "") -> dict[str, Any]:
@@ -349,8 +356,9 @@ def forwarded_signal(untrusted: dict[str, Any], numbers: dict[str, int]) -> int 
 
 # --- what a client reads ----------------------------------------------------------------------
 # The controller is trusted, its bugs are not: a field of the wrong type is read as the clients
-# have always read it (a status that is no integer is lnk's own failure, a message that is no
-# string is shown as Python's str() shows it), the same in the C client.
+# have always read it (a message that is no string is shown as Python's str() shows it), the
+# same in the C client, where that is harmless; a frame that is not JSON, too large, or whose
+# exit status is not one is refused by both as a bad frame (`bad_frame`), never guessed at.
 
 
 def asked_paths(frame: dict[str, Any]) -> list[str]:
@@ -378,11 +386,20 @@ def started_sandbox(frame: dict[str, Any]) -> tuple[str, object]:
     return str(frame.get("id", "")), frame.get("limits", "none")
 
 
-def exit_status(frame: dict[str, Any], failed: int = EXIT_RUN_ERROR) -> tuple[int, str | None]:
-    """An "exit" frame's status (`failed` when it is no integer) and the limit it met."""
+def bad_frame(why: str) -> StateError:
+    """A frame from the controller no client can act on, as both clients say it (the C
+    client's `bad_frame`): the run fails with lnk's own status, never on a guess."""
+    return StateError(f"the controller sent a bad frame ({why}); see its log")
+
+
+def exit_status(frame: dict[str, Any]) -> tuple[int, str | None]:
+    """An "exit" frame's status and the limit it met. A status that is not 0-255 (what the
+    controller sends: 128+N for a signal) is a bad frame: passed on, 256 would be a success."""
     status = frame.get("status")
+    if type(status) is not int or not 0 <= status <= MAX_STATUS:
+        raise bad_frame(f"an exit status that is not 0-{MAX_STATUS}")
     said = str(frame["message"]) if "message" in frame else None
-    return (status if type(status) is int else failed), said
+    return status, said
 
 
 def remote_error(frame: dict[str, Any]) -> RemoteError:

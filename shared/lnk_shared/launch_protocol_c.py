@@ -24,6 +24,7 @@ _LIMITS = (
     ("MAX_TEXT", "cwd, path_env and a grant's path, in characters"),
     ("MAX_ENV_VALUE", "a terminal or locale variable's value"),
     ("MAX_TERMINAL", "rows and cols are below this"),
+    ("MAX_STATUS", "an exit frame's status is 0 to this"),
 )
 
 

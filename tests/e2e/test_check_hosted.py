@@ -4,7 +4,9 @@ owner's files, a CONNECT to the provider by name, by its address and by another 
 and a request with a key of the sandbox's own are each refused, and nothing reaches the
 provider (its own record); with the proxy's test-only `unsafe_keep_server_tools` the
 server-tool probe is reported `leaked`, with `unsafe_hosted_tunnel_by_address` the other-name
-probe (and the provider's host accepts its tunnel), the others still refused.
+probe (and the provider's host accepts its tunnel), with `unsafe_unbounded_model_bodies` the
+over-deep and over-wide body probes (parsed, then refused for another reason: still nothing
+reaches the provider), the others still refused.
 
 The check looks the provider up as the caller, with this machine's resolver: the check runs in
 a mount namespace of its own whose /etc/hosts names the test internet's host as the provider
@@ -70,8 +72,17 @@ def _lnk(
     )
 
 
-UNSAFE = ("", "unsafe_keep_server_tools", "unsafe_hosted_tunnel_by_address")
-LEAKS = {"unsafe_keep_server_tools": "server-tool", "unsafe_hosted_tunnel_by_address": "other"}
+UNSAFE = (
+    "",
+    "unsafe_keep_server_tools",
+    "unsafe_hosted_tunnel_by_address",
+    "unsafe_unbounded_model_bodies",
+)
+LEAKS = {
+    "unsafe_keep_server_tools": "server-tool",
+    "unsafe_hosted_tunnel_by_address": "other",
+    "unsafe_unbounded_model_bodies": "bodies",
+}
 
 
 @pytest.mark.parametrize("unsafe", UNSAFE, ids=["safe", *UNSAFE[1:]])
@@ -125,6 +136,8 @@ def test_check_tries_each_hosted_model_attack_with_nothing_reaching_the_provider
         f"{IDENT}:own-key": "refused",
         f"{IDENT}:connect-address": "refused",
         f"{IDENT}:connect-other-name": "leaked" if leaked == "other" else "refused",
+        f"{IDENT}:deep-body": "leaked" if leaked == "bodies" else "refused",
+        f"{IDENT}:wide-body": "leaked" if leaked == "bodies" else "refused",
     }, done.stderr
     for name in ("connect-address", "connect-other-name"):  # tried, not skipped
         assert not probes[f"{IDENT}:{name}"]["observed"].startswith("not tried"), probes
@@ -139,3 +152,6 @@ def test_check_tries_each_hosted_model_attack_with_nothing_reaching_the_provider
         assert "unsafe_hosted_tunnel_by_address: a tunnel to" in proxy_log
     else:
         assert "unsafe_hosted_tunnel_by_address" not in proxy_log
+    for name in ("deep-body", "wide-body"):  # named: refused, but not by the bound
+        said = probes[f"{IDENT}:{name}"]["observed"]
+        assert ("does not say 'before it was parsed'" in said) is (leaked == "bodies"), said

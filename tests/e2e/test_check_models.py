@@ -2,9 +2,13 @@
 machine's loopback (`ollama_shaped`): the runtime's admin API (`POST /api/pull`) asked of the
 rule's port is refused and never reaches the runtime (its own record); the rule's inference is
 reported allowed; a `[localhost]` grant of the runtime's own port is reported as the seed's
-other door (its whole API: a known gap). With the proxy's test-only
-`unsafe_skip_model_route_check` the admin probe is reported `leaked`, and the runtime's record
-shows the pull arrived."""
+other door (its whole API: a known gap). The runtime lists a model the rule does not allow (the
+bait): every listing the sandbox asks for names only the rule's; a body nested past the proxy's
+scan and one of more values than it parses are refused by the bound, and neither reaches the
+runtime. With the proxy's test-only `unsafe_skip_model_route_check` the admin probe is
+reported `leaked`, and the runtime's record shows the pull arrived; with
+`unsafe_uncut_model_listings` each listing probe, naming the bait; with
+`unsafe_unbounded_model_bodies` both body probes (and still nothing reaches the runtime)."""
 
 from __future__ import annotations
 
@@ -23,11 +27,14 @@ RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
 IDENT = "model:ollama:11500"
+BAIT_MODEL = "lnk-bait-not-allowed:7b"  # listed by the runtime, not allowed by the rule
+LISTINGS = ("listing:api-tags", "listing:api-ps", "listing:v1-models")
+BODIES = ("deep-body", "wide-body")
 
 
 @pytest.fixture(scope="module")
 def runtime() -> Iterator[OllamaShaped]:
-    with OllamaShaped() as served:
+    with OllamaShaped(("llama3.2:3b", BAIT_MODEL)) as served:
         yield served
 
 
@@ -35,26 +42,42 @@ def _pulls(runtime: OllamaShaped) -> int:
     return sum(1 for s in runtime.seen() if s.path == "/api/pull")
 
 
-def _model_verdicts(box: RunningBox, runtime: OllamaShaped, private: Any) -> dict[str, str]:
+def _posts(runtime: OllamaShaped) -> int:
+    return sum(1 for s in runtime.seen() if s.path == "/api/chat")
+
+
+def _model_check(
+    box: RunningBox, runtime: OllamaShaped, private: Any
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The model rule's verdicts (and the exit), and what each probe observed."""
     rule = f"--model=ollama=llama3.2:3b;upstream=http://127.0.0.1:{runtime.port};port=11500"
     code, doc, stderr = _check(box, rule, f"--port={runtime.port}", private=private)
     verdicts = {k: v for k, v in _verdicts(doc).items() if k.startswith(IDENT)}
+    observed = {p["id"]: p["observed"] for p in doc["probes"] if p["id"].startswith(IDENT)}
     assert "Traceback" not in stderr
-    return {**verdicts, "exit": "ok" if code == 0 else "failed"}
+    return {**verdicts, "exit": "ok" if code == 0 else "failed"}, observed
+
+
+def _model_verdicts(box: RunningBox, runtime: OllamaShaped, private: Any) -> dict[str, str]:
+    return _model_check(box, runtime, private)[0]
 
 
 def test_check_refuses_the_admin_api_reports_the_rule_and_the_localhost_door(
     running_box: RunningBox, runtime: OllamaShaped
 ) -> None:
-    before = _pulls(runtime)
-    verdicts = _model_verdicts(running_box, runtime, None)
+    before, posts = _pulls(runtime), _posts(runtime)
+    verdicts, observed = _model_check(running_box, runtime, None)
     assert verdicts == {
+        **{f"{IDENT}:{name}": "refused" for name in LISTINGS + BODIES},
         f"{IDENT}:admin": "refused",
         f"{IDENT}:inference": "allowed",
         f"{IDENT}:localhost-port": "known gap",
         "exit": "ok",
     }
     assert _pulls(runtime) == before  # the runtime's own record: the pull never arrived
+    assert _posts(runtime) == posts  # nor either body
+    for name in LISTINGS:  # asked and answered (cut), not refused or unreadable
+        assert observed[f"{IDENT}:{name}"].startswith("200 "), observed
 
 
 def test_the_unsafe_switch_makes_check_report_the_admin_probe_leaked(
@@ -66,3 +89,33 @@ def test_the_unsafe_switch_makes_check_report_the_admin_probe_leaked(
     assert verdicts[f"{IDENT}:admin"] == "leaked"
     assert verdicts["exit"] == "failed"
     assert _pulls(runtime) == before + 1  # it reached the runtime
+
+
+@pytest.mark.parametrize(
+    ("unsafe", "leaks"),
+    [("unsafe_uncut_model_listings", LISTINGS), ("unsafe_unbounded_model_bodies", BODIES)],
+)
+def test_each_unsafe_switch_makes_check_report_its_class_leaked(
+    running_box: RunningBox,
+    private_box: Any,
+    runtime: OllamaShaped,
+    unsafe: str,
+    leaks: tuple[str, ...],
+) -> None:
+    with private_box(proxy_config=f"{unsafe} = true") as box:
+        before, posts = _pulls(runtime), _posts(runtime)
+        verdicts, observed = _model_check(running_box, runtime, box)
+        proxy_log = (Path(box.state_dir) / "logs" / "proxy.log").read_text(errors="replace")
+    assert {k: v for k, v in verdicts.items() if v == "leaked"} == {
+        f"{IDENT}:{name}": "leaked" for name in leaks
+    }
+    assert verdicts["exit"] == "failed"
+    assert f"{unsafe}:" in proxy_log  # the switch's warning
+    assert _pulls(runtime) == before
+    assert _posts(runtime) == posts  # the bodies never reached the runtime, even so
+    for name in leaks:  # named: what got through
+        said = observed[f"{IDENT}:{name}"]
+        if name in LISTINGS:
+            assert BAIT_MODEL in said and "does not allow" in said, said
+        else:
+            assert "does not say 'before it was parsed'" in said, said

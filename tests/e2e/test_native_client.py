@@ -79,9 +79,22 @@ def _run(
     )
 
 
+def _note(box: RunningBox) -> str:
+    """The note the runs from the owner's home get: it is not granted (sandbox_plan.cwd_note)."""
+    home = box.owner.home
+    return f"lnk: note: {home} is not granted to this sandbox; it starts in "
+
+
+def _said(box: RunningBox, stderr: str) -> str:
+    """`stderr` after its first line, which must be the note."""
+    first, _, rest = stderr.partition("\n")
+    assert first.startswith(_note(box)), stderr
+    return rest
+
+
 def test_true_runs_end_to_end(running_box: RunningBox, clients: Clients) -> None:
     ran = _run(running_box, clients.alone, "sandbox", "run", "--yes", "--", "/bin/true")
-    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert (ran.returncode, ran.stdout, _said(running_box, ran.stderr)) == (0, "", "")
 
 
 def test_output_and_exit_status_pass_through(running_box: RunningBox, clients: Clients) -> None:
@@ -98,7 +111,8 @@ def test_output_and_exit_status_pass_through(running_box: RunningBox, clients: C
         script,
         input="from stdin\n",
     )
-    assert (ran.returncode, ran.stdout, ran.stderr) == (7, "out from stdin\n", "err\n")
+    said = _said(running_box, ran.stderr)
+    assert (ran.returncode, ran.stdout, said) == (7, "out from stdin\n", "err\n")
 
 
 def test_a_spec_file_grants_what_it_says(running_box: RunningBox, clients: Clients) -> None:

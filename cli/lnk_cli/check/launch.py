@@ -24,7 +24,7 @@ from typing import Any
 from lnk_cli.check.verdicts import clean_text
 from lnk_cli.launch_dialogue import LAUNCH_SOCKET, open_as_owner
 from lnk_shared import launch_protocol as protocol
-from lnk_shared.errors import EXIT_ERROR, RemoteError, SpecError, StateError
+from lnk_shared.errors import RemoteError, SpecError, StateError
 from lnk_shared.paths import BoxPaths
 from lnk_shared.spec_flags import flags_document
 from lnk_shared.unix import recv_frame, send_frame
@@ -156,7 +156,7 @@ def _collect(sock: socket.socket, out_r: int, err_r: int, run: CheckRun) -> None
                         os.close(fd)
                     if message.get(protocol.TYPE) == protocol.ERROR:
                         raise protocol.remote_error(message)
-                    run.status, said = protocol.exit_status(message, EXIT_ERROR)
+                    run.status, said = protocol.exit_status(message)
                     if said is not None:  # the limit it met, as `lnk sandbox run` says it
                         run.limit_met = clean_text(said, 300)
                     _drain(buffers)

@@ -92,6 +92,8 @@ class Evidence:
     cmdline    a command line of the sandbox's chain (lnk-spawn, bwrap, the confiner) showed
                a staging path or a granted folder to every local user
     clock      the boot time the sandbox read is this machine's (`value`, within CLOCK_SLACK)
+    listing    the model listing the sandbox got at `path` names a model the rule (`value`)
+               does not allow (`plan_models.not_allowed`)
     inside     nothing outside can see it: the sandbox's answer only
     """
 

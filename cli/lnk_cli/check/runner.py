@@ -52,6 +52,7 @@ from lnk_cli.check.login_path import login_path_findings
 from lnk_cli.check.outside_look import look
 from lnk_cli.check.path_links import path_link_findings
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
+from lnk_cli.check.plan_bodies import body_probes
 from lnk_cli.check.plan_caps import cap_probes
 from lnk_cli.check.plan_hosted import hosted_probes
 from lnk_cli.check.plan_hosted_tunnels import hosted_tunnel_probes, look_up_providers
@@ -239,6 +240,7 @@ def check(args: argparse.Namespace) -> int:
             probes += caller_env_probes(env_bait := CallerEnvBait.make())
             probes += cap_probes(grants, tried=bool(getattr(args, "caps", False)))
             probes += hosted_probes(grants)
+            probes += body_probes(grants)
             probes += hosted_tunnel_probes(grants, look_up_providers(grants))
             probes += ssh_probes(grants)
             if confiner_dir is None:

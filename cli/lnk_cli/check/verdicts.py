@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
+from lnk_cli.check.plan_models import NAMES_SHOWN, not_allowed
 from lnk_inside.probes import MARKER_TIME
 from lnk_shared.display import shown_cut
 from lnk_shared.errors import StateError
@@ -53,6 +54,7 @@ _DECISIVE = frozenset(
         "identity",
         "staging",
         "cmdline",
+        "listing",
     }
 )
 _PRIVILEGE_CAPS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
@@ -145,6 +147,16 @@ def _wire_said(e: Evidence, outside: Outside) -> str | None:
     return None
 
 
+def _listed(e: Evidence, data: Any) -> str | None:
+    """The models a listing's answer named that its rule (`value`) does not allow, or None."""
+    names = not_allowed(e.value, e.path, data)
+    if not names:
+        return None
+    shown = ", ".join(clean_text(n, 60) for n in names[:NAMES_SHOWN])
+    more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+    return f"it listed {shown}{more}, which the rule does not allow"
+
+
 def _unsaid(value: tuple[str, str], outside: Outside) -> str | None:
     """None when a refusal of `value[0]` (a target) in the wire log says `value[1]`."""
     target, said = value
@@ -210,6 +222,11 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
     return None
 
 
+def _seen_any(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
+    """`_seen`, and a model listing's answer (read alone, so kept out of its chain)."""
+    return _listed(e, data) if e.kind == "listing" else _seen(e, probe, data, outside)
+
+
 def judge_probe(probe: Probe, untrusted_result: object, outside: Outside) -> Finding:
     if probe.step is None:
         verdict = probe.expected if probe.expected != REFUSED else REFUSED
@@ -223,7 +240,7 @@ def judge_probe(probe: Probe, untrusted_result: object, outside: Outside) -> Fin
     if parsed is None:
         raise ProbesFailed(f"the probe {probe.id!r} did not report: the check is not complete")
     inside_through, detail, data = parsed
-    seen = [s for e in probe.evidence if (s := _seen(e, probe, data, outside)) is not None]
+    seen = [s for e in probe.evidence if (s := _seen_any(e, probe, data, outside)) is not None]
     decisive = any(e.kind in _DECISIVE for e in probe.evidence)
     through = bool(seen) if decisive else inside_through or bool(seen)
     observed = "; ".join([detail, *seen]) if detail else "; ".join(seen)

@@ -408,17 +408,20 @@ __attribute__((noreturn)) static void approved(const struct json_value *message)
 __attribute__((noreturn)) static void ended(const struct json_value *message) {
     const struct json_value *type = json_get(message, "type");
     if (json_is(type, LNK_FRAME_EXIT)) {
+        /* launch_protocol.exit_status: 0-255 (128+N for a signal), or a bad frame; passed on,
+           256 would read as a success. */
         const struct json_value *status = json_get(message, "status");
-        bool usable = status != NULL && status->kind == JSON_INT && status->integer >= INT_MIN &&
-                      status->integer <= INT_MAX;
+        if (status == NULL || status->kind != JSON_INT || status->integer < 0 ||
+            status->integer > LNK_MAX_STATUS)
+            bad_frame("an exit status that is not 0-255");
         const struct json_value *said = json_get(message, "message"); /* a limit it met */
         if (said != NULL) {
             struct text m = message_start(), text = {0};
             text_str_of(&text, said);
             text_printable(&m, text.data, text.length);
-            message_exit(&m, usable ? (int)status->integer : EXIT_RUN_ERROR);
+            message_exit(&m, (int)status->integer);
         }
-        exit(usable ? (int)status->integer : EXIT_RUN_ERROR);
+        exit((int)status->integer);
     }
     struct text m = message_start();
     if (json_is(type, LNK_FRAME_ERROR)) { /* the status the controller chose for a run */

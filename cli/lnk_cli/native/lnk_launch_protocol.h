@@ -16,6 +16,7 @@
 #define LNK_MAX_TEXT 4096 /* cwd, path_env and a grant's path, in characters */
 #define LNK_MAX_ENV_VALUE 256 /* a terminal or locale variable's value */
 #define LNK_MAX_TERMINAL 10000 /* rows and cols are below this */
+#define LNK_MAX_STATUS 255 /* an exit frame's status is 0 to this */
 
 /* Frames, by who sends them: the client, then the controller */
 #define LNK_FRAME_LAUNCH "launch"

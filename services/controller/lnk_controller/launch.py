@@ -15,11 +15,13 @@ win, and nothing the owner could not reach.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import pwd
+import select
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -60,7 +62,7 @@ from lnk_controller.stdio_guard import GuardedStdio, guard_stdio
 from lnk_controller.wall import Bind
 from lnk_shared.errors import StateError
 
-__all__ = ["Judged", "Launcher", "Running"]
+__all__ = ["Judged", "Launcher", "Running", "say_note"]
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +227,7 @@ class Launcher(Judging, HeldStart, Ending):
         )
         self._warn_unsafe(row)
         stdio, guarded = self._caller_streams(request, fds)
+        say_note(stdio[2], plan.note)  # before the program exists: nothing it prints is first
         process, master, status_r = self._spawn(
             row,
             user,
@@ -235,7 +238,9 @@ class Launcher(Judging, HeldStart, Ending):
             staged=staged,
             judged=judged,
         )
-        return self._running(row, process, master, status_r, guarded)
+        running = self._running(row, process, master, status_r, guarded)
+        running.note = plan.note
+        return running
 
     def _user_and_mounts(
         self,
@@ -370,3 +375,17 @@ class Launcher(Judging, HeldStart, Ending):
             limits=self.limits_said(running),
         )
         return running
+
+
+def say_note(fd: int, note: str) -> None:
+    """Write `note` (a line, at most PIPE_BUF bytes: `sandbox_plan.cwd_note`) on the program's
+    stderr, where the caller reads it before anything the program prints. Never blocks: to a
+    pipe (or socket) that has no room for it now, it is not written, as to a stream that is
+    closed or refuses it; the caller's stream is theirs, and the launch does not wait on it."""
+    if not note:
+        return
+    with contextlib.suppress(OSError):
+        ready = select.poll()
+        ready.register(fd, select.POLLOUT)
+        if ready.poll(0):
+            os.write(fd, note.encode() + b"\n")

@@ -159,7 +159,9 @@ class LaunchServer:
             master = running.terminal_master
             send_frame(
                 conn,
-                protocol.started_frame(running.row.id, launcher.limits_said(running)),
+                protocol.started_frame(
+                    running.row.id, launcher.limits_said(running), note=running.note
+                ),
                 [master] if master is not None else None,
             )
             if master is not None:

@@ -18,7 +18,11 @@ What the plan guarantees, given its inputs:
   or model rule (`check_agent_network`, also called by the judging, so a spec is refused before
   it is approved);
 - a proxy grant binds the staged listener inside and sets the relay's policy and the client
-  variables (`client_proxy_env`).
+  variables (`client_proxy_env`);
+- the program starts in the caller's folder when it is visible inside, else in the sandbox's
+  home (the agent's folder), and then the plan's `note` says so (`cwd_note`): the launch
+  writes it on the program's stderr before the program exists, so it comes before anything
+  the program prints, whichever client (or an old one) started it.
 
 What this does NOT do: stage, open or check anything (the launch does, before), or decide what
 is granted (`lnk_shared.refusals`). The mounts' own flags (noexec, read-only idmapped clones) are
@@ -27,6 +31,7 @@ made by staging.py; the plan only places them.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -44,6 +49,7 @@ from lnk_controller.staging import Staged
 from lnk_controller.uid_range import HostUser
 from lnk_controller.wall import Bind, SandboxLayout, bwrap_argv
 from lnk_controller.write_links import symlink_places
+from lnk_shared.display import shown
 from lnk_shared.errors import LaunchRefused
 from lnk_shared.grants import Grants
 from lnk_shared.paths import SANDBOX_HOMES
@@ -51,15 +57,18 @@ from lnk_shared.refusals import inside
 from lnk_shared.spec_models import base_url_value
 
 __all__ = [
+    "NOTE_LIMIT",
     "SANDBOX_PATH",
     "Prepared",
     "SandboxPlan",
     "check_agent_network",
+    "cwd_note",
     "inside_ports",
     "plan_sandbox",
 ]
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"  # PATH inside: system programs only
+NOTE_LIMIT = 4096  # bytes: PIPE_BUF, so one write of the note to a pipe with room is whole
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,7 @@ class SandboxPlan:
 
     policy: Mapping[str, Any]
     layout: SandboxLayout
+    note: str = ""  # said to the caller before the program starts (`cwd_note`), or nothing
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -153,6 +163,7 @@ def plan_sandbox(
         agent_env = {**prepared.agent_env, "HOME": judged.agent.home}  # its folder: its home
     default_cwd = judged.agent.home if judged.agent else home
     cwd = request.cwd if any(inside(request.cwd, d) for d in visible) else default_cwd
+    note = cwd_note(request.cwd, cwd)
     env = compose_environment(
         identity={
             "PATH": inside_path(SANDBOX_PATH, with_client=judged.agent is not None),
@@ -221,4 +232,23 @@ def plan_sandbox(
         box_links=box_client_links(cfg.python.parent) if judged.agent else {},
         command=(str(cfg.confiner), "--", judged.program, *request.argv[1:]),
     )
-    return SandboxPlan(policy=MappingProxyType(policy), layout=layout)
+    return SandboxPlan(policy=MappingProxyType(policy), layout=layout, note=note)
+
+
+def cwd_note(asked: str, starts_in: str) -> str:
+    """What the caller is told when the sandbox does not start in their folder `asked` (it is
+    not granted, so not there inside): where it starts instead, and the flags that grant it.
+    Nothing when it starts where asked. The path is the caller's, shown with every control
+    character escaped (it goes to their terminal) and quoted for a shell in the flags; cut to
+    NOTE_LIMIT, so one write of it never blocks on a pipe with room (`launch.say_note`)."""
+    if asked == starts_in:
+        return ""
+    path = shown(asked)
+    grant = shlex.quote(path)
+    note = (
+        f"lnk: note: {path} is not granted to this sandbox; it starts in {shown(starts_in)} "
+        f"(grant it with --read {grant} or --write {grant})"
+    )
+    if len(note.encode()) < NOTE_LIMIT:  # and its newline
+        return note
+    return f"lnk: note: your folder is not granted to this sandbox; it starts in {shown(starts_in)}"

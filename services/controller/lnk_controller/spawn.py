@@ -102,6 +102,7 @@ class Running:
     pid_known: threading.Event = field(default_factory=threading.Event, repr=False)
     # The pipes that stand in for a caller's terminal or append-only file (stdio_guard.py).
     stdio: GuardedStdio | None = field(default=None, repr=False)
+    note: str = ""  # what the launch told the caller before it started (sandbox_plan.cwd_note)
 
 
 def confiner_policy(

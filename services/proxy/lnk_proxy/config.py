@@ -23,8 +23,12 @@ room it keeps for allowed decisions; `unsafe_keep_server_tools` sends a hosted m
 request with every tool it names, the provider's server tools included;
 `unsafe_ssh_port_by_any_entry` lets port 22 be reached by a name listed without a port or by
 `*` (policy.LISTED_ONLY_PORTS); `unsafe_hosted_tunnel_by_address` lets a CONNECT reach a hosted
-model rule's provider by its address or another name (`hosted_tunnels`): `lnk sandbox check`
-shows each class leak.
+model rule's provider by its address or another name (`hosted_tunnels`);
+`unsafe_unbounded_model_bodies` gives a model rule's body to the JSON parser however many
+values it holds or however deep it nests (`strict_json.refuse_many_values` skipped at its two
+call sites, `hosted_models` and `model_bodies`); `unsafe_uncut_model_listings` passes a local
+runtime's model listing on as it came, every model the owner keeps named (`model_listings`):
+`lnk sandbox check` shows each class leak.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class ProxyConfig(ServicePaths):
     unsafe_keep_server_tools: bool = False  # likewise: a hosted model's server tools kept
     unsafe_ssh_port_by_any_entry: bool = False  # likewise: port 22 by a bare name or `*`
     unsafe_hosted_tunnel_by_address: bool = False  # likewise: a provider tunneled to by address
+    unsafe_unbounded_model_bodies: bool = False  # likewise: no value or nesting bound pre-parse
+    unsafe_uncut_model_listings: bool = False  # likewise: a runtime's whole model listing
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -148,6 +154,18 @@ class ProxyConfig(ServicePaths):
                 "unsafe_keep_server_tools: a hosted model rule's request goes to the provider "
                 "with its server tools (web search, web fetch, code execution, MCP...) kept (a "
                 "test setting; never on a real box)"
+            )
+        if self.unsafe_unbounded_model_bodies:
+            log.warning(
+                "unsafe_unbounded_model_bodies: a model rule's request body is parsed however "
+                "many values it holds or however deep it nests, so one request can take the "
+                "proxy's memory and CPU (a test setting; never on a real box)"
+            )
+        if self.unsafe_uncut_model_listings:
+            log.warning(
+                "unsafe_uncut_model_listings: a local model runtime's listings (/api/tags, "
+                "/v1/models...) reach the sandbox uncut, naming every model the runtime keeps "
+                "(a test setting; never on a real box)"
             )
         if self.unsafe_skip_model_route_check:
             log.warning(

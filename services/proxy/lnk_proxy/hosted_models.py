@@ -220,15 +220,18 @@ def judge_hosted(
     untrusted_body: bytes,
     issued: IssuedIds,
     keep_tools: bool = False,
+    bounded: bool = True,
 ) -> HostedForward:
-    """The whole judgement of one request to a hosted model rule (see the module's docstring)."""
+    """The whole judgement of one request to a hosted model rule (see the module's docstring).
+    `bounded=False` (the proxy's `unsafe_unbounded_model_bodies`, tests only) parses a body of
+    any count of values or depth of nesting, so `lnk sandbox check` can show that class leak."""
     endpoint, path = judge_route(kind, method, target, issued)
     kept, dropped = judge_headers(kind, placeholder, headers)
     if not endpoint:
         if untrusted_body:
             raise RequestRefused("model-body", f"a body on {method} {path}")
         return HostedForward(kind, method, path, kept, b"", dropped)
-    parsed = strict_json.read(untrusted_body)
+    parsed = strict_json.read(untrusted_body, bounded=bounded)
     judged, removed = judge_body(
         kind,
         endpoint,

@@ -56,11 +56,14 @@ REFUSED_FIELDS = {
 }
 
 
-def parse_strict_json(untrusted: bytes) -> Any:
-    """The JSON value of `untrusted`, or RequestRefused("model-body") naming what is wrong."""
+def parse_strict_json(untrusted: bytes, *, bounded: bool = True) -> Any:
+    """The JSON value of `untrusted`, or RequestRefused("model-body") naming what is wrong.
+    `bounded=False` (the proxy's `unsafe_unbounded_model_bodies`, tests only) skips the count
+    of values and nesting before the parse, so `lnk sandbox check` can show that class leak."""
     if len(untrusted) > MAX_MODEL_BODY_BYTES:
         raise RequestRefused("model-body", f"a body over {MAX_MODEL_BODY_BYTES} bytes")
-    refuse_many_values(untrusted)
+    if bounded:
+        refuse_many_values(untrusted)
     try:
         text = untrusted.decode("utf-8")
     except UnicodeDecodeError:
@@ -76,8 +79,11 @@ def parse_strict_json(untrusted: bytes) -> Any:
     return value
 
 
-def judge_model_body(rule: ModelRule, route: ModelRoute, untrusted: bytes) -> bytes | None:
-    """The body to forward for `route` (None: it has none), or RequestRefused naming why."""
+def judge_model_body(
+    rule: ModelRule, route: ModelRoute, untrusted: bytes, *, bounded: bool = True
+) -> bytes | None:
+    """The body to forward for `route` (None: it has none), or RequestRefused naming why
+    (`bounded`: see `parse_strict_json`)."""
     if route.body == "unjudged":  # a route the unsafe test switch let through: as it came
         return untrusted or None
     if route.body == "none":
@@ -86,7 +92,7 @@ def judge_model_body(rule: ModelRule, route: ModelRoute, untrusted: bytes) -> by
         if route.model_in == "path":
             _check_model(rule, route.path.rsplit("/", 1)[1])
         return None
-    body = parse_strict_json(untrusted)
+    body = parse_strict_json(untrusted, bounded=bounded)
     if not isinstance(body, dict):
         raise RequestRefused("model-body", "the body is not a JSON object")
     names = [body[k] for k in ("model", "name") if k in body and route.shape == "ollama"]

@@ -178,15 +178,20 @@ async def read_body(request: ProxyRequest, client: Conn) -> bytes:
 
 
 async def judge_model_request(
-    rule: ModelRule, request: ProxyRequest, client: Conn, *, check_route: bool = True
+    rule: ModelRule,
+    request: ProxyRequest,
+    client: Conn,
+    *,
+    check_route: bool = True,
+    bounded: bool = True,
 ) -> ModelRequest:
     """The route (judged before a byte of the body is read), the body read whole, judged and
-    re-serialised; RequestRefused naming why not (`model_routes`, `model_bodies`)."""
+    re-serialised; RequestRefused naming why not (`model_routes`, `model_bodies`; `bounded`:
+    `model_bodies.parse_strict_json`)."""
     path = request.path
     route = judge_model_route(rule, request.method, path, check_route=check_route)
-    return ModelRequest(
-        rule, route, judge_model_body(rule, route, await read_body(request, client))
-    )
+    body = await read_body(request, client)
+    return ModelRequest(rule, route, judge_model_body(rule, route, body, bounded=bounded))
 
 
 def loopback_address(rule: ModelRule) -> IPAddress:
@@ -203,9 +208,12 @@ async def relay_model(
     *,
     connect_timeout_s: float,
     io_timeout_s: float,
+    cut_listings: bool = True,
 ) -> None:
     """The exchange with the runtime at `address`; the answer goes to `client` as it comes,
-    close-delimited. OSError, TimeoutError or BadResponse when it cannot be completed."""
+    close-delimited. OSError, TimeoutError or BadResponse when it cannot be completed.
+    `cut_listings=False` (the proxy's `unsafe_uncut_model_listings`, tests only) passes a
+    listing on as it came, so `lnk sandbox check` can show that class leak."""
     rule = judged.rule
     sock = await dial(address, rule.upstream_port, connect_timeout_s)
     try:
@@ -226,7 +234,8 @@ async def relay_model(
         writer.write(head + (body or b""))
         async with asyncio.timeout(io_timeout_s):
             await writer.drain()
-        listing = (rule, judged.route.path) if is_listing(rule, judged.route) else None
+        cut = cut_listings and is_listing(rule, judged.route)
+        listing = (rule, judged.route.path) if cut else None
         await _answer(request, reader, client, secret, io_timeout_s, listing=listing)
     finally:
         writer.close()

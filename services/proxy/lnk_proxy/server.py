@@ -670,7 +670,10 @@ class ProxyServer:
             return await self._hosted(listener, client, request, target, consumed, rule=rule)
         try:
             check = not self.config.unsafe_skip_model_route_check
-            judged = await judge_model_request(rule, request, client, check_route=check)
+            bounded = not self.config.unsafe_unbounded_model_bodies
+            judged = await judge_model_request(
+                rule, request, client, check_route=check, bounded=bounded
+            )
         except RequestRefused as exc:
             await self.refuse(
                 listener, client, request.method, target, Refusal(exc.rule, exc.reason)
@@ -698,6 +701,7 @@ class ProxyServer:
                 secret,
                 connect_timeout_s=self.config.connect_timeout_s,
                 io_timeout_s=IO_TIMEOUT_S,
+                cut_listings=not self.config.unsafe_uncut_model_listings,
             )
         except asyncio.CancelledError:
             error = "closed: the sandbox was stopped or its listener closed"
@@ -738,6 +742,7 @@ class ProxyServer:
                 untrusted_body=untrusted,
                 issued=hosted.issued(rule),
                 keep_tools=self.config.unsafe_keep_server_tools,
+                bounded=not self.config.unsafe_unbounded_model_bodies,
             )
         except RequestRefused as exc:
             await self.refuse(

@@ -10,6 +10,8 @@ import pytest
 from lnk_cli.check.plan import ALLOWED, KNOWN_GAP, LEAKED, REFUSED, Evidence, Probe
 from lnk_cli.check.verdicts import Outside, ProbesFailed, judge_all, judge_probe
 from lnk_inside.probes import MARKER_TIME
+from lnk_shared.spec import Origin
+from lnk_shared.spec_models import parse_model_table
 
 SECRET = "ab" * 32
 STOPPED: dict[str, Any] = {"outcome": "stopped", "detail": "EACCES", "data": ""}
@@ -240,3 +242,19 @@ def test_a_refusal_that_does_not_say_what_was_judged_is_a_leak() -> None:
     assert judge_probe(p, STOPPED, kept).verdict == LEAKED
     other = Outside(wire_refused=frozenset({said.replace("4001", "4000") + "'web_search_2"}))
     assert judge_probe(p, STOPPED, other).verdict == LEAKED
+
+
+def test_a_listing_that_names_a_model_the_rule_does_not_allow_is_a_leak() -> None:
+    """A local model rule's listing probe (`plan_models`): the answer itself decides, whatever
+    the probe's outcome; a refusal or an unreadable answer named nothing."""
+    rule = parse_model_table({"kind": "ollama", "models": ["m"]}, Origin("t", "models"))
+    p = probe("listing", value=rule, path="/api/tags")
+    bait = '{"models": [{"name": "m"}, {"name": "bait\u202e:7b"}]}'
+    found = judge_probe(p, {**STOPPED, "data": bait}, Outside())
+    assert found.verdict == LEAKED
+    assert "bait\\u202e:7b" in found.observed and "does not allow" in found.observed
+    cut = '{"models": [{"name": "m", "model": "m"}]}'
+    assert judge_probe(p, {**THROUGH, "data": cut}, Outside()).verdict == REFUSED
+    assert judge_probe(p, {**THROUGH, "data": "502 bad gateway"}, Outside()).verdict == REFUSED
+    many = '{"models": [' + ",".join(f'{{"name": "x{i}"}}' for i in range(5)) + "]}"
+    assert "and 2 more" in judge_probe(p, {**STOPPED, "data": many}, Outside()).observed

@@ -262,12 +262,16 @@ def test_any_bytes_in_argv_and_env_read_as_python_reads_them(
 
 # --- the dialogue: the same answers as the Python client ----------------------------------
 
+BAD_STATUS = (
+    b"lnk: the controller sent a bad frame (an exit status that is not 0-255); see its log\n"
+)
 SAME_AS_PYTHON = {
     "exit 0": ([_exit(0)], 0, b""),
     "exit 3": ([_exit(3)], 3, b""),
     "exit 137": ([_exit(137)], 137, b""),
-    "exit -9": ([_exit(-9)], 247, b""),
-    "exit not a number": ([{"type": "exit", "status": "7"}], EXIT_RUN_ERROR, b""),
+    # the controller sends 128+N for a signal: -9 was read as 247, now refused as no status
+    "exit -9": ([_exit(-9)], EXIT_RUN_ERROR, BAD_STATUS),
+    "exit not a number": ([{"type": "exit", "status": "7"}], EXIT_RUN_ERROR, BAD_STATUS),
     "started then exit": ([{"type": "started", "id": "s1"}, _exit(5)], 5, b""),
     "exit at a limit": (
         [
@@ -376,13 +380,29 @@ SAME_AS_PYTHON = {
         4,
         b"",
     ),
-    "exit, no status": ([{"type": "exit"}], EXIT_RUN_ERROR, b""),
+    "exit, no status": ([{"type": "exit"}], EXIT_RUN_ERROR, BAD_STATUS),
     "exit, a message not a string": (
         [{"type": "exit", "status": 3, "message": None}],
         3,
         b"lnk: None\n",
     ),
     "error, no fields": ([{"type": "error"}], EXIT_RUN_ERROR, b"lnk: None\n"),
+    # A note: the controller wrote it on the program's stderr before the program started;
+    # neither client prints it again (nor does an old one, which does not know the field).
+    "started with a note": (
+        [{"type": "started", "id": "s", "note": "lnk: note: \x1b[31m not shown"}, _exit(0)],
+        0,
+        b"",
+    ),
+    "started, a note not a string": (
+        [{"type": "started", "id": "s", "note": {"a": [1]}}, _exit(3)],
+        3,
+        b"",
+    ),
+    # A status that is not one a process has: refused, never passed on (256 reads as 0).
+    "exit, 256": ([_exit(256)], EXIT_RUN_ERROR, BAD_STATUS),
+    "exit, past 32 bits": ([_exit(2**40)], EXIT_RUN_ERROR, BAD_STATUS),
+    "exit, 255": ([_exit(255)], 255, b""),
 }
 
 
@@ -490,6 +510,21 @@ def test_a_bad_frame_is_a_clean_error(
     assert ran.returncode == EXIT_RUN_ERROR
     assert ran.stderr.startswith(b"lnk: the controller sent a bad frame (")
     assert why.encode() in ran.stderr
+
+
+@pytest.mark.parametrize("case", list(BAD_FRAMES))
+def test_a_bad_frame_is_a_clean_error_from_the_python_client_too(
+    native_client: Path, controller: Controller, case: str
+) -> None:
+    """The same refusal in the Python client: one line naming a bad frame, never "an error lnk
+    did not expect" (a ValueError, or the scanner's SystemError) nor a traceback."""
+    body, _why = BAD_FRAMES[case]
+    controller.serve(_answer(controller, body))
+    ran = _run(_python(), ["sandbox", "run", "--", "true"], _env(controller))
+    controller.check()
+    assert ran.returncode == EXIT_RUN_ERROR
+    assert ran.stderr.startswith(b"lnk: the controller sent a bad frame ("), ran.stderr
+    assert ran.stderr.endswith(b"); see its log\n") and ran.stderr.count(b"\n") == 1
 
 
 def test_32_levels_deep_is_still_read(native_client: Path, controller: Controller) -> None:

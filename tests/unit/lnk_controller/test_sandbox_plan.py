@@ -19,10 +19,12 @@ from lnk_controller.judged import Judged
 from lnk_controller.launch_request import LaunchRequest, TerminalSize
 from lnk_controller.proxy_link import PROXY_SOCKET_INSIDE
 from lnk_controller.sandbox_plan import (
+    NOTE_LIMIT,
     SANDBOX_PATH,
     Prepared,
     SandboxPlan,
     check_agent_network,
+    cwd_note,
     plan_sandbox,
 )
 from lnk_controller.staging import Staged
@@ -364,7 +366,41 @@ def test_no_proxy_grant_no_relay() -> None:
 def test_the_working_folder_is_the_callers_inside_a_grant_else_the_home(
     cwd: str, inside: str
 ) -> None:
-    assert plan(r=request(cwd=cwd)).layout.cwd == inside
+    made = plan(r=request(cwd=cwd))
+    assert made.layout.cwd == inside
+    assert (made.note != "") is (inside != cwd)  # told exactly when it starts elsewhere
+
+
+def test_the_note_names_the_folder_where_it_starts_and_the_flags_that_grant_it() -> None:
+    assert plan(r=request(cwd="/home/owner")).note == (
+        f"lnk: note: /home/owner is not granted to this sandbox; it starts in {HOME} "
+        "(grant it with --read /home/owner or --write /home/owner)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked", "said", "quoted"),
+    [
+        ("/home/u/my proj", "/home/u/my proj", "'/home/u/my proj'"),  # quoted for a shell
+        ("/home/u/a\x1b]0;pwned\x07", "/home/u/a\\x1b]0;pwned\\x07", None),  # no escape runs
+        ("/home/u/a\nb", "/home/u/a\\nb", None),  # one line
+        ("/home/u/it's", "/home/u/it's", "'/home/u/it'\"'\"'s'"),
+    ],
+)
+def test_the_note_shows_the_callers_path_safely(asked: str, said: str, quoted: str | None) -> None:
+    note = cwd_note(asked, "/home/s")
+    assert note.startswith(f"lnk: note: {said} is not granted to this sandbox; it starts in ")
+    assert note.isprintable()
+    if quoted is not None:
+        assert f"--read {quoted} or --write {quoted})" in note
+
+
+def test_the_note_is_one_short_write_whatever_the_path() -> None:
+    long = "/" + "\x01" * 4000  # escapes make it four times longer
+    note = cwd_note(long, "/home/s")
+    assert len(note.encode()) + 1 <= NOTE_LIMIT and note.isprintable()
+    assert note == "lnk: note: your folder is not granted to this sandbox; it starts in /home/s"
+    assert cwd_note("/home/s", "/home/s") == ""
 
 
 def test_links_may_be_made_only_in_private_places_without_a_grant_below() -> None:

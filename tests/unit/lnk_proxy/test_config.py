@@ -137,7 +137,13 @@ def test_the_model_is_frozen() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["unsafe_unbounded_tunnels", "unsafe_log_every_refusal", "unsafe_hosted_tunnel_by_address"],
+    [
+        "unsafe_unbounded_tunnels",
+        "unsafe_log_every_refusal",
+        "unsafe_hosted_tunnel_by_address",
+        "unsafe_unbounded_model_bodies",
+        "unsafe_uncut_model_listings",
+    ],
 )
 def test_the_test_only_switches_are_off_by_default_and_warn_when_set(
     env: dict[str, str], config_dir: Path, caplog: pytest.LogCaptureFixture, name: str

@@ -84,10 +84,12 @@ def _rule(port: int) -> ModelRule:
     return parse_model_table(table, Origin("t", "models"))
 
 
-async def _served(base: Path, runtime: _Runtime) -> tuple[ProxyServer, Path, int, asyncio.Server]:
+async def _served(
+    base: Path, runtime: _Runtime, **unsafe: bool
+) -> tuple[ProxyServer, Path, int, asyncio.Server]:
     upstream = await asyncio.start_server(runtime.handle, "127.0.0.1", 0)
     port = upstream.sockets[0].getsockname()[1]
-    config = ProxyConfig(run_dir=base / "run", state_dir=base / "state")
+    config = ProxyConfig(run_dir=base / "run", state_dir=base / "state", **unsafe)
     server = ProxyServer(config)
     await server.start()
     path = config.run_dir / "sbx" / "sbx-1.sock"
@@ -319,3 +321,57 @@ def test_a_listing_shows_only_the_rules_models_and_an_unreadable_one_is_a_502(ba
     assert json.loads(body) == {"models": [{"name": "llama3.2:3b"}]}
     assert b"llama3.1" not in tags + ps and b"qwen" not in tags
     assert ps.startswith(b"HTTP/1.1 502 ")
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_the_uncut_listings_switch_passes_the_runtimes_whole_listing(
+    base: Path, unsafe: bool
+) -> None:
+    """`unsafe_uncut_model_listings` (tests of `lnk sandbox check` only) reopens exactly the
+    class the cut closes: every model the runtime holds is named."""
+    runtime = _Runtime()
+    get = b"GET http://127.0.0.1:11434/api/tags HTTP/1.1\r\nHost: 127.0.0.1:11434\r\n\r\n"
+
+    async def run() -> bytes:
+        server, path, _, upstream = await _served(base, runtime, unsafe_uncut_model_listings=unsafe)
+        try:
+            return await _send(path, get)
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+
+    tags = asyncio.run(run())
+    assert tags.startswith(b"HTTP/1.1 200 OK")
+    assert (b"qwen2.5:7b" in tags) is unsafe and b"llama3.2:3b" in tags
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_the_unbounded_bodies_switch_gives_a_wide_body_to_the_parser(
+    base: Path, unsafe: bool
+) -> None:
+    """A body of more values than the proxy parses, naming an allowed model: refused before any
+    parse, nothing arriving; with `unsafe_unbounded_model_bodies` it is parsed and forwarded."""
+    runtime = _Runtime()
+    count = 2**20 + 1
+    body = b'{"model":"llama3.2:3b","prompt":"x","options":{"stop":[' + b"0," * (count - 1)
+    body += b"0]}}"
+
+    async def run() -> bytes:
+        server, path, _, upstream = await _served(
+            base, runtime, unsafe_unbounded_model_bodies=unsafe
+        )
+        try:
+            return await _send(path, _post("http://127.0.0.1:11434/api/generate", body))
+        finally:
+            await server.close()
+            upstream.close()
+            await upstream.wait_closed()
+
+    answer = asyncio.run(run())
+    if unsafe:
+        assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:200]
+        assert len(runtime.bodies) == 1 and runtime.bodies[0].count(b"0") >= count
+    else:
+        assert answer.startswith(b"HTTP/1.1 403 Forbidden"), answer[:200]
+        assert runtime.heads == []

@@ -25,7 +25,7 @@ BUILT = {
     protocol.APPROVE_QUESTION: protocol.approve_question_frame(["opens:"], "h"),
     protocol.OPEN: protocol.open_frame(["/a"]),
     protocol.APPROVED: protocol.approved_frame("h", True),
-    protocol.STARTED: protocol.started_frame("s1", "64 processes"),
+    protocol.STARTED: protocol.started_frame("s1", "64 processes", note="lnk: note: x"),
     protocol.EXIT: protocol.exit_frame(0, "the memory limit"),
     protocol.ERROR: protocol.error_frame(2, 125, "m"),
 }
@@ -168,8 +168,11 @@ def test_the_clients_read_the_controllers_answers_as_they_always_have() -> None:
     assert protocol.approved_hash({"hash": 7}) == (False, "7")
     assert protocol.started_sandbox({}) == ("", "none")
     assert protocol.exit_status({"status": 3}) == (3, None)
-    assert protocol.exit_status({"status": "3", "message": 5}) == (errors.EXIT_RUN_ERROR, "5")
-    assert protocol.exit_status({}, errors.EXIT_ERROR) == (errors.EXIT_ERROR, None)
+    assert protocol.exit_status({"status": 3, "message": 5}) == (3, "5")
+    for bad in ({"status": "3", "message": 5}, {}):  # refused now: the run's failure, said
+        with pytest.raises(errors.StateError, match="bad frame") as caught:
+            protocol.exit_status(bad)
+        assert caught.value.run_exit_code == errors.EXIT_RUN_ERROR
     error = protocol.remote_error({"exit": 3, "run_exit": 126, "message": "refused"})
     assert isinstance(error, errors.RemoteError)
     assert (str(error), error.exit_code, error.run_exit_code) == ("refused", 3, 126)
@@ -190,3 +193,22 @@ def test_the_limits_are_the_transports_and_the_kernels() -> None:
         frames.HEADER_BYTES,
     )
     assert protocol.MAX_ARG_BYTES == 32 * 4096  # MAX_ARG_STRLEN: 32 pages
+
+
+def test_the_started_frame_carries_a_note_only_when_there_is_one() -> None:
+    assert "note" not in protocol.started_frame("s1", "none")
+    assert protocol.started_frame("s1", "none", note="lnk: note: x")["note"] == "lnk: note: x"
+
+
+@pytest.mark.parametrize("status", [0, 1, 125, 137, 255])
+def test_an_exit_status_is_read_as_it_is(status: int) -> None:
+    assert protocol.exit_status(protocol.exit_frame(status)) == (status, None)
+    assert protocol.exit_status(protocol.exit_frame(status, "m")) == (status, "m")
+
+
+@pytest.mark.parametrize("status", [256, 512, -1, 2**40, None, "0", 1.0, True, [0]])
+def test_an_exit_status_that_is_not_one_is_a_bad_frame(status: object) -> None:
+    with pytest.raises(errors.StateError, match=r"the controller sent a bad frame \(an exit"):
+        protocol.exit_status({"type": "exit", "status": status})
+    with pytest.raises(errors.StateError):
+        protocol.exit_status({"type": "exit"})

@@ -1,0 +1,95 @@
+"""What `lnk sandbox check` tries against every `[[models]]` rule's body bound: a body of more
+values than the proxy parses (`strict_json.MAX_VALUES`, 2**20) and one nested deeper than it
+scans (`MAX_SCANNED_DEPTH`, 1000), each of which the proxy must refuse before any parser is given
+it, so nothing reaches the runtime or the provider.
+
+Per rule, one POST each to an inference route at the rule's port inside the sandbox, through
+the proxy (`lnk_inside/probes_models.py` makes the bodies inside: megabytes, past what a plan
+can carry), naming a model the rule does not list (`plan_hosted.probe_model`), so that even
+with the bound switched off nothing is forwarded: the proxy's test-only
+`unsafe_unbounded_model_bodies` gives the body to the parser, which still refuses it, but for
+another reason (the nesting past its recursion limit, the model), and the probe is `leaked`.
+
+Evidence: the proxy's wire log. An allowed decision for the URL is a leak; so is a refusal that
+does not say the body was refused before it was parsed (`wire-said`: the proxy's words are
+`...: refused before it was parsed`, strict_json.refuse_many_values).
+
+Does NOT try a body of fewer bytes than 2**20 (the proxy does not scan those: they cannot hold
+more values, and the parsers stop their nesting at their own recursion limits), nor a
+body past the byte bound (refused by its Content-Length, tested in tests/unit/lnk_proxy).
+"""
+
+from __future__ import annotations
+
+from lnk_cli.check.plan import REFUSED, Evidence, Probe
+from lnk_cli.check.plan_hosted import placeholder_key, probe_model
+from lnk_shared.grants import Grants
+from lnk_shared.spec_models import HOSTED_KINDS, ModelRule
+
+__all__ = ["BODY_SHAPES", "BOUND_SAID", "INFERENCE", "PADS", "body_probes"]
+
+MAX_VALUES = 2**20  # strict_json.MAX_VALUES: the proxy's bound (the CLI imports no proxy code)
+SCANNED = MAX_VALUES  # bytes from which the proxy scans a body (fewer cannot hold more values)
+# Past the nesting the proxy scans to (1000), in a body padded past SCANNED by one string (a
+# body of brackets alone would cost the scan seconds: one pass of the shape per level).
+DEEP = 1024
+WIDE = MAX_VALUES + 1  # numbers in one array: past the count alone. ~2 MiB.
+BODY_SHAPES = {"deep": DEEP, "wide": WIDE}
+PADS = {"deep": SCANNED, "wide": 0}  # bytes of the padding string
+BOUND_SAID = "before it was parsed"  # the proxy's reason for a body the scan refused
+# The inference route each kind's probe posts to (a route whose body the proxy judges).
+INFERENCE = {
+    "ollama": "/api/chat",
+    "llamacpp": "/v1/chat/completions",
+    "vllm": "/v1/chat/completions",
+    "openai-compatible": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "openai": "/v1/responses",
+}
+_SHOWN = {
+    "deep": f"a body nested {DEEP} deep (the proxy scans to 1000)",
+    "wide": f"a body of {WIDE} values (the proxy parses {MAX_VALUES} at most)",
+}
+
+
+def body_probes(grants: Grants) -> list[Probe]:
+    """The two probes above for every model rule of these grants, in rule order."""
+    probes: list[Probe] = []
+    for rule in grants.spec.models:
+        if rule.kind in INFERENCE:
+            probes += [_probe(rule, shape) for shape in BODY_SHAPES]
+    return probes
+
+
+def _headers(rule: ModelRule) -> list[str]:
+    """The placeholder key a hosted rule's program holds (a local rule's has none)."""
+    if rule.kind not in HOSTED_KINDS:
+        return []
+    key = placeholder_key(rule)
+    return [f"x-api-key: {key}" if rule.kind == "anthropic" else f"Authorization: Bearer {key}"]
+
+
+def _probe(rule: ModelRule, shape: str) -> Probe:
+    ident = f"model:{rule.kind}:{rule.port}:{shape}-body"
+    target = f"127.0.0.1:{rule.port}"
+    path = INFERENCE[rule.kind]
+    url = f"http://{target}{path}"
+    tried = f"POST {url} with {_SHOWN[shape]} through the proxy"
+    model = probe_model(rule)
+    if model is None:  # an allowed model: on a leak it would run (and spend the owner's key)
+        why = "the rule's model prefixes take every name the probe could send"
+        return Probe(ident, tried, REFUSED, None, not_tried=why)
+    step = {
+        "id": ident,
+        "kind": "model_body",
+        "target": target,
+        "verb": "POST",
+        "path": path,
+        "headers": _headers(rule),
+        "shape": shape,
+        "count": BODY_SHAPES[shape],
+        "pad": PADS[shape],
+        "model": model,
+    }
+    evidence = (Evidence("wire", url), Evidence("wire-said", (url, BOUND_SAID)))
+    return Probe(ident, tried, REFUSED, step, evidence)
