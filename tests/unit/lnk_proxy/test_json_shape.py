@@ -16,9 +16,15 @@ from typing import Any
 
 import pytest
 
-from lnk_proxy import strict_json
+from lnk_proxy import json_shape, strict_json
 from lnk_proxy.hosted_bodies import FETCH_NAMES, judge_body, may_fetch
-from lnk_proxy.json_shape import depth_within, pairs_in, shape, structure_within
+from lnk_proxy.json_shape import (
+    depth_within,
+    pairs_in,
+    passes_within,
+    shape,
+    structure_within,
+)
 from lnk_proxy.strict_json import MAX_DEPTH, BodyRefused
 
 BODIES_PER_SEED = 500  # with 4 seeds: 2,000 bodies, each read both ways
@@ -328,6 +334,32 @@ def test_a_walk_counts_the_members_the_serialisations_shape_has(seed: int) -> No
 )
 def test_depth_is_read_from_the_shape(structure: bytes, bound: int, within: bool) -> None:
     assert depth_within(structure, bound) is within
+    assert passes_within(structure, bound) is within
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_one_pass_nesting_count_answers_as_the_passes_do(seed: int) -> None:
+    """The C module's `nesting_within` (one pass) against the bytes-methods passes, on shapes
+    balanced and not, with stray bytes, at every bound around their depth."""
+    rng = random.Random(seed)
+    for _ in range(2000):
+        structure = bytes(rng.choice(b"[]{}:[]{}[]{}:,a") for _ in range(rng.randrange(0, 24)))
+        if rng.random() < 0.5:  # balanced ones too, or nearly all would be refused
+            depth = rng.randrange(1, 12)
+            structure = b"[" * depth + structure.translate(None, b"[]{},a") + b"]" * depth
+        for bound in range(1, 14):
+            assert depth_within(structure, bound) is passes_within(structure, bound), structure
+
+
+def test_a_million_brackets_nested_just_under_the_bound_are_read_in_one_pass() -> None:
+    """The attack: 2 MiB of brackets in runs nested 999 deep, just within the scan's bound of
+    1000, made the passes delete one pair per run per pass, a thousand passes over megabytes
+    (~2 s of the proxy's one loop for one request). The wheel's module counts it in one pass:
+    it must be what answers (the unit tests build it, conftest.py)."""
+    assert json_shape._nesting_within is not None, "lnk_proxy._json_scan has no nesting_within"
+    runs = b"[" * 999 + b"]" * 999
+    assert depth_within(runs * 1000, 999)
+    assert not depth_within(runs * 999 + b"[" * 1000 + b"]" * 1000, 999)
 
 
 def _hosted_body(rng: random.Random) -> dict[str, Any]:

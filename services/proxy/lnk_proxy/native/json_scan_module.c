@@ -1,6 +1,7 @@
 /* json_scan_module.c: lnk_proxy._json_scan, the CPython module around json_scan.c's one pass
  * (scan(body, max_depth, max_values) -> (code, may_fetch)): arguments in, a tuple out, and the
- * pass's constants for strict_json and the tests. The pass itself is json_scan.c, no Python. */
+ * pass's constants for strict_json and the tests. The pass itself is json_scan.c, no Python.
+ * Also nesting_within, json_shape.depth_within's one-pass twin (below). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -26,7 +27,44 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     return Py_BuildValue("(iO)", code, may_fetch ? Py_True : Py_False);
 }
 
+/* Whether a shape (json_shape: structural bytes outside strings) nests at most max_depth deep,
+ * `{}` and `[]` as one kind and `:` ignored: True iff it is balanced, no deeper, and holds
+ * nothing else. json_shape.depth_within answers the same with up to max_depth passes over the
+ * shape; one pass here, so a body of a million brackets costs one read, not a thousand. */
+static int nesting_within_c(const unsigned char *p, size_t n, long max_depth) {
+    long depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        switch (p[i]) {
+        case '[':
+        case '{':
+            if (++depth > max_depth) return 0;
+            break;
+        case ']':
+        case '}':
+            if (depth-- == 0) return 0; /* a close with nothing open: never balanced */
+            break;
+        case ':':
+            break;
+        default:
+            return 0; /* a byte no pass deletes: never empties */
+        }
+    }
+    return depth == 0;
+}
+
+static PyObject *nesting_within(PyObject *module, PyObject *args) {
+    (void)module;
+    Py_buffer shape;
+    long max_depth;
+    if (!PyArg_ParseTuple(args, "y*l", &shape, &max_depth)) return NULL;
+    int within = nesting_within_c(shape.buf, (size_t)shape.len, max_depth);
+    PyBuffer_Release(&shape);
+    return PyBool_FromLong(within);
+}
+
 static PyMethodDef methods[] = {
+    {"nesting_within", nesting_within, METH_VARARGS,
+     "nesting_within(shape, max_depth) -> bool: json_shape.depth_within in one pass."},
     {"scan", scan, METH_VARARGS,
      "scan(body, max_depth, max_values) -> (code, may_fetch): see json_scan.c's header."},
     {NULL, NULL, 0, NULL},
