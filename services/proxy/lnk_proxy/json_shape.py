@@ -45,6 +45,9 @@ thousand runs of 999, took ~2 s of the proxy's one loop that way; with lnk_proxy
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+_nesting_within: Callable[[bytes, int], bool] | None
 try:  # the one-pass nesting count (lnk_proxy/native/json_scan_module.c), built into the wheel
     from lnk_proxy._json_scan import nesting_within as _nesting_within
 except ImportError:  # a checkout without it: the passes below, same answers (strict_json warns)
