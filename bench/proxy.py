@@ -136,7 +136,16 @@ def main() -> int:
         bench = Bench(net, lnk, source, relay_port, relay.pid, tiny, peers, slow_loop)
         if arguments.baseline is not None:
             old = start_lnk(stack, base / "o", binds, sources=arguments.baseline.resolve())
-            old_relay, old_port = start_relay(stack, old.listener, base)
+            # Its own relay too, when the tree has the sandbox's C (`git archive ... sandbox
+            # pyproject.toml`): the `old relay` row is then the whole earlier path.
+            old_sources = arguments.baseline.resolve()
+            has_c = (old_sources / "sandbox").is_dir() and (
+                old_sources / "pyproject.toml"
+            ).is_file()
+            old_folder = base / "o"
+            old_relay, old_port = start_relay(
+                stack, old.listener, old_folder, old_sources if has_c else None
+            )
             bench.baseline = (old_port, old.process.pid, old_relay.pid)
         if arguments.rows:
             bench.only = frozenset(name.strip() for name in arguments.rows.split(","))
