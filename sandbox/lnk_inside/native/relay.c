@@ -24,8 +24,9 @@
  *
  * Per small request (a keep-alive GET and its answer) the relay makes two splices each way: a
  * wake-up steps only the direction whose socket is ready (the other's splice would only say
- * EAGAIN), and a read that took less than it could (the source drained) goes back to epoll
- * instead of reading again for the EAGAIN: epoll is level-triggered, so bytes that arrived
+ * EAGAIN), and a short read (under SMALL_READ and less than it could: the source drained) goes
+ * back to epoll instead of reading again for the EAGAIN (a larger one reads again: in a bulk
+ * transfer more has often arrived, and going to epoll for it cost the tunnel ~10 %): epoll is level-triggered, so bytes that arrived
  * meanwhile are reported at once. A socket's epoll entry changes only when what its
  * directions wait for does (a full sink, an end). The sandbox's side has TCP_NODELAY: an answer
  * the proxy wrote in two pieces goes out as two segments at once, not the second held by Nagle
@@ -68,6 +69,7 @@
 #define ACCEPT_PAUSE_NS 100000000L /* 100 ms: out of descriptors or threads, do not spin */
 #define STEP_MOVES 16              /* splices (or reads, writes) of one direction per wake-up */
 #define EVENTS 64                  /* ready sockets taken per epoll_wait */
+#define SMALL_READ (16 * 1024)     /* a shorter read drained its source (a request, an answer) */
 
 /* One direction of a connection. Copy mode (splice refused with EINVAL, or no pipe to be had)
    reads and writes through `buffer`, after the pipe has given back what it held. */
@@ -170,7 +172,7 @@ static void step(struct direction *d) {
             n = splice(d->source, NULL, d->pipe[1], NULL, BULK_PIPE, flags);
             if (n > 0) {
                 d->in_pipe = (size_t)n;
-                d->drained = n < d->capacity;
+                d->drained = n < d->capacity && n < SMALL_READ;
                 grow_pipe(d, n);
                 continue;
             }
@@ -182,7 +184,7 @@ static void step(struct direction *d) {
             if (n > 0) {
                 d->buffered = (size_t)n;
                 d->offset = 0;
-                d->drained = n < COPY_BUFFER;
+                d->drained = n < COPY_BUFFER && n < SMALL_READ;
                 continue;
             }
         }
