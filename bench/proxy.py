@@ -1,8 +1,8 @@
 """The filtering proxy against a direct path, tinyproxy, proxy.py and sandbox-runtime's proxy,
 side by side in one run with the same client, and a fairness row.
 
-    sudo /opt/lnk/venv/bin/python bench/proxy.py [--rounds 3] [--only-small] [--no-peers]
-        [--baseline OLD_SOURCES] [--rows "direct,lnk relay,old relay"]
+    sudo /opt/lnk/venv/bin/python bench/proxy.py [--rounds 3] [--only-small | --only-transfers]
+        [--no-peers] [--baseline OLD_SOURCES] [--rows "direct,lnk relay,old relay"]
 
 The modules, one job each: `proxy_procs` starts the processes (the proxies, the relay, the
 source) and reads their CPU and memory; `proxy_peers` installs and starts the peers;
@@ -99,6 +99,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="repeat (a), (b); print medians")
     parser.add_argument("--only-small", action="store_true", help="skip (a), (c) and (d)")
     parser.add_argument("--no-peers", action="store_true", help="no proxy.py, no srt rows")
+    parser.add_argument("--only-transfers", action="store_true", help="(a) only")
     parser.add_argument("--profile", type=Path, help="write lnk_proxy's CPU profile (pstats)")
     parser.add_argument(
         "--baseline",
@@ -136,7 +137,16 @@ def main() -> int:
         bench = Bench(net, lnk, source, relay_port, relay.pid, tiny, peers, slow_loop)
         if arguments.baseline is not None:
             old = start_lnk(stack, base / "o", binds, sources=arguments.baseline.resolve())
-            old_relay, old_port = start_relay(stack, old.listener, base)
+            # Its own relay too, when the tree has the sandbox's C (`git archive ... sandbox
+            # pyproject.toml`): the `old relay` row is then the whole earlier path.
+            old_sources = arguments.baseline.resolve()
+            has_c = (old_sources / "sandbox").is_dir() and (
+                old_sources / "pyproject.toml"
+            ).is_file()
+            old_folder = base / "o"
+            old_relay, old_port = start_relay(
+                stack, old.listener, old_folder, old_sources if has_c else None
+            )
             bench.baseline = (old_port, old.process.pid, old_relay.pid)
         if arguments.rows:
             bench.only = frozenset(name.strip() for name in arguments.rows.split(","))
@@ -151,6 +161,9 @@ def main() -> int:
         print("cpu: % of one core used by each process while measuring")
         if only_small:
             bench_small(bench, rounds)
+            return 0
+        if arguments.only_transfers:
+            bench_transfers(bench, rounds)
             return 0
         before, after = idle_tunnel_memory(bench.dial_lnk, lnk.process.pid)  # on a fresh proxy
         bench_transfers(bench, rounds)

@@ -276,11 +276,14 @@ INSTALLED_CONFINER = Path(
 )
 
 
-def confiner_binary(folder: Path) -> Path:
+def confiner_binary(folder: Path, sources: Path | None = None) -> Path:
     """lnk-sandbox built from this checkout's C (what the bench measures, as it does the
     proxy's code) by lnk_shared/native_build.py, loaded by path as setup.py does; the installed
-    one when there is no compiler."""
-    spec = importlib.util.spec_from_file_location("lnk_native_build", NATIVE_BUILD)
+    one when there is no compiler. `sources`: another tree's (a `--baseline` with `sandbox/`
+    and `pyproject.toml` in it), by that tree's own native_build.py."""
+    script = NATIVE_BUILD if sources is None else sources / "shared/lnk_shared/native_build.py"
+    name = "lnk_native_build" if sources is None else "lnk_native_build_baseline"
+    spec = importlib.util.spec_from_file_location(name, script)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load {NATIVE_BUILD}")
     build = importlib.util.module_from_spec(spec)
@@ -294,12 +297,12 @@ def confiner_binary(folder: Path) -> Path:
 
 
 def start_relay(
-    stack: ExitStack, listener: Path, folder: Path
+    stack: ExitStack, listener: Path, folder: Path, sources: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], int]:
     """The in-sandbox relay (`lnk-sandbox --relay`) on a free loopback port, serving
-    lnk_proxy's listener."""
+    lnk_proxy's listener; built from `sources` (another tree) when given."""
     port = free_port()
-    argv = [str(confiner_binary(folder)), "--relay", str(listener), str(port)]
+    argv = [str(confiner_binary(folder, sources)), "--relay", str(listener), str(port)]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     stack.callback(stop, process)
     wait_until(lambda: listening(port), process, "the relay")

@@ -131,6 +131,11 @@ def bench_transfers(bench: Bench, rounds: int) -> None:
         ("lnk_proxy tunnel", bench.dial_lnk, tunnel_to, bench.lnk_pids),
         ("lnk relay tunnel", relay.dial, tunnel_to, relay.pids),
     ]
+    if bench.baseline is not None:  # `--baseline`'s proxy behind its relay: the old path
+        port, proxy, relay_pid = bench.baseline
+        rows.append(
+            ("old relay tunnel", _dial(port), tunnel_to, {"proxy": proxy, "relay": relay_pid})
+        )
     rows += [(f"{e.name} tunnel", e.dial, tunnel_to, e.pids) for e in bench.others()]
     done: list[dict[str, float]] = []
     for number in range(1, rounds + 1):
@@ -172,8 +177,11 @@ def judge_transfers(rates: dict[str, float]) -> None:
     if "lnk_proxy tunnel" in rates:
         ratio = rates["lnk_proxy tunnel"] / rates["direct"]
         print(f"  lnk / direct       {100 * ratio:8.0f} %       (the proxy alone, unix client)")
+    if "old relay tunnel" in rates:
+        ratio = rates["old relay tunnel"] / rates["direct"]
+        print(f"  old relay / direct {100 * ratio:8.0f} %       (`--baseline`'s whole path)")
     for name, rate in rates.items():
-        if name.endswith(" tunnel") and not name.startswith("lnk"):
+        if name.endswith(" tunnel") and not name.startswith(("lnk", "old")):
             print(f"  lnk relay / {name:18} {rates['lnk relay tunnel'] / rate:6.2f} x")
 
 

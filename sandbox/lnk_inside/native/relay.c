@@ -8,18 +8,32 @@
  * which it is the one exception to), as a grandchild re-parented to bwrap's init, so it ends
  * with the sandbox. It reaches nothing but the one socket it was given.
  *
- * How bytes move: one thread per connection (64 KiB stack) dials the proxy and does the
- * `[localhost]` handshake as plain blocking code, then runs a poll loop over the two sockets,
- * each direction a non-blocking splice(2) from its source into a pipe and from the pipe into
- * its sink: the bytes never enter this process. Why this and not a thread per direction
- * (measured on 2 shared cores, moving 1 GiB from a unix socket to a TCP client and small echoes
- * at concurrency 1): the same tunnel rate and CPU (~0.25 CPU-s per GiB either way), less CPU per
- * small round trip (one thread wakes, not two: ~25 vs ~30 us) and under half the memory per
- * idle connection (5 vs 14 KiB of RSS, one kernel stack instead of two). One poll loop for all
- * connections would save the thread too, but make the connect and the handshake a state machine.
+ * How bytes move: one thread per new connection (64 KiB stack) dials the proxy and does the
+ * `[localhost]` handshake as plain blocking code, then hands the two sockets to the one relaying
+ * thread and ends. The relaying thread waits on every connection's sockets with one epoll set
+ * (level-triggered), and moves each direction by non-blocking splice(2) from its source into a
+ * pipe and from the pipe into its sink: the bytes never enter this process. Why one thread for
+ * the relaying and not a thread per connection polling its two sockets (what this was until
+ * session 10): with 64 connections busy, each small request woke its own thread twice (request,
+ * answer), a context switch each; one epoll_wait now returns the ready sockets of many
+ * connections at once, and an idle connection costs no thread at all. A direction moves at most
+ * STEP_MOVES times per wake-up, so a bulk tunnel does not hold the others' small requests back.
  * A pipe starts at the kernel's default size and grows to 1 MiB once a splice fills half of it
  * (a bulk transfer: 4x fewer splices per GiB), so idle and chatty connections do not take the
  * sandbox user's pipe quota; when the quota refuses, the default size still works.
+ *
+ * Per small request (a keep-alive GET and its answer) the relay makes two splices each way: a
+ * wake-up steps only the direction whose socket is ready (the other's splice would only say
+ * EAGAIN), and a short read (under SMALL_READ and less than it could: the source drained) goes
+ * back to epoll instead of reading again for the EAGAIN (a larger one reads again: in a bulk
+ * transfer more has often arrived, and going to epoll for it cost the tunnel ~10 %): epoll is level-triggered, so bytes that arrived
+ * meanwhile are reported at once. A socket's epoll entry changes only when what its
+ * directions wait for does (a full sink, an end). The sandbox's side has TCP_NODELAY: an answer
+ * the proxy wrote in two pieces goes out as two segments at once, not the second held by Nagle
+ * until the client's (delayed) ACK of the first.
+ *
+ * When the relaying thread cannot be had (no epoll set or thread at the start, the hand-over
+ * refused), a connection is relayed by its own thread with poll(2), as before.
  */
 #define _GNU_SOURCE
 #include "relay.h"
@@ -30,6 +44,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -51,6 +67,9 @@
 #define COPY_BUFFER (64 * 1024)    /* the read/write fallback's buffer, on the heap */
 #define THREAD_STACK (64 * 1024)   /* splice loops need little stack; glibc's default is 8 MiB */
 #define ACCEPT_PAUSE_NS 100000000L /* 100 ms: out of descriptors or threads, do not spin */
+#define STEP_MOVES 16              /* splices (or reads, writes) of one direction per wake-up */
+#define EVENTS 64                  /* ready sockets taken per epoll_wait */
+#define SMALL_READ (16 * 1024)     /* a shorter read drained its source (a request, an answer) */
 
 /* One direction of a connection. Copy mode (splice refused with EINVAL, or no pipe to be had)
    reads and writes through `buffer`, after the pipe has given back what it held. */
@@ -63,6 +82,7 @@ struct direction {
     char *buffer;     /* copy mode only */
     size_t buffered, offset;
     bool ended;       /* the source is at EOF */
+    bool drained;     /* the last read from the source took less than it could */
     bool done;        /* the sink is shut: nothing more moves this way */
 };
 
@@ -108,11 +128,14 @@ static void grow_pipe(struct direction *d, ssize_t spliced) {
         d->capacity = now;
 }
 
-/* Move what can move without blocking; return when a call would block or the direction is
-   done. Every call either moves bytes, ends the direction, or says EAGAIN. */
+/* Move what can move without blocking; return when a call would block, the direction is
+   done, or what the source had is all out (`drained`: poll says when there is more). Every
+   call either moves bytes, ends the direction, or says EAGAIN. */
 static void step(struct direction *d) {
     const unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
-    while (!d->done) {
+    for (int moves = 0; !d->done; moves++) {
+        if (moves == STEP_MOVES)
+            return; /* still ready: the next wake-up goes on, after the others' turns */
         ssize_t n;
         bool from_source = false;
         if (d->buffered > 0) {
@@ -141,11 +164,15 @@ static void step(struct direction *d) {
         } else if (d->ended) {
             end_direction(d);
             return;
+        } else if (d->drained) {
+            d->drained = false; /* the next readiness reads again */
+            return;
         } else if (d->buffer == NULL) {
             from_source = true;
             n = splice(d->source, NULL, d->pipe[1], NULL, BULK_PIPE, flags);
             if (n > 0) {
                 d->in_pipe = (size_t)n;
+                d->drained = n < d->capacity && n < SMALL_READ;
                 grow_pipe(d, n);
                 continue;
             }
@@ -157,6 +184,7 @@ static void step(struct direction *d) {
             if (n > 0) {
                 d->buffered = (size_t)n;
                 d->offset = 0;
+                d->drained = n < COPY_BUFFER && n < SMALL_READ;
                 continue;
             }
         }
@@ -189,14 +217,27 @@ static void close_direction(struct direction *d) {
     free(d->buffer);
 }
 
-/* What a direction waits for: room in its sink while it holds bytes, else its source. */
-static void want(const struct direction *d, struct pollfd *source, struct pollfd *sink) {
+/* What a direction waits for: room in its sink while it holds bytes, else its source. Its
+   entry and the events that wake it are kept in `waits`, `wakes` for `ready`. */
+static void want(const struct direction *d, struct pollfd *source, struct pollfd *sink,
+                 struct pollfd **waits, short *wakes) {
+    *waits = NULL;
     if (d->done)
         return;
-    if (d->in_pipe > 0 || d->buffered > 0)
+    if (d->in_pipe > 0 || d->buffered > 0) {
         sink->events |= POLLOUT;
-    else
+        *waits = sink;
+        *wakes = POLLOUT | POLLERR | POLLHUP;
+    } else {
         source->events |= POLLIN;
+        *waits = source;
+        *wakes = POLLIN | POLLERR | POLLHUP;
+    }
+}
+
+/* Whether poll woke what the direction waits for (a direction not waiting is done). */
+static bool ready(const struct pollfd *waits, short wakes) {
+    return waits != NULL && (waits->revents & (wakes | POLLNVAL)) != 0;
 }
 
 /* Relay both ways until both directions are done. */
@@ -206,22 +247,208 @@ static void relay_both(int client, int upstream) {
     fcntl(upstream, F_SETFL, fcntl(upstream, F_GETFL) | O_NONBLOCK);
     open_direction(&up, client, upstream);
     open_direction(&down, upstream, client);
+    bool step_up = true, step_down = true;
     for (;;) {
-        step(&up);
-        step(&down);
+        if (step_up)
+            step(&up);
+        if (step_down)
+            step(&down);
         if (up.done && down.done)
             break;
         struct pollfd polls[2] = {{.fd = client}, {.fd = upstream}};
-        want(&up, &polls[0], &polls[1]);
-        want(&down, &polls[1], &polls[0]);
+        struct pollfd *up_waits, *down_waits;
+        short up_wakes = 0, down_wakes = 0;
+        want(&up, &polls[0], &polls[1], &up_waits, &up_wakes);
+        want(&down, &polls[1], &polls[0], &down_waits, &down_wakes);
         for (int i = 0; i < 2; i++)
             if (polls[i].events == 0)
                 polls[i].fd = -1; /* its hang-up must not wake a loop that has nothing to do */
-        if (poll(polls, 2, -1) < 0 && errno != EINTR)
-            break; /* out of memory: end this connection */
+        if (poll(polls, 2, -1) < 0) {
+            if (errno != EINTR)
+                break; /* out of memory: end this connection */
+            step_up = step_down = false;
+            continue;
+        }
+        step_up = ready(up_waits, up_wakes);
+        step_down = ready(down_waits, down_wakes);
     }
     close_direction(&up);
     close_direction(&down);
+}
+
+/* -- the relaying thread: every handed-over connection on one epoll set -- */
+
+struct relayed;
+
+/* One socket of a relayed connection: its epoll entry (`data.ptr` points here). */
+struct side {
+    struct relayed *owner;
+    int fd;
+    uint32_t registered; /* the events its entry asks for now */
+    bool added;          /* in the epoll set (taken out while it waits for nothing: its
+                            hang-up would otherwise be reported again and again) */
+};
+
+struct relayed {
+    struct direction up, down;
+    struct side client, upstream;
+    bool closed;           /* ended in this batch of events: the rest of it skips it */
+    struct relayed *later; /* the batch's ended connections, freed after it */
+};
+
+static int relay_set = -1;      /* the epoll set; -1: each connection relays in its own thread */
+static int handed[2] = {-1, -1}; /* connections handed over: a pipe of pointers */
+
+/* The events `d` waits for on `fd`. */
+static uint32_t wanted(const struct direction *d, int fd) {
+    if (d->done)
+        return 0;
+    if (d->in_pipe > 0 || d->buffered > 0)
+        return d->sink == fd ? EPOLLOUT : 0;
+    return d->source == fd ? EPOLLIN : 0;
+}
+
+static bool register_side(struct side *side, uint32_t events) {
+    if (side->added && side->registered == events)
+        return true; /* the usual case: a small request leaves every entry as it was */
+    if (events == 0) {
+        if (side->added)
+            epoll_ctl(relay_set, EPOLL_CTL_DEL, side->fd, NULL);
+        side->added = false;
+        side->registered = 0;
+        return true;
+    }
+    struct epoll_event event = {.events = events, .data.ptr = side};
+    if (epoll_ctl(relay_set, side->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, side->fd, &event) != 0)
+        return false; /* out of memory or of the user's epoll watches: end this connection */
+    side->added = true;
+    side->registered = events;
+    return true;
+}
+
+/* Each socket's entry as its two directions now wait; false when the set refused one. */
+static bool rearm(struct relayed *r) {
+    struct side *sides[2] = {&r->client, &r->upstream};
+    for (int i = 0; i < 2; i++) {
+        uint32_t events = wanted(&r->up, sides[i]->fd) | wanted(&r->down, sides[i]->fd);
+        if (!register_side(sides[i], events))
+            return false;
+    }
+    return true;
+}
+
+/* Step `d` when the events on `fd` are what it waits for. */
+static void step_on(struct direction *d, int fd, uint32_t got) {
+    uint32_t waits = wanted(d, fd);
+    if (waits != 0 && (got & (waits | EPOLLERR | EPOLLHUP)) != 0)
+        step(d);
+}
+
+/* The connection is over: its sockets closed (which takes them out of the set). */
+static void finish(struct relayed *r) {
+    close_direction(&r->up);
+    close_direction(&r->down);
+    close(r->client.fd);
+    close(r->upstream.fd);
+    r->closed = true;
+}
+
+/* New connections from the pipe: each one's entries, or its end. */
+static void take_handed(void) {
+    struct relayed *batch[EVENTS];
+    ssize_t n = read(handed[0], batch, sizeof batch);
+    for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof batch[0]; i++) {
+        struct relayed *r = batch[i];
+        step(&r->up); /* bytes may be waiting already: level-triggered, epoll says so anyway */
+        step(&r->down);
+        if ((r->up.done && r->down.done) || !rearm(r)) {
+            finish(r);
+            free(r);
+        }
+    }
+}
+
+static void *run_relaying(void *unused) {
+    (void)unused;
+    struct epoll_event events[EVENTS];
+    for (;;) {
+        int n = epoll_wait(relay_set, events, EVENTS, -1);
+        if (n < 0) {
+            if (errno != EINTR)
+                pause_accepting(); /* cannot happen with a valid set: do not spin */
+            continue;
+        }
+        struct relayed *ended = NULL;
+        for (int i = 0; i < n; i++) {
+            struct side *side = events[i].data.ptr;
+            if (side == NULL) {
+                take_handed();
+                continue;
+            }
+            struct relayed *r = side->owner;
+            if (r->closed)
+                continue;
+            step_on(&r->up, side->fd, events[i].events);
+            step_on(&r->down, side->fd, events[i].events);
+            if ((r->up.done && r->down.done) || !rearm(r)) {
+                finish(r);
+                r->later = ended;
+                ended = r;
+            }
+        }
+        while (ended != NULL) {
+            struct relayed *next = ended->later;
+            free(ended);
+            ended = next;
+        }
+    }
+    return NULL;
+}
+
+/* Give the connection to the relaying thread; false (nothing taken) when it cannot be. */
+static bool hand_over(int client, int upstream) {
+    if (relay_set < 0)
+        return false;
+    struct relayed *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return false;
+    fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK);
+    fcntl(upstream, F_SETFL, fcntl(upstream, F_GETFL) | O_NONBLOCK);
+    open_direction(&r->up, client, upstream);
+    open_direction(&r->down, upstream, client);
+    r->client = (struct side){.owner = r, .fd = client};
+    r->upstream = (struct side){.owner = r, .fd = upstream};
+    ssize_t n;
+    do /* a pointer's write is atomic (under PIPE_BUF): threads' hand-overs never mix */
+        n = write(handed[1], &r, sizeof r);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof r)
+        return true;
+    close_direction(&r->up); /* the pipe is full or gone: this thread relays it */
+    close_direction(&r->down);
+    free(r);
+    return false;
+}
+
+static int start_thread(void *(*run)(void *), void *arg);
+
+/* The epoll set, the hand-over pipe and the relaying thread; on any failure none of them, and
+   connections relay in their own threads. */
+static void start_relaying(void) {
+    relay_set = epoll_create1(EPOLL_CLOEXEC);
+    if (relay_set < 0)
+        return;
+    struct epoll_event event = {.events = EPOLLIN, .data.ptr = NULL};
+    if (pipe2(handed, O_CLOEXEC | O_NONBLOCK) == 0 &&
+        epoll_ctl(relay_set, EPOLL_CTL_ADD, handed[0], &event) == 0 &&
+        start_thread(run_relaying, NULL) == 0)
+        return;
+    close(relay_set);
+    relay_set = -1;
+    if (handed[0] >= 0) {
+        close(handed[0]);
+        close(handed[1]);
+    }
 }
 
 static int start_thread(void *(*run)(void *), void *arg) {
@@ -325,8 +552,11 @@ static void *run_connection(void *arg) {
     int client = accepted.client, port = accepted.listener->localhost_port;
     int upstream = dial(accepted.listener->socket_path);
     int handshake_ms = accepted.listener->handshake_ms;
-    if (upstream >= 0 && (port == 0 || connect_localhost(upstream, client, port, handshake_ms)))
+    if (upstream >= 0 && (port == 0 || connect_localhost(upstream, client, port, handshake_ms))) {
+        if (hand_over(client, upstream))
+            return NULL; /* the relaying thread's now, closing included */
         relay_both(client, upstream);
+    }
     if (upstream >= 0)
         close(upstream);
     close(client);
@@ -335,6 +565,7 @@ static void *run_connection(void *arg) {
 
 /* Accept on every listener, forever; a thread per connection. */
 static void serve(const struct listener *listeners, struct pollfd *polls, size_t count) {
+    start_relaying();
     for (size_t i = 0; i < count; i++) {
         /* Non-blocking: a connection that poll saw may be gone by accept. */
         fcntl(listeners[i].fd, F_SETFL, fcntl(listeners[i].fd, F_GETFL) | O_NONBLOCK);
@@ -358,6 +589,9 @@ static void serve(const struct listener *listeners, struct pollfd *polls, size_t
                     pause_accepting();
                 continue;
             }
+            /* Small answers out at once (see the top); refused, the relay still works. */
+            int on = 1;
+            setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
             struct accepted *accepted = malloc(sizeof *accepted);
             if (accepted != NULL)
                 *accepted = (struct accepted){&listeners[i], client};

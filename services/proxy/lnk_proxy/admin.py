@@ -13,6 +13,7 @@ commands, here):
     {"op": "secrets", "sandbox": ID, "service_secrets": {NAME: VALUE, ...}}
     {"op": "close", "sandbox": ID}
     {"op": "list"}
+    {"op": "stats", "sandbox": ID}
     {"op": "ping"}
 
 `open` and `adopt` may also carry `"services": [RULE, ...]` (`[[services]]` tables, read by the
@@ -24,6 +25,8 @@ or log line holds a value. The reply is `{"ok": true}` or `{"ok": false, "error"
 reply to `open` carries the new listener's descriptor (SCM_RIGHTS): the controller keeps it, so
 the listening socket outlives this process; after a restart the controller hands each one back
 with `adopt` (`list` answers `{"ok": true, "sandboxes": [ID, ...]}`, the listeners open now),
+`stats` answers `{"ok": true, "fast_decided": N}` (the sandbox's requests the callback path
+decided: how the e2e tests see which path served them),
 and the connections a sandbox made meanwhile wait in its backlog and are served then. Every
 field is checked as if hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a
 socket path outside the run dir or too long for a unix socket, a short secret, grants the spec
@@ -91,6 +94,7 @@ _KEYS = {
     "close": frozenset({"op", "sandbox"}),
     "secrets": frozenset({"op", "sandbox", "service_secrets"}),
     "list": frozenset({"op"}),
+    "stats": frozenset({"op", "sandbox"}),
     "ping": frozenset({"op"}),
 }
 
@@ -118,6 +122,11 @@ class CloseCommand:
 
 
 @dataclass(frozen=True)
+class StatsCommand:
+    sandbox: str
+
+
+@dataclass(frozen=True)
 class PingCommand:
     pass
 
@@ -127,7 +136,7 @@ class ListCommand:
     pass
 
 
-Command = OpenCommand | CloseCommand | PingCommand | ListCommand | SecretsCommand
+Command = OpenCommand | CloseCommand | PingCommand | ListCommand | SecretsCommand | StatsCommand
 _SERVICE_KEYS = ("services", "service_secrets", "models")  # optional in open and adopt
 
 
@@ -147,6 +156,8 @@ def parse_command(untrusted: dict[str, Any], run_dir: Path) -> Command:
         raise ValueError("sandbox must be an id of letters, digits, '-' and '_' (1 to 64)")
     if op == "close":
         return CloseCommand(sandbox)
+    if op == "stats":
+        return StatsCommand(sandbox)
     if op == "secrets":
         return SecretsCommand(sandbox, parse_service_secrets(untrusted["service_secrets"], None))
     secret = untrusted["secret"]
@@ -264,6 +275,8 @@ async def _run_command(
             server.set_service_secrets(command.sandbox, command.secrets)
         elif isinstance(command, ListCommand):
             return {"ok": True, "sandboxes": server.sandboxes()}, []
+        elif isinstance(command, StatsCommand):
+            return {"ok": True, "fast_decided": server.fast_decided(command.sandbox)}, []
     except (OSError, ValueError) as exc:
         return {"ok": False, "error": str(exc)}, []
     finally:

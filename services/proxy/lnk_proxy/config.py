@@ -74,6 +74,10 @@ class ProxyConfig(ServicePaths):
     controller_uid: int = Field(default=0, ge=0, le=MAX_UID)
     unsafe_public_networks: list[str] = Field(default_factory=list, max_length=MAX_UNSAFE_NETWORKS)
     unsafe_dns_table: Path | None = Field(default=None, strict=False)
+    # The table's answers kept per sandbox for ANSWER_CACHE_S as the system resolver's are
+    # (tests of the kept-answer path: the callback path's requests to names); off, a changed
+    # answer is seen by the very next request.
+    unsafe_dns_table_kept: bool = False
     unsafe_skip_route_check: bool = False  # tests of `lnk sandbox check` only: reopens a leak
     unsafe_service_ca: Path | None = Field(default=None, strict=False)  # the test internet's
     unsafe_skip_service_method_check: bool = False  # tests of `lnk sandbox check` only

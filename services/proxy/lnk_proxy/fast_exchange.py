@@ -234,6 +234,7 @@ class _Connection:
         if isinstance(verdict, Target):
             return self._finish(None)  # a lookup: the coroutine path's
         self.fast.decided += 1
+        listener.fast_decided += 1
         consumed = client.received - len(client.buffer)
         del client.buffer[:end]
         target = parsed.target

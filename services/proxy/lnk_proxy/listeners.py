@@ -61,6 +61,7 @@ class Listener:
     flags_known: bool = False  # read since the watch last said a name of it changed
     share: Share | None = None  # its share of the event loop's turns (`fair_share`)
     heads: HeadMemo = field(default_factory=HeadMemo)  # its parsed heads (`fast_exchange`)
+    fast_decided: int = 0  # its requests decided on the callback path (admin `stats`)
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only

@@ -208,8 +208,9 @@ class UnsafeTableResolver:
 
     caches_answers = False  # a test changes an answer and expects the next request to see it
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, kept: bool = False) -> None:
         self.path = path
+        self.caches_answers = kept  # `unsafe_dns_table_kept`: kept as real lookups' are
         self._parsed: tuple[tuple[int, int, int], dict[str, tuple[IPAddress, ...]]] | None = None
 
     async def resolve(self, name: str) -> tuple[IPAddress, ...]:
@@ -244,8 +245,9 @@ def read_table(path: Path) -> dict[str, tuple[IPAddress, ...]]:
     return table
 
 
-def make_resolver(unsafe_dns_table: Path | None) -> Resolver:
-    """A sandbox's own system resolver, or the test table when the config names one."""
+def make_resolver(unsafe_dns_table: Path | None, *, kept: bool = False) -> Resolver:
+    """A sandbox's own system resolver, or the test table when the config names one (its
+    answers kept as the system resolver's when `kept`)."""
     if unsafe_dns_table is not None:
-        return UnsafeTableResolver(unsafe_dns_table)
+        return UnsafeTableResolver(unsafe_dns_table, kept=kept)
     return SystemResolver()

@@ -353,7 +353,9 @@ class ProxyServer:
         listener.services = services or ServiceGrant()
         listener.models = models or ModelGrant()
         listener.hosted = HostedGrant(listener.models.rules)
-        listener.resolver = self._shared_resolver or make_resolver(self.config.unsafe_dns_table)
+        listener.resolver = self._shared_resolver or make_resolver(
+            self.config.unsafe_dns_table, kept=self.config.unsafe_dns_table_kept
+        )
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
             for name, rule in (("stop", "stopped"), ("pause", "paused"))
@@ -369,6 +371,13 @@ class ProxyServer:
 
     def sandboxes(self) -> list[str]:
         return sorted(self._listeners)
+
+    def fast_decided(self, sandbox: str) -> int:
+        """The sandbox's requests decided on the callback path (admin `stats`: tests)."""
+        listener = self._listeners.get(sandbox)
+        if listener is None:
+            raise ValueError(f"no listener for sandbox {sandbox}")
+        return listener.fast_decided
 
     def set_service_secrets(self, sandbox: str, secrets: dict[str, bytes]) -> None:
         """The secrets' values now (one left out: its rule refuses from the next request)."""

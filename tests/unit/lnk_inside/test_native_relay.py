@@ -9,10 +9,12 @@ network namespace is needed: the relay listens on 127.0.0.1 of this one.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -517,7 +519,9 @@ def test_out_of_descriptors_the_relay_waits_without_spinning(
     """With its descriptors used up, a queued connection waits (the relay does not spin on a
     failing accept), and is served once a descriptor is free again."""
     path = tmp_path / "proxy.sock"
-    limit = "--nofile=10:10"  # stdio, the listener, one connection's two sockets and two pipes
+    # stdio, the listener, the relaying thread's epoll set and hand-over pipe (3), one
+    # connection's two sockets and two pipes
+    limit = "--nofile=13:13"
     with (
         unix_server(path, echo),
         relay(relay_binary, path, "prlimit", limit) as (port, pid),
@@ -532,3 +536,53 @@ def test_out_of_descriptors_the_relay_waits_without_spinning(
             assert cpu_seconds(pid) - start < 0.3  # a spinning accept would use ~1 s
             first.close()
             assert second.recv(3) == b"two"
+
+
+PIDFD_GETFD = 438  # the same number on x86_64 and the generic table (aarch64)
+
+
+def relays_socket_to(pid: int, client: socket.socket) -> socket.socket:
+    """The relay's own end of `client`'s TCP connection, copied out of it (pidfd_getfd: this
+    test is the relay's parent, as root or its own user may)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            fd = libc.syscall(PIDFD_GETFD, pidfd, int(name), 0)
+            if fd < 0:
+                continue
+            copy = socket.socket(fileno=fd) if stat.S_ISSOCK(os.fstat(fd).st_mode) else None
+            if copy is None:
+                os.close(fd)
+                continue
+            with suppress(OSError):
+                if copy.family == socket.AF_INET and copy.getpeername() == client.getsockname():
+                    return copy
+            copy.close()
+    finally:
+        os.close(pidfd)
+    raise AssertionError("the relay holds no socket of this connection")
+
+
+def test_the_sandbox_side_has_nodelay_and_many_small_round_trips_stay_whole(
+    relay_binary: Path, tmp_path: Path
+) -> None:
+    """The accepted TCP socket has TCP_NODELAY (an answer written in two pieces is not held
+    back by Nagle); and small round trips of every size up to past a pipe-full, each answered
+    at once, arrive whole (the relay goes back to epoll after a short read: nothing waits)."""
+    path = tmp_path / "proxy.sock"
+    with unix_server(path, echo), relay(relay_binary, path) as (port, pid), connect(port) as sock:
+        sock.sendall(b"hello")
+        assert sock.recv(5) == b"hello"
+        theirs = relays_socket_to(pid, sock)
+        with theirs:
+            assert theirs.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        for size in (1, 2, 90, 160, 4095, 4096, 4097, 65535, 65536, 65537, 200_000, 3):
+            message = os.urandom(size)
+            sock.sendall(message)
+            got = b""
+            while len(got) < size:
+                chunk = sock.recv(size - len(got))
+                assert chunk, f"closed after {len(got)} of {size}"
+                got += chunk
+            assert got == message

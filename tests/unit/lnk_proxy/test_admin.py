@@ -21,6 +21,7 @@ from lnk_proxy.admin import (
     CloseCommand,
     OpenCommand,
     PingCommand,
+    StatsCommand,
     handle_admin_connection,
     parse_command,
     parse_grants,
@@ -318,3 +319,20 @@ def test_a_restarted_proxy_adopts_the_listener_the_controller_kept(run_dir: Path
     assert adopted == {"ok": True}
     assert now == {"ok": True, "sandboxes": [command["sandbox"]]}
     assert answer.startswith(b"HTTP/1.1 403") and b"never-loopback" in answer
+
+
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        ({"op": "stats", "sandbox": "sbx-1"}, StatsCommand("sbx-1")),
+        ({"op": "stats"}, "sandbox"),  # the sandbox is required
+        ({"op": "stats", "sandbox": "../x"}, "sandbox must be an id"),
+        ({"op": "stats", "sandbox": "sbx-1", "extra": 1}, "extra"),
+    ],
+)
+def test_stats_is_parsed_or_refused(run_dir: Path, frame: dict[str, Any], expected: Any) -> None:
+    if isinstance(expected, StatsCommand):
+        assert parse_command(frame, run_dir) == expected
+        return
+    with pytest.raises(ValueError, match=expected):
+        parse_command(frame, run_dir)

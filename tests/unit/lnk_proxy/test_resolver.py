@@ -189,3 +189,14 @@ def test_every_table_lookup_warns(tmp_path: Path, caplog: pytest.LogCaptureFixtu
 def test_make_resolver_picks_the_table_only_when_configured(tmp_path: Path) -> None:
     assert isinstance(make_resolver(None), SystemResolver)
     assert isinstance(make_resolver(tmp_path / "dns.json"), UnsafeTableResolver)
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_the_table_is_kept_only_when_the_config_says(tmp_path: Path, kept: bool) -> None:
+    """`unsafe_dns_table_kept`: the table's answers kept like the system resolver's (the
+    e2e tests of the callback path); by default a changed answer is seen at once."""
+    table = tmp_path / "dns.json"
+    table.write_text("{}")
+    assert make_resolver(table, kept=kept).caches_answers is kept
+    assert make_resolver(table).caches_answers is False
+    assert UnsafeTableResolver(table).caches_answers is False
