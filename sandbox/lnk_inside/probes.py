@@ -202,16 +202,8 @@ def _route_table(why: str) -> dict[str, Any]:
     return _stopped(f"no default route (UDP: {why})")
 
 
-def _proxy_address() -> tuple[str, int] | None:
-    url = os.environ.get("HTTP_PROXY", "")
-    if not url.startswith("http://"):
-        return None
-    host, _, port = url[len("http://") :].rstrip("/").rpartition(":")
-    return (host, int(port)) if port.isdigit() else None
-
-
 def _proxy(step: dict[str, Any]) -> dict[str, Any]:
-    address = _proxy_address()
+    address = probes_caps.proxy_address()
     if address is None:
         return _stopped("no proxy in this sandbox (HTTP_PROXY unset)")
     target = step["target"]

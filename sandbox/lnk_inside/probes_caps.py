@@ -14,13 +14,15 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STEPS"]
+__all__ = ["STEPS", "proxy_address"]
 
 NET_TIMEOUT_S = 10.0  # one proxy answer; far above a loaded box's
 HEAD_LIMIT = 4096  # a proxy's answer head is a few hundred bytes
 
 
-def _proxy_address() -> tuple[str, int] | None:
+def proxy_address() -> tuple[str, int] | None:
+    """The proxy's (host, port) from HTTP_PROXY, as the box sets it; None when unset or not
+    `http://HOST:PORT` (the one reading of it for every probe module)."""
     url = os.environ.get("HTTP_PROXY", "")
     if not url.startswith("http://"):
         return None
@@ -52,7 +54,7 @@ def _hold(step: dict[str, Any]) -> dict[str, Any]:
     """Hold tunnels until the proxy refuses one, or something else ends them (the sandbox's
     own descriptor or thread limits in its relay); then ask once more, so a proxy that fell
     over (every sandbox's way out) is told from one that held."""
-    address = _proxy_address()
+    address = proxy_address()
     if address is None:
         return {"outcome": "stopped", "detail": "no proxy (HTTP_PROXY unset)", "data": ""}
     held: list[socket.socket] = []
@@ -88,7 +90,7 @@ def _hold(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def _flood(step: dict[str, Any]) -> dict[str, Any]:
-    address = _proxy_address()
+    address = proxy_address()
     if address is None:
         return {"outcome": "stopped", "detail": "no proxy (HTTP_PROXY unset)", "data": ""}
     refused, unanswered, other = 0, 0, ""

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 from collections.abc import Callable
 from typing import Any
+
+from lnk_inside.probes_caps import proxy_address
 
 __all__ = ["LISTING_LIMIT", "STEPS", "make_body"]
 
@@ -50,17 +51,9 @@ def make_body(shape: str, count: int, model: str, pad: int = 0) -> bytes:
     raise ValueError(f"unknown shape {shape!r}")
 
 
-def _proxy_address() -> tuple[str, int] | None:
-    url = os.environ.get("HTTP_PROXY", "")
-    if not url.startswith("http://"):
-        return None
-    host, _, port = url[len("http://") :].rstrip("/").rpartition(":")
-    return (host, int(port)) if port.isdigit() else None
-
-
 def _exchange(step: dict[str, Any], verb: str, body: bytes, limit: int) -> tuple[str, bytes]:
     """(status code or "none", the answer's body up to `limit`) of one request via the proxy."""
-    address = _proxy_address()
+    address = proxy_address()
     if address is None:
         return "no proxy", b""
     target, path = step["target"], step["path"]
