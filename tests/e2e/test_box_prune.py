@@ -5,42 +5,25 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from contextlib import closing
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import run_lnk
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = pytest.mark.needs_root
 
-LNK = str(install_prefix.LNK)
 KEEP = 2  # the box keeps its two newest ended sandboxes
 RUNS = 4
-
-
-def _owner_env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    return {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
 
 
 def test_box_prune_keeps_the_newest_ended_and_is_idempotent(
     running_box: RunningBox, private_box: Any
 ) -> None:
-    owner = running_box.owner
     with private_box(f"ended_keep_count = {KEEP}") as box:
-        env = _owner_env(running_box, box)
         for _ in range(RUNS):
-            ran = subprocess.run(
-                as_user(owner.uid, owner.gid, LNK, "sandbox", "run", "--yes", "--", "/bin/true"),
-                env=env,
-                cwd=str(owner.home),
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            ran = run_lnk(running_box, "sandbox", "run", "--yes", "--", "/bin/true", box=box)
             assert ran.returncode == 0, ran.stderr
         wire = box.state_dir / "wire"
         with closing(
@@ -52,14 +35,7 @@ def test_box_prune_keeps_the_newest_ended_and_is_idempotent(
             (wire / f"{sandbox_id}.log").write_text("{}\n")
         (wire / "sbx-000000000000.log").write_text("{}\n")  # a log without a record
 
-        refused = subprocess.run(
-            as_user(owner.uid, owner.gid, LNK, "box", "prune"),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        refused = run_lnk(running_box, "box", "prune", box=box)
         assert refused.returncode == 1 and "for root" in refused.stderr
         assert "Traceback" not in refused.stderr
 
@@ -68,14 +44,7 @@ def test_box_prune_keeps_the_newest_ended_and_is_idempotent(
         assert f"pruned {RUNS - KEEP} ended record(s) and {RUNS - KEEP + 1} wire log(s)" in (
             pruned.stdout
         )
-        listed = subprocess.run(
-            as_user(owner.uid, owner.gid, LNK, "sandbox", "list", "--all", "--json"),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
+        listed = run_lnk(running_box, "sandbox", "list", "--all", "--json", box=box, check=True)
         assert sorted(r["id"] for r in json.loads(listed.stdout)) == sorted(ids[-KEEP:])
         assert sorted(p.name for p in wire.iterdir()) == sorted(f"{i}.log" for i in ids[-KEEP:])
 

@@ -15,19 +15,17 @@ import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import install_prefix
 import pytest
-from as_user import as_user
-
-from lnk_shared.native_build import CLIENT, build
+from as_owner import build_alone, owner_env, owner_tmp, run_as_owner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py
-PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
+PREFIX = install_prefix.PREFIX
 WAIT_S = 60.0
 PYTHON_CLI = "from lnk_cli.__main__ import main; main()"
 
@@ -36,29 +34,10 @@ PYTHON_CLI = "from lnk_cli.__main__ import main; main()"
 def clients() -> Iterator[dict[str, list[str]]]:
     """Each client as the argv that starts it: the C one alone (its quick path only: no Python
     beside it), Python's quick path, and Python's full client (given a flag, as argparse reads)."""
-    root = Path(tempfile.mkdtemp(prefix="lnks-e2e-", dir="/tmp"))
-    try:
-        root.chmod(0o755)
-        alone = build(root / "alone" / CLIENT, program=CLIENT)
-        (root / "alone").chmod(0o755)
+    with owner_tmp("lnks-e2e-") as root:
+        alone = build_alone(root)
         python = [str(PREFIX / "venv" / "bin" / "python3"), "-P", "-c", PYTHON_CLI]
         yield {"c": [str(alone)], "python-quick": python, "python-full": python}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _as_owner(box: RunningBox, argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    owner = box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, *argv),
-        env={**box.owner_env(), **env},
-        cwd=str(owner.home),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
 
 
 def _spec(box: RunningBox, text: str) -> Path:
@@ -75,7 +54,8 @@ def _run(
     """`lnk sandbox run WORDS` by `client`; the full Python client gets a flag first (a plain
     form would take its quick path)."""
     flags = ["--processes", "64"] if client == "python-full" else []
-    return _as_owner(box, [*clients[client], "sandbox", "run", *flags, *words], **env)
+    argv = [*clients[client], "sandbox", "run", *flags, *words]
+    return run_as_owner(box, argv, env=owner_env(box, **env))
 
 
 def _sandbox_rows(box: RunningBox) -> list[dict[str, Any]]:

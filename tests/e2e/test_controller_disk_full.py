@@ -13,15 +13,13 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import lnk_argv, owner_env, run_lnk
 
 RunningBox = Any  # tests/e2e/conftest.py
 PrivateBox = Any
 pytestmark = pytest.mark.needs_root
 
-LNK = str(install_prefix.LNK)
 STATE_MB = 24  # the state folder's tmpfs: the database, its logs and the sandboxes' homes
 STATUSES = (7, 8, 9)  # each sandbox's program exits with its own
 SETTLE_S = 90.0  # the reaper's back-off is at most 30 s; a loaded machine is slow
@@ -29,23 +27,8 @@ POLL_S = 0.05
 FILL_CHUNK = 4096  # a page at a time, so the tmpfs ends up full to the last page
 
 
-def _owner_env(running_box: RunningBox, box: PrivateBox) -> dict[str, str]:
-    return {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
-
-
-def _as_owner(running_box: RunningBox, *args: str) -> list[str]:
-    return as_user(running_box.owner.uid, running_box.owner.gid, LNK, *args)
-
-
 def _listed(running_box: RunningBox, box: PrivateBox) -> list[dict[str, Any]] | None:
-    listed = subprocess.run(
-        _as_owner(running_box, "sandbox", "list", "--json"),
-        env=_owner_env(running_box, box),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    listed = run_lnk(running_box, "sandbox", "list", "--json", box=box)
     if listed.returncode != 0:
         return None  # the controller could not answer (a full disk): asked again
     rows: list[dict[str, Any]] = json.loads(listed.stdout)
@@ -81,13 +64,13 @@ def test_a_disk_filled_while_sandboxes_run_leaves_no_ghost_record(
     running_box: RunningBox, private_box: Any
 ) -> None:
     with private_box(state_tmpfs_mb=STATE_MB) as box:
-        env = _owner_env(running_box, box)
+        env = owner_env(running_box, box)
         clients = []
         try:
             for status in STATUSES:  # each waits for a line on its stdin, then exits
                 clients.append(
                     subprocess.Popen(
-                        _as_owner(
+                        lnk_argv(
                             running_box,
                             "sandbox",
                             "run",
@@ -135,13 +118,6 @@ def test_a_disk_filled_while_sandboxes_run_leaves_no_ghost_record(
         assert len(records) == len(STATUSES)
         assert {state for _id, state in records} == {"ended"}
         assert box.user_lines() == []
-        again = subprocess.run(  # the uids are free: a launch goes through
-            _as_owner(running_box, "sandbox", "run", "--yes", "--", "/bin/true"),
-            env=env,
-            cwd=str(running_box.owner.home),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        # the uids are free: a launch goes through
+        again = run_lnk(running_box, "sandbox", "run", "--yes", "--", "/bin/true", box=box)
         assert again.returncode == 0, again.stderr

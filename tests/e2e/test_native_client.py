@@ -15,20 +15,19 @@ import select
 import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import build_alone, owner_argv, owner_tmp, run_as_owner
 
-from lnk_shared.native_build import CLIENT, build
+from lnk_shared.native_build import CLIENT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py
-PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 WAIT_S = 30.0
 
 
@@ -41,42 +40,23 @@ class Clients:
 @pytest.fixture(scope="module")
 def clients() -> Iterator[Clients]:
     # Outside /tmp/pytest-of-root (0700), so the unprivileged owner can run it.
-    root = Path(tempfile.mkdtemp(prefix="lnkc-e2e-", dir="/tmp"))
-    try:
-        root.chmod(0o755)
-        alone = build(root / "alone" / CLIENT, program=CLIENT)
-        venv = PREFIX / "venv"
+    with owner_tmp("lnkc-e2e-") as root:
+        alone = build_alone(root)
+        venv = install_prefix.PREFIX / "venv"
         (root / "venv" / "bin").mkdir(parents=True)
         shutil.copy(venv / "pyvenv.cfg", root / "venv" / "pyvenv.cfg")
         (root / "venv" / "lib").symlink_to(venv / "lib")
         (root / "venv" / "bin" / "python3").symlink_to(venv / "bin" / "python3")
         shutil.copy(alone, root / "venv" / "bin" / CLIENT)
-        for folder in (root / "alone", root / "venv", root / "venv" / "bin"):
+        for folder in (root / "venv", root / "venv" / "bin"):
             folder.chmod(0o755)
         yield Clients(alone=alone, venv=root / "venv" / "bin" / CLIENT)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _argv(box: RunningBox, lnk: Path, *words: str) -> list[str]:
-    owner = box.owner
-    return as_user(owner.uid, owner.gid, str(lnk), *words)
 
 
 def _run(
     box: RunningBox, lnk: Path, *words: str, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        _argv(box, lnk, *words),
-        env=box.owner_env(),
-        cwd=str(box.owner.home),
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    return run_as_owner(box, [str(lnk), *words], input=input, timeout=WAIT_S)
 
 
 def _note(box: RunningBox) -> str:
@@ -168,8 +148,8 @@ def test_sigterm_to_the_client_reaches_the_program(
     spec.write_text('[commands]\nallow = ["sleep"]\n')
     os.chown(spec, owner.uid, owner.gid)
     script = 'trap "echo got-term; exit 9" TERM; echo ready; sleep 30 & wait'
-    argv = _argv(
-        running_box, clients.alone, "sandbox", "run", "--yes", "--spec", str(spec), "--",
+    argv = owner_argv(
+        running_box, str(clients.alone), "sandbox", "run", "--yes", "--spec", str(spec), "--",
         "/bin/sh", "-c", script,
     )  # fmt: skip
     process = subprocess.Popen(

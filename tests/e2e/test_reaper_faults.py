@@ -14,40 +14,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import lnk_argv, owner_env, run_lnk
 
 RunningBox = Any  # tests/e2e/conftest.py
 PrivateBox = Any
 pytestmark = pytest.mark.needs_root
 
-LNK = str(install_prefix.LNK)
 LONG_LEASE_S = 600  # the box's default lease: no sandbox here ends by it
 ENFORCED_WITHIN_S = 2.0  # the issue's bound: a 1 s lease ends its sandbox within 2 s
 SETTLE_S = 60.0  # how long a state the test waits for may take on a loaded machine
 POLL_S = 0.02
 
 
-def _owner_env(running_box: RunningBox, box: PrivateBox) -> dict[str, str]:
-    return {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
-
-
-def _lnk(running_box: RunningBox, box: PrivateBox, *args: str) -> subprocess.CompletedProcess[str]:
-    owner = running_box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, *args),
-        env=_owner_env(running_box, box),
-        cwd=str(owner.home),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _listed(running_box: RunningBox, box: PrivateBox) -> list[dict[str, Any]]:
-    listed = _lnk(running_box, box, "sandbox", "list", "--json")
+    listed = run_lnk(running_box, "sandbox", "list", "--json", box=box)
     assert listed.returncode == 0, listed.stderr
     rows: list[dict[str, Any]] = json.loads(listed.stdout)
     return rows
@@ -89,10 +70,8 @@ def _sleepers(running_box: RunningBox, box: PrivateBox, count: int) -> Iterator[
     try:
         for n in range(count):
             client = subprocess.Popen(
-                as_user(
-                    owner.uid,
-                    owner.gid,
-                    LNK,
+                lnk_argv(
+                    running_box,
                     "sandbox",
                     "run",
                     "--yes",
@@ -101,7 +80,7 @@ def _sleepers(running_box: RunningBox, box: PrivateBox, count: int) -> Iterator[
                     "/usr/bin/sleep",
                     str(900 + n),
                 ),
-                env=_owner_env(running_box, box),
+                env=owner_env(running_box, box),
                 cwd=str(owner.home),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -138,7 +117,7 @@ def _mounted_under_home(box: PrivateBox, host_uid: int) -> Iterator[Path]:
 
 def _ends_within_bound(running_box: RunningBox, box: PrivateBox, client: Any, row: Any) -> float:
     """Set the sandbox's lease to 1 s; return how long until no process of its uid is left."""
-    lease = _lnk(running_box, box, "sandbox", "lease", row["id"], "--seconds", "1")
+    lease = run_lnk(running_box, "sandbox", "lease", row["id"], "--seconds", "1", box=box)
     assert lease.returncode == 0, lease.stderr
     started = time.monotonic()
     _wait_for(
@@ -155,7 +134,7 @@ def _stuck_then_freed(running_box: RunningBox, box: PrivateBox) -> None:
     with _sleepers(running_box, box, 2) as ((stuck_client, stuck), (leased_client, leased)):
         with _mounted_under_home(box, stuck["host_uid"]):
             # the stuck one ends first, and its clean-up fails on every pass from then on
-            lease = _lnk(running_box, box, "sandbox", "lease", stuck["id"], "--seconds", "1")
+            lease = run_lnk(running_box, "sandbox", "lease", stuck["id"], "--seconds", "1", box=box)
             assert lease.returncode == 0, lease.stderr
             stuck_client.wait(timeout=SETTLE_S)
             _wait_for(
@@ -170,7 +149,7 @@ def _stuck_then_freed(running_box: RunningBox, box: PrivateBox) -> None:
 
             shown = _wait_for("the stuck sandbox shown as retrying", retrying)
             assert "mounted" in shown["retrying"]
-            listed = _lnk(running_box, box, "sandbox", "list")
+            listed = run_lnk(running_box, "sandbox", "list", box=box)
             assert f"{stuck['id']}  cleaning (retrying: " in listed.stdout, listed.stdout
 
             took = _ends_within_bound(running_box, box, leased_client, leased)

@@ -8,35 +8,24 @@ import subprocess
 import time
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import lnk_argv, owner_env
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = pytest.mark.needs_root
 
 LEASE_S = 2  # the private box's lease: short, so the test sees it run out
-LNK = str(install_prefix.LNK)
 WAIT_S = 15.0  # the reaper looks every second; cleaning takes well under a second
-
-
-def _owner_env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    return {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
-
-
-def _as_owner(running_box: RunningBox, *args: str) -> list[str]:
-    owner = running_box.owner
-    return as_user(owner.uid, owner.gid, LNK, *args)
 
 
 def test_an_expired_lease_stops_and_cleans_the_sandbox(
     running_box: RunningBox, private_box: Any
 ) -> None:
     with private_box(f"lease_seconds = {LEASE_S}") as box:
-        env = _owner_env(running_box, box)
+        env = owner_env(running_box, box)
         started = time.monotonic()
         client = subprocess.run(
-            _as_owner(
+            lnk_argv(
                 running_box,
                 "sandbox",
                 "run",
@@ -60,7 +49,7 @@ def test_an_expired_lease_stops_and_cleans_the_sandbox(
         assert took < LEASE_S + WAIT_S, f"the lease of {LEASE_S} s ended the run after {took:.0f} s"
         assert box.user_lines() == []
         listed = subprocess.run(
-            _as_owner(running_box, "sandbox", "list", "--json"),
+            lnk_argv(running_box, "sandbox", "list", "--json"),
             env=env,
             capture_output=True,
             text=True,
@@ -72,7 +61,7 @@ def test_an_expired_lease_stops_and_cleans_the_sandbox(
 def test_a_lease_cannot_be_extended_past_the_box_limit(running_box: RunningBox) -> None:
     owner = running_box.owner
     client = subprocess.Popen(
-        _as_owner(
+        lnk_argv(
             running_box,
             "sandbox",
             "run",

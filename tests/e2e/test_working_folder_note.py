@@ -7,42 +7,31 @@ Python client's. From a granted folder, or below one, no note: it starts there."
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import install_prefix
 import pytest
-from as_user import as_user
-
-from lnk_shared.native_build import CLIENT, build
+from as_owner import build_alone, owner_tmp, run_as_owner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_root]
 RunningBox = Any  # tests/e2e/conftest.py
-PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
-WAIT_S = 60.0
 # The program speaks first thing, on stderr too: the note must still come before it.
 SCRIPT = 'echo "program first" >&2; pwd'
 
 
 @pytest.fixture(scope="module")
 def c_client() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="lnkn-e2e-", dir="/tmp"))  # the owner can run it
-    try:
-        root.chmod(0o755)
-        client = build(root / "alone" / CLIENT, program=CLIENT)
-        (root / "alone").chmod(0o755)
-        yield client
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with owner_tmp("lnkn-e2e-") as root:
+        yield build_alone(root)
 
 
 def _clients(c_client: Path) -> dict[str, list[str]]:
     return {
         "c": [str(c_client)],
-        "python": [str(PREFIX / "venv" / "bin" / "python3"), "-m", "lnk_cli"],
+        "python": [str(install_prefix.PREFIX / "venv" / "bin" / "python3"), "-m", "lnk_cli"],
     }
 
 
@@ -53,30 +42,8 @@ FULL = ("--processes", "64")
 def _run(
     box: RunningBox, client: list[str], cwd: Path, *flags: str
 ) -> subprocess.CompletedProcess[str]:
-    owner = box.owner
-    argv = as_user(
-        owner.uid,
-        owner.gid,
-        *client,
-        "sandbox",
-        "run",
-        "--yes",
-        *flags,
-        "--",
-        "/bin/sh",
-        "-c",
-        SCRIPT,
-    )
-    return subprocess.run(
-        argv,
-        env=box.owner_env(),
-        cwd=str(cwd),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    words = ["sandbox", "run", "--yes", *flags, "--", "/bin/sh", "-c", SCRIPT]
+    return run_as_owner(box, [*client, *words], cwd=cwd)
 
 
 @pytest.mark.parametrize("client", ["c", "python", "python-full"])
