@@ -5,6 +5,9 @@ services, real users.
 `running_box`: the box's services started with `lnk box up` on private run/state dirs, and a
 real unprivileged owner user with a home holding bait; everything is stopped and removed after,
 and the test fails if a sandbox user, mount or staging dir is left behind.
+`private_box`: a box of its own, for a test that changes its config or breaks it.
+`internet`: the test internet (net.py), one per module; `netbox`: a private box whose proxy sees
+it as the only one; `ca_dir`: its CA in a folder a sandbox may read (internet_box.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 import pytest
 from as_user import as_user
 from box_teardown import end_box
+from internet_box import ca_folder, proxy_config
+from net import TestInternet
 
 PREFIX = Path(os.environ.get("LNK_PREFIX", "/opt/lnk"))
 LNK = PREFIX / "venv" / "bin" / "lnk"
@@ -382,3 +387,29 @@ def private_box() -> Callable[..., AbstractContextManager[PrivateBox]]:
     tmpfs of that size; `services_wrap=` an argv prefix its `lnk box up` runs under, such as
     net_standin.trusting_box's mount namespace)."""
     return _private_box
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[TestInternet]:
+    """The test internet (net.py), one for each module that asks (a module may build its own)."""
+    with TestInternet() as net:
+        yield net
+
+
+@pytest.fixture
+def netbox(
+    running_box: RunningBox,
+    private_box: Callable[..., AbstractContextManager[PrivateBox]],
+    internet: TestInternet,
+) -> Iterator[PrivateBox]:
+    """A box of its own whose proxy sees the test internet as the only one
+    (`internet_box.proxy_config`)."""
+    with private_box(proxy_config=proxy_config(internet)) as box:
+        yield box
+
+
+@pytest.fixture
+def ca_dir(internet: TestInternet) -> Iterator[Path]:
+    """The test internet's CA in a folder a sandbox may be granted (`internet_box.ca_folder`)."""
+    with ca_folder(internet) as folder:
+        yield folder

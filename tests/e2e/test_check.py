@@ -22,7 +22,7 @@ from typing import Any
 import install_prefix
 import pytest
 from as_user import as_user
-from net import NAS, WWW, TestInternet
+from net import NAS, WWW
 
 from lnk_shared.protected_names import PROTECTED_NAMES
 
@@ -273,22 +273,6 @@ def test_check_of_an_open_sandbox_reports_exactly_its_leaks_gaps_and_grants(
 
 
 # -- grants through the proxy ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
-@pytest.fixture
-def netbox(running_box: RunningBox, private_box: Any, internet: Any) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"'
-    )
-    with private_box(proxy_config=proxy_config) as box:
-        yield box
 
 
 @pytest.fixture

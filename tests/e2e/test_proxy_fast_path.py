@@ -18,46 +18,26 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
-from net import OTHER, REBIND, WWW, TestInternet
+from as_owner import lnk_argv, owner_env
+from internet_box import proxy_config
+from net import OTHER, REBIND, WWW
 
 from lnk_shared.unix import recv_frame, send_frame
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
-LNK = str(install_prefix.LNK)
 KEPT_S = 5.0  # lnk_proxy.resolver.ANSWER_CACHE_S: how late a changed answer may be seen
 IO_S = 10.0
 REQUESTS = 5  # keep-alive GETs on one connection from inside the sandbox
 
 
-@pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
 @pytest.fixture
 def fastbox(running_box: RunningBox, private_box: Any, internet: Any) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        "unsafe_dns_table_kept = true"
-    )
-    with private_box(proxy_config=proxy_config) as box:
+    kept = proxy_config(internet, "unsafe_dns_table_kept = true")
+    with private_box(proxy_config=kept) as box:
         yield box
-
-
-def _env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    return {**running_box.owner_env(), **{k: v for k, v in box.env.items() if k.startswith("LNK_")}}
-
-
-def _as_owner(running_box: RunningBox, *args: str) -> list[str]:
-    owner = running_box.owner
-    return as_user(owner.uid, owner.gid, LNK, *args)
 
 
 def fast_decided(box: Any, sandbox_id: str) -> int:
@@ -111,7 +91,7 @@ def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Pope
     """A sandbox granted www and the rebinding name, whose shell waits for the test's word,
     then makes REQUESTS keep-alive GETs on one connection and one to a host not granted."""
     owner = running_box.owner
-    env = _env(running_box, box)
+    env = owner_env(running_box, box)
     urls = " ".join([f"-o /dev/null http://{WWW}/"] * REQUESTS)  # curl's -o is per URL
     script = (
         "read go; "
@@ -121,7 +101,7 @@ def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Pope
     )
     client = subprocess.Popen(
         [
-            *_as_owner(running_box),
+            *lnk_argv(running_box),
             "sandbox",
             "run",
             "--yes",
@@ -144,7 +124,7 @@ def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Pope
     rows: list[dict[str, Any]] = []
     while not rows and time.monotonic() < deadline:
         listed = subprocess.run(
-            [*_as_owner(running_box), "sandbox", "list", "--json"],
+            [*lnk_argv(running_box), "sandbox", "list", "--json"],
             env=env,
             capture_output=True,
             text=True,
@@ -192,8 +172,8 @@ def test_keep_alive_requests_from_inside_are_decided_on_the_callback_path(
         assert decided >= REQUESTS, decided
         assert internet.accepted(internet.other) == other_before  # never dialed
         wire = subprocess.run(
-            [*_as_owner(running_box), "sandbox", "wire", sandbox_id, "--json"],
-            env=_env(running_box, fastbox),
+            [*lnk_argv(running_box), "sandbox", "wire", sandbox_id, "--json"],
+            env=owner_env(running_box, fastbox),
             capture_output=True,
             text=True,
             timeout=30,
@@ -247,9 +227,9 @@ def test_rebinding_pause_and_stop_hold_on_the_callback_path(
         assert kept.get(WWW)[0] == 200
         assert kept.get(WWW)[0] == 200
         before = fast_decided(fastbox, sandbox_id)
-        env = _env(running_box, fastbox)
+        env = owner_env(running_box, fastbox)
         paused = subprocess.run(
-            [*_as_owner(running_box), "sandbox", "pause", sandbox_id],
+            [*lnk_argv(running_box), "sandbox", "pause", sandbox_id],
             env=env,
             capture_output=True,
             text=True,
@@ -261,7 +241,7 @@ def test_rebinding_pause_and_stop_hold_on_the_callback_path(
         assert fast_decided(fastbox, sandbox_id) == before + 1
         kept.close()
         resumed = subprocess.run(
-            [*_as_owner(running_box), "sandbox", "resume", sandbox_id],
+            [*lnk_argv(running_box), "sandbox", "resume", sandbox_id],
             env=env,
             capture_output=True,
             text=True,
@@ -277,7 +257,7 @@ def test_rebinding_pause_and_stop_hold_on_the_callback_path(
         assert kept.get(WWW)[0] == 200
         assert fast_decided(fastbox, sandbox_id) == before + 1
         stopped = subprocess.run(
-            [*_as_owner(running_box), "sandbox", "stop", sandbox_id],
+            [*lnk_argv(running_box), "sandbox", "stop", sandbox_id],
             env=env,
             capture_output=True,
             text=True,

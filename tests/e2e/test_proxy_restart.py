@@ -13,15 +13,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
+from as_owner import lnk_argv, owner_env
 from net import WWW, TestInternet
-from test_proxy_wall import _as_owner, _owner_env
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -34,22 +33,6 @@ DOWN_S = 20  # the 503 comes within a second of the proxy's death (the keeper's 
 # The answer's body and code on one line (`echo` of it unquoted), whatever curl got: no wait.
 DOWN_CURL = f'echo $(curl -sS --max-time {DOWN_S} -w " %{{http_code}}" http://{WWW}/)'
 SCRIPT = f"{CURL}; read go; {DOWN_CURL}; read go; for i in $(seq {REQUESTS}); do {CURL}; done"
-
-
-@pytest.fixture(scope="module")
-def internet() -> Iterator[TestInternet]:
-    with TestInternet() as net:
-        yield net
-
-
-@pytest.fixture
-def netbox(running_box: RunningBox, private_box: Any, internet: TestInternet) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"'
-    )
-    with private_box(proxy_config=proxy_config) as box:
-        yield box
 
 
 def _proxy_pid(box: Any) -> int:
@@ -69,7 +52,7 @@ def _wait_dead(pid: int) -> None:
 def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
     running_box: RunningBox, netbox: Any, internet: TestInternet
 ) -> None:
-    argv = _as_owner(
+    argv = lnk_argv(
         running_box,
         "sandbox",
         "run",
@@ -84,7 +67,7 @@ def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
     )
     sandbox = subprocess.Popen(
         argv,
-        env=_owner_env(running_box, netbox),
+        env=owner_env(running_box, netbox),
         cwd=str(running_box.owner.home),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

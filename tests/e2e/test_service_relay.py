@@ -16,36 +16,25 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
-from net import TELEGRAM, WWW, TestInternet
+from as_owner import LNK, lnk_argv, owner_env, run_as_owner
+from internet_box import proxy_config
+from net import TELEGRAM, WWW
 
 RunningBox = Any  # tests/e2e/conftest.py
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
-LNK = str(install_prefix.LNK)
 EXIT_REFUSED = 126  # lnk_shared.errors.EXIT_RUN_REFUSED: a run refused
 RULE = "telegram:bot:getMe,sendMessage"
 PLACEHOLDER = "0:lnk-secret-bot"
 CURL = "curl -sS --max-time 20"
 
 
-@pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
 @pytest.fixture
 def netbox(running_box: RunningBox, private_box: Any, internet: Any) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        f'unsafe_service_ca = "{internet.ca_file}"'
-    )
-    with private_box(proxy_config=proxy_config) as box:
+    services = proxy_config(internet, f'unsafe_service_ca = "{internet.ca_file}"')
+    with private_box(proxy_config=services) as box:
         yield box
 
 
@@ -54,32 +43,16 @@ def _token() -> str:
     return f"{secrets.randbelow(10**9) + 10**9}:AA{secrets.token_urlsafe(26)[:33]}"
 
 
-def _env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    lnk_dirs = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
-    return {**running_box.owner_env(), **lnk_dirs}
-
-
 def _lnk(
     running_box: RunningBox, box: Any, *args: str, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    owner = running_box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, *args),
-        env=_env(running_box, box),
-        cwd=str(owner.home),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    return run_as_owner(running_box, [LNK, *args], box=box, input=stdin, timeout=90)
 
 
 def _sandbox_argv(running_box: RunningBox, script: str, *flags: str) -> list[str]:
-    owner = running_box.owner
     commands = [f"--command={c}" for c in ("curl", "cat", "tr", "grep", "touch")]
     run = ["sandbox", "run", "--yes", *commands, f"--service={RULE}", *flags]
-    return as_user(owner.uid, owner.gid, LNK, *run, "--", "/bin/sh", "-c", script)
+    return lnk_argv(running_box, *run, "--", "/bin/sh", "-c", script)
 
 
 def _in_sandbox(
@@ -87,7 +60,7 @@ def _in_sandbox(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         _sandbox_argv(running_box, script, *flags),
-        env=_env(running_box, box),
+        env=owner_env(running_box, box),
         cwd=str(running_box.owner.home),
         input=stdin,
         capture_output=True,
@@ -199,7 +172,7 @@ def test_a_secret_removed_while_the_sandbox_runs_refuses_its_next_request(
     )
     sandbox = subprocess.Popen(
         _sandbox_argv(running_box, script),
-        env=_env(running_box, netbox),
+        env=owner_env(running_box, netbox),
         cwd=str(running_box.owner.home),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -237,7 +210,7 @@ def test_a_secret_changed_while_the_sandbox_runs_is_used_from_its_next_request(
     )
     sandbox = subprocess.Popen(
         _sandbox_argv(running_box, script),
-        env=_env(running_box, netbox),
+        env=owner_env(running_box, netbox),
         cwd=str(running_box.owner.home),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
