@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
+from proxy_alone import IO_TIMEOUT_S, ask, connect_request, get, read_response
 from test_proxy_routes import SANDBOX, Machine, built
-from test_proxy_server import IO_TIMEOUT_S, ask, connect_request, get, read_response
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 

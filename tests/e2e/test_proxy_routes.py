@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
-from test_proxy_server import (
+from proxy_alone import (
     CHECKOUT,
     IO_TIMEOUT_S,
     PROXY_UID,

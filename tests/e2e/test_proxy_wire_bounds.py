@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
+from proxy_alone import ask, connect_request, get
 from test_proxy_routes import SANDBOX, built
-from test_proxy_server import ask, connect_request, get
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
