@@ -14,10 +14,11 @@ Layout (X and Y picked at random among the /24s no route, address or live TestIn
     netns <p><id>lan  10.77.Y.2  nas.test-lan.example       veth <p><id>lr 10.77.Y.1/24  (root)
 
 Each host runs `net_server.py` in its namespace: HTTP on 80, HTTPS on 443 (certificate from a
-CA made at setup, PEM in `net.ca_file`), and logs every accepted TCP connection, so a test can
-assert that a target saw none (`net.accepted`). The namespaces have no default route. While
-the context lives, root also holds an `unreachable` route per /24 (proto 76, metric 4095):
-should a veth vanish, traffic to its hosts fails here instead of leaving by the default route.
+CA made at setup, `net_certs.py`, PEM in `net.ca_file`), and logs every accepted TCP
+connection, so a test can assert that a target saw none (`net.accepted`). The namespaces have
+no default route. While the context lives, root also holds an `unreachable` route per /24
+(proto 76, metric 4095): should a veth vanish, traffic to its hosts fails here instead of
+leaving by the default route.
 
 `net.dns` (also `net.dns_file`, JSON `{name: [address, ...]}`) names the hosts plus hostile
 answers: a public-looking name answering the LAN host, loopback, the metadata address, a mixed
@@ -33,7 +34,6 @@ file that stays (empty) after a run.
 
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
 import json
 import os
@@ -48,15 +48,12 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Network
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from net_certs import Certs
 
 PREFIX = "lnkn"  # every netns, veth and temp dir of a TestInternet starts with it
 MAX_PREFIX = 6  # prefix + 6 hex id + 3 = 15, the kernel's limit for interface names
@@ -74,7 +71,6 @@ HTTPS_PORT = 443
 # at once, takes seconds on a loaded 2-core one (load 12 seen): past a minute, something is broken.
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 2.0  # a server answers SIGTERM at once; then SIGKILL
-CERT_VALIDITY = dt.timedelta(days=2)  # a test run is hours at most
 
 WWW = "www.test-public.example"
 OTHER = "other.test-public.example"
@@ -257,7 +253,9 @@ class TestInternet:
         self._segment(self.public_netns, self.public_veth, pub, [self.www, self.other])
         self._segment(self.lan_netns, self.lan_veth, lan, [self.nas])
         self.ca_file = self.tmp / "ca.pem"
-        self._start_servers(_Certs(self.ca_file, self.id))
+        certs = Certs(self.id)
+        _write_atomically(self.ca_file, certs.pem)
+        self._start_servers(certs)
 
     def _segment(self, netns: str, outer: str, subnet: IPv4Network, hosts: list[Host]) -> None:
         """A namespace holding `hosts`, its veth to root, root's side on subnet's first address."""
@@ -287,7 +285,7 @@ class TestInternet:
             if not route or route[0].get("dev") != outer:
                 raise NetSetupError(f"{host.address} is not routed to {outer}: {route}")
 
-    def _start_servers(self, certs: _Certs) -> None:
+    def _start_servers(self, certs: Certs) -> None:
         for host in self.hosts.values():
             cert, key = certs.issue(host, self._cert_names(host), self.tmp)
             config = self.tmp / f"{host.log.stem}.json"
@@ -342,85 +340,6 @@ class TestInternet:
 
     def _write_dns(self) -> None:
         _write_atomically(self.dns_file, json.dumps(self.dns, indent=1))
-
-
-# -- certificates ----------------------------------------------------------------------------
-
-
-class _Certs:
-    """A throwaway CA (P-256, fast to make) and leaf certificates it signs."""
-
-    def __init__(self, ca_file: Path, tag: str) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"lnk test CA {tag}")])
-        self.name = name
-        ski = x509.SubjectKeyIdentifier.from_public_key(self.key.public_key())
-        self.cert = (
-            _builder(name, self.key.public_key(), name)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_key_usage(ca=True), critical=True)
-            .add_extension(ski, critical=False)
-            .sign(self.key, hashes.SHA256())
-        )
-        _write_atomically(ca_file, self.cert.public_bytes(serialization.Encoding.PEM).decode())
-
-    def issue(self, host: Host, names: list[str], directory: Path) -> tuple[Path, Path]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host.name)])
-        alt: list[x509.GeneralName] = [x509.DNSName(n) for n in names]
-        alt.append(x509.IPAddress(IPv4Address(host.address)))
-        ca_ski = self.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-        cert = (
-            _builder(subject, key.public_key(), self.name)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(_key_usage(ca=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), False
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-            .sign(self.key, hashes.SHA256())
-        )
-        cert_path, key_path = directory / f"{host.log.stem}.pem", directory / f"{host.log.stem}.key"
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(
-                key.private_bytes(
-                    serialization.Encoding.PEM,
-                    serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption(),
-                )
-            )
-        return cert_path, key_path
-
-
-def _builder(subject: x509.Name, public_key: Any, issuer: x509.Name) -> x509.CertificateBuilder:
-    now = dt.datetime.now(dt.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + CERT_VALIDITY)
-    )
-
-
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=not ca,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        encipher_only=False,
-        decipher_only=False,
-    )
 
 
 # -- leftovers -------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from as_user import as_user
 from conftest import _private_box
-from net import Host, TestInternet, _Certs
+from net import Host, TestInternet
+from net_certs import Certs
 from net_standin import bundle_with, extra_address, point, serve, trusting_box
 from on_pty import answer_on_pty
 from pypi_server import FILES, INDEX, wheel
@@ -140,7 +141,9 @@ def test_the_pip_line_downloads_through_the_proxy_from_the_pypi_stand_in(
         address = extra_address(net, PYPI_HOST)
         host = Host(INDEX, address, net.public_netns, net.tmp / "pypi.log")
         ca_file = net.tmp / "pypi-ca.pem"
-        cert, key = _Certs(ca_file, net.id).issue(host, [INDEX, FILES], net.tmp)
+        certs = Certs(net.id)
+        ca_file.write_text(certs.pem)
+        cert, key = certs.issue(host, [INDEX, FILES], net.tmp)
         log = net.tmp / "pypi.jsonl"
         log.touch()
         args = [address, str(log), str(cert), str(key), project_name, STAND_IN_VERSION]
