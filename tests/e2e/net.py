@@ -29,7 +29,7 @@ namespaces, veths and guard routes, and removes the temp dir. A killed run's lef
 found by `cleanup_leftovers`, run at every setup: each instance's temp dir (`/tmp/<p><id>-*`)
 holds `owner.json` (pid, start time, names, subnets), and whatever carries the prefix but no
 live owner is removed. Choosing names and subnets is serialized by flock on LOCK_PATH, the one
-file that stays (empty) after a run.
+file that stays (empty) after a run, waited for LOCK_WAIT_S at most (then the holder is named).
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ from net_certs import Certs
 PREFIX = "lnkn"  # every netns, veth and temp dir of a TestInternet starts with it
 MAX_PREFIX = 6  # prefix + 6 hex id + 3 = 15, the kernel's limit for interface names
 LOCK_PATH = Path("/run/lnk-testnet.lock")
+# Choosing names and subnets holds it for well under a second; a loaded machine's leftover
+# clean-up a few seconds. Past two minutes its holder is stuck.
+LOCK_WAIT_S = 120.0
+LOCK_POLL_S = 0.05
 OWNER_FILE = "owner.json"
 REGISTRY = "lnk-testnet-"  # temp dirs: /tmp/lnk-testnet-<prefix><id>-*, each with OWNER_FILE
 SERVER = Path(__file__).with_name("net_server.py")
@@ -436,13 +440,47 @@ def _start_time(pid: int) -> str | None:
 
 
 @contextmanager
-def _locked() -> Iterator[None]:
-    fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT, 0o600)
+def _locked(path: Path = LOCK_PATH, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """`path` flocked for the block, waited for at most `wait_s`: a holder that never lets go
+    (a run stopped under a debugger, a hung `ip`) fails the setup, naming itself, instead of
+    hanging every test internet on the machine."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:  # flock has no timeout of its own; each try is one call that never blocks
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    held = ", ".join(_lock_holders(fd)) or "a process this namespace cannot see"
+                    raise NetSetupError(
+                        f"{path} is still locked after {wait_s:g} s, by {held}: another "
+                        "TestInternet is choosing names and subnets; end it if it is stuck"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
         yield
     finally:
         os.close(fd)
+
+
+def _lock_holders(fd: int) -> list[str]:
+    """Who holds a lock on the file open at `fd`: `pid N (its command line)` for each holder in
+    /proc/locks (the kernel's table of every lock, by device and inode), waiters left out."""
+    info = os.fstat(fd)
+    node = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    holders = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[5] != node:
+            continue
+        pid = fields[4]
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+        except OSError:
+            argv = b"?"
+        holders.append(f"pid {pid} ({argv.decode(errors='replace')})")
+    return holders
 
 
 def _new_id(prefix: str) -> str:

@@ -328,6 +328,48 @@ def test_setup_failing_halfway_removes_what_it_made(
     assert _stray_routes() == []
 
 
+HOLD_LOCK = (
+    "import fcntl, os, sys\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.read()\n"  # held until the test closes its stdin
+)
+
+
+def test_a_lock_held_past_its_bound_fails_naming_the_lock_and_its_holder(tmp_path: Path) -> None:
+    """A holder that never lets go (here: a process that took the lock and waits on its stdin)
+    fails the wait after its bound, with the lock's path and the holder's pid and command line,
+    where the wait had no bound; once it lets go, the lock is taken."""
+    lock = tmp_path / "testnet.lock"
+    lock.touch()
+    holder = subprocess.Popen(
+        [sys.executable, "-I", "-c", HOLD_LOCK, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(net.NetSetupError) as refused, net._locked(lock, wait_s=0.2):
+            pytest.fail("the lock was taken while another process held it")
+        said = str(refused.value)
+        assert said.startswith(f"{lock} is still locked after 0.2 s, by pid {holder.pid} (")
+        assert "fcntl.flock" in said  # its command line
+        holder.stdin.close()
+        assert holder.wait(timeout=30) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        for pipe in (holder.stdin, holder.stdout):
+            if pipe is not None:
+                pipe.close()
+    with net._locked(lock, wait_s=30):  # let go: taken
+        pass
+
+
 def test_cleanup_leftovers_removes_a_killed_runs_network_and_keeps_live_ones() -> None:
     prefix = "lk" + secrets.token_hex(2)
     script = (
