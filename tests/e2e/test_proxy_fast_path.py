@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from as_owner import lnk_argv, owner_env
+from as_owner import lnk_argv, owner_env, run_lnk
 from internet_box import proxy_config
 from net import OTHER, REBIND, WWW
 
@@ -123,13 +123,7 @@ def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Pope
     deadline = time.monotonic() + 30
     rows: list[dict[str, Any]] = []
     while not rows and time.monotonic() < deadline:
-        listed = subprocess.run(
-            [*lnk_argv(running_box), "sandbox", "list", "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        listed = run_lnk(running_box, "sandbox", "list", "--json", box=box)
         rows = [r for r in json.loads(listed.stdout or "[]") if r["state"] == "running"]
         if not rows:
             time.sleep(0.1)  # polling `sandbox list`: the start has no event to wait on
@@ -171,13 +165,8 @@ def test_keep_alive_requests_from_inside_are_decided_on_the_callback_path(
         # granted needs no lookup at all: 4 + 1.
         assert decided >= REQUESTS, decided
         assert internet.accepted(internet.other) == other_before  # never dialed
-        wire = subprocess.run(
-            [*lnk_argv(running_box), "sandbox", "wire", sandbox_id, "--json"],
-            env=owner_env(running_box, fastbox),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+        wire = run_lnk(
+            running_box, "sandbox", "wire", sandbox_id, "--json", box=fastbox, timeout=30
         )
         assert wire.returncode == 0, wire.stderr
         rows = [json.loads(line) for line in wire.stdout.splitlines()]
@@ -227,26 +216,13 @@ def test_rebinding_pause_and_stop_hold_on_the_callback_path(
         assert kept.get(WWW)[0] == 200
         assert kept.get(WWW)[0] == 200
         before = fast_decided(fastbox, sandbox_id)
-        env = owner_env(running_box, fastbox)
-        paused = subprocess.run(
-            [*lnk_argv(running_box), "sandbox", "pause", sandbox_id],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        paused = run_lnk(running_box, "sandbox", "pause", sandbox_id, box=fastbox)
         assert paused.returncode == 0, paused.stderr
         status, body = kept.get(WWW)
         assert status == 403 and b"lnk: refused (paused)" in body
         assert fast_decided(fastbox, sandbox_id) == before + 1
         kept.close()
-        resumed = subprocess.run(
-            [*lnk_argv(running_box), "sandbox", "resume", sandbox_id],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        resumed = run_lnk(running_box, "sandbox", "resume", sandbox_id, box=fastbox)
         assert resumed.returncode == 0, resumed.stderr
 
         # A stop between two keep-alive requests: the first on the callback path, the second
@@ -256,14 +232,7 @@ def test_rebinding_pause_and_stop_hold_on_the_callback_path(
         before = fast_decided(fastbox, sandbox_id)
         assert kept.get(WWW)[0] == 200
         assert fast_decided(fastbox, sandbox_id) == before + 1
-        stopped = subprocess.run(
-            [*lnk_argv(running_box), "sandbox", "stop", sandbox_id],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        stopped = run_lnk(running_box, "sandbox", "stop", sandbox_id, box=fastbox, timeout=60)
         assert stopped.returncode == 0, stopped.stderr
         try:
             status, _ = kept.get(WWW)

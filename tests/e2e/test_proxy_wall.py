@@ -13,7 +13,7 @@ from typing import Any
 
 import install_prefix
 import pytest
-from as_owner import lnk_argv, owner_env
+from as_owner import run_lnk
 from internet_box import in_sandbox
 from net import NAS, OTHER, PRIVATE, WWW
 
@@ -114,15 +114,7 @@ def test_the_wire_log_shows_each_decision_to_its_owner(
         " echo $LNK_SANDBOX_ID",
     )
     sandbox_id = result.stdout.strip().splitlines()[-1]
-    env = owner_env(running_box, netbox)
-    wire = subprocess.run(
-        lnk_argv(running_box, "sandbox", "wire", sandbox_id, "--json"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    wire = run_lnk(running_box, "sandbox", "wire", sandbox_id, "--json", box=netbox, timeout=30)
     assert wire.returncode == 0, wire.stderr
     lines = [json.loads(line) for line in wire.stdout.splitlines()]
     assert [(d["decision"], d["rule"]) for d in lines][:2] == [
@@ -130,14 +122,7 @@ def test_the_wire_log_shows_each_decision_to_its_owner(
         ("refused", "not-listed"),
     ]
     assert all(len(d["target"]) <= 300 and "\x1b" not in d["target"] for d in lines)
-    human = subprocess.run(
-        lnk_argv(running_box, "sandbox", "wire", sandbox_id),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    human = run_lnk(running_box, "sandbox", "wire", sandbox_id, box=netbox, timeout=30)
     assert "not-listed" in human.stdout and "\x1b" not in human.stdout
     other = subprocess.run(
         [LNK, "sandbox", "wire", sandbox_id],

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from as_owner import lnk_argv, owner_env
+from as_owner import lnk_argv, owner_env, run_lnk
 from internet_box import proxy_config
 from net import WWW
 
@@ -61,24 +61,12 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
         deadline = time.monotonic() + 15
         rows: list[dict[str, Any]] = []
         while not rows and time.monotonic() < deadline:
-            listed = subprocess.run(
-                [*as_owner, "sandbox", "list", "--json"],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
+            listed = run_lnk(running_box, "sandbox", "list", "--json", box=netbox)
             rows = [r for r in json.loads(listed.stdout or "[]") if r["state"] == "running"]
             time.sleep(0.1)
         assert rows, "the sandbox never showed as running"
         sandbox_id = rows[0]["id"]
-        paused = subprocess.run(
-            [*as_owner, "sandbox", "pause", sandbox_id],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        paused = run_lnk(running_box, "sandbox", "pause", sandbox_id, box=netbox)
         assert paused.returncode == 0, paused.stderr
         assert (netbox.run_dir / "flags" / f"{sandbox_id}.pause").exists()
         assert client.stdin is not None
@@ -91,13 +79,7 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
         assert _through_listener(netbox, sandbox_id, WWW).startswith("HTTP/1.1 403 ")
         assert "lnk: refused (paused)" in _through_listener(netbox, sandbox_id, WWW)
         assert internet.accepted(internet.www) == before
-        resumed = subprocess.run(
-            [*as_owner, "sandbox", "resume", sandbox_id],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        resumed = run_lnk(running_box, "sandbox", "resume", sandbox_id, box=netbox)
         assert resumed.returncode == 0, resumed.stderr
         out, err = client.communicate(timeout=30)
         assert client.returncode == 0, err
@@ -201,14 +183,7 @@ def test_stop_closes_a_tunnel_held_open_inside_the_sandbox(
     try:
         time.sleep(1)
         assert not any(c.peer_port == peer_port for c in internet.ended(internet.www))
-        stopped = subprocess.run(
-            lnk_argv(running_box, "sandbox", "stop", sandbox_id),
-            env=owner_env(running_box, netbox),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        stopped = run_lnk(running_box, "sandbox", "stop", sandbox_id, box=netbox, timeout=30)
         assert stopped.returncode == 0, stopped.stderr
         _wait_for_end(internet, peer_port, within_s=10)
         client.communicate(timeout=30)
