@@ -92,6 +92,28 @@ def run_lnk(
     return run_as_owner(running_box, [LNK, *words], box=box, cwd=cwd, timeout=timeout, check=check)
 
 
+def start_as_owner(
+    running_box: RunningBox,
+    argv: Sequence[str],
+    *,
+    box: PrivateBox | None = None,
+    cwd: Path | None = None,
+    stdin: int | None = subprocess.PIPE,
+) -> subprocess.Popen[str]:
+    """`argv` started as the owner from `cwd` (the owner's home unless given), in the owner's
+    environment pointed at `box`, its stdout and stderr piped as text; its stdin piped too
+    unless `stdin` says otherwise (DEVNULL, or None: the test's own). The caller ends it."""
+    return subprocess.Popen(
+        owner_argv(running_box, *argv),
+        env=owner_env(running_box, box),
+        cwd=str(running_box.owner.home if cwd is None else cwd),
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @contextmanager
 def owner_tmp(prefix: str) -> Iterator[Path]:
     """A new folder under /tmp the owner can enter (pytest's tmp_path is root's, 0700), removed

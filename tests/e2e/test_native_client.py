@@ -22,7 +22,7 @@ from typing import Any
 
 import install_prefix
 import pytest
-from as_owner import build_alone, owner_argv, owner_tmp, run_as_owner
+from as_owner import build_alone, owner_tmp, run_as_owner, start_as_owner
 
 from lnk_shared.native_build import CLIENT
 
@@ -148,19 +148,11 @@ def test_sigterm_to_the_client_reaches_the_program(
     spec.write_text('[commands]\nallow = ["sleep"]\n')
     os.chown(spec, owner.uid, owner.gid)
     script = 'trap "echo got-term; exit 9" TERM; echo ready; sleep 30 & wait'
-    argv = owner_argv(
-        running_box, str(clients.alone), "sandbox", "run", "--yes", "--spec", str(spec), "--",
+    argv = [
+        str(clients.alone), "sandbox", "run", "--yes", "--spec", str(spec), "--",
         "/bin/sh", "-c", script,
-    )  # fmt: skip
-    process = subprocess.Popen(
-        argv,
-        env=running_box.owner_env(),
-        cwd=str(owner.home),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    ]  # fmt: skip
+    process = start_as_owner(running_box, argv, stdin=subprocess.DEVNULL)
     try:
         assert process.stdout is not None
         ready, _, _ = select.select([process.stdout], [], [], WAIT_S)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from as_owner import lnk_argv, owner_env, run_lnk
+from as_owner import LNK, run_lnk, start_as_owner
 from internet_box import proxy_config
 from net import OTHER, REBIND, WWW
 
@@ -90,8 +90,6 @@ class KeptConnection:
 def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Popen[str], str]:
     """A sandbox granted www and the rebinding name, whose shell waits for the test's word,
     then makes REQUESTS keep-alive GETs on one connection and one to a host not granted."""
-    owner = running_box.owner
-    env = owner_env(running_box, box)
     urls = " ".join([f"-o /dev/null http://{WWW}/"] * REQUESTS)  # curl's -o is per URL
     script = (
         "read go; "
@@ -99,9 +97,10 @@ def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Pope
         f"curl -sS --max-time 10 -o /dev/null -w '%{{http_code}}\\n' http://{OTHER}/; "
         "echo done; read end"
     )
-    client = subprocess.Popen(
+    client = start_as_owner(
+        running_box,
         [
-            *lnk_argv(running_box),
+            LNK,
             "sandbox",
             "run",
             "--yes",
@@ -113,12 +112,7 @@ def _running_sandbox(running_box: RunningBox, box: Any) -> tuple[subprocess.Pope
             "-c",
             script,
         ],
-        env=env,
-        cwd=str(owner.home),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        box=box,
     )
     deadline = time.monotonic() + 30
     rows: list[dict[str, Any]] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
-from as_owner import lnk_argv, owner_env
+from as_owner import LNK, start_as_owner
 from net import WWW, TestInternet
 
 RunningBox = Any  # tests/e2e/conftest.py
@@ -52,8 +51,8 @@ def _wait_dead(pid: int) -> None:
 def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
     running_box: RunningBox, netbox: Any, internet: TestInternet
 ) -> None:
-    argv = lnk_argv(
-        running_box,
+    argv = [
+        LNK,
         "sandbox",
         "run",
         "--yes",
@@ -64,16 +63,8 @@ def test_kill_9_of_the_proxy_then_box_up_keeps_a_running_sandboxs_way_out(
         "/bin/sh",
         "-c",
         SCRIPT,
-    )
-    sandbox = subprocess.Popen(
-        argv,
-        env=owner_env(running_box, netbox),
-        cwd=str(running_box.owner.home),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    ]
+    sandbox = start_as_owner(running_box, argv, box=netbox)
     try:
         assert sandbox.stdout is not None and sandbox.stdin is not None
         assert sandbox.stdout.readline() == "200\n", sandbox.stderr

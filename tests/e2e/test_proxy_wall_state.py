@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from as_owner import lnk_argv, owner_env, run_lnk
+from as_owner import LNK, run_lnk, start_as_owner
 from internet_box import proxy_config
 from net import WWW
 
@@ -30,13 +30,11 @@ FROZEN_WINDOW_S = 2.0  # long enough for a running shell to read a line and curl
 def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
     running_box: RunningBox, netbox: Any, internet: Any, ca_dir: Path
 ) -> None:
-    owner = running_box.owner
-    env = owner_env(running_box, netbox)
-    as_owner = lnk_argv(running_box)
     before = internet.accepted(internet.www)
-    client = subprocess.Popen(
+    client = start_as_owner(
+        running_box,
         [
-            *as_owner,
+            LNK,
             "sandbox",
             "run",
             "--yes",
@@ -50,12 +48,7 @@ def test_a_paused_sandbox_is_frozen_and_works_again_when_resumed(
             # sandbox is paused: the request can only be made after the pause, whatever the load.
             f"read go; curl -sS --max-time 10 http://{WWW}/",
         ],
-        env=env,
-        cwd=str(owner.home),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        box=netbox,
     )
     try:
         deadline = time.monotonic() + 15
@@ -134,9 +127,10 @@ def _hold_a_tunnel(
     (ca_dir / "hold.py").write_text(HOLD)
     (ca_dir / "hold.py").chmod(0o644)
     before = len(internet.connections(internet.www))
-    client = subprocess.Popen(
+    client = start_as_owner(
+        running_box,
         [
-            *lnk_argv(running_box),
+            LNK,
             "sandbox",
             "run",
             "--yes",
@@ -148,11 +142,8 @@ def _hold_a_tunnel(
             f"{ca_dir}/hold.py",
             WWW,
         ],
-        env=owner_env(running_box, box),
-        cwd=str(running_box.owner.home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        box=box,
+        stdin=None,
     )
     assert client.stdout is not None
     ready, _, _ = select.select([client.stdout], [], [], 30)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from as_user import as_user
+from as_owner import run_as_owner
 
 from lnk_controller.wall import ETC_FILES, sandbox_hosts
 
@@ -52,20 +52,6 @@ def _snapshot(root: Path) -> Snapshot:
                 content = path.read_bytes()
             found[str(path.relative_to(root))] = (info.st_mode, info.st_uid, info.st_gid, content)
     return found
-
-
-def _as_owner_sh(box: RunningBox, script: str) -> subprocess.CompletedProcess[str]:
-    """A shell script run on the host as the owner (no sandbox), to use what a sandbox left."""
-    owner = box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, "/bin/sh", "-c", script),
-        env=box.owner_env(),
-        cwd=str(owner.home),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def _attempt(box: RunningBox, script: str, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -356,11 +342,12 @@ def test_files_written_in_a_write_grant_are_owned_by_the_owner(
     for path in (out / "made.txt", out / "sub", out / "sub" / "deep.txt"):
         info = path.lstat()
         assert (info.st_uid, info.st_gid) == (owner.uid, owner.gid), path
-    used = _as_owner_sh(
-        running_box,
+    # A shell on the host as the owner (no sandbox), using what the sandbox left.
+    script = (
         f"cat {out}/made.txt && echo more >> {out}/made.txt && rm -r {out}/sub && "
-        f"mv {out}/made.txt {out}/kept.txt",
+        f"mv {out}/made.txt {out}/kept.txt"
     )
+    used = run_as_owner(running_box, ["/bin/sh", "-c", script], timeout=30)
     assert used.returncode == 0, used.stderr
     assert used.stdout == "made\n"
     assert (out / "kept.txt").read_text() == "made\nmore\n"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_owner import run_as_owner
 from as_user import as_user
 from install_prefix import LNK
 
@@ -57,21 +58,8 @@ def _listing(root: Path) -> dict[str, tuple[int, bytes]]:
     return found
 
 
-def _as_owner(box: RunningBox, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    owner = box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, *argv),
-        env=box.owner_env(),
-        cwd=str(cwd),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _git(box: RunningBox, repo: Path, *args: str) -> str:
-    done = _as_owner(box, "git", *GIT_ID.split(), *args, cwd=repo)
+    done = run_as_owner(box, ["git", *GIT_ID.split(), *args], cwd=repo)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -245,7 +233,7 @@ def test_owners_git_clean_mid_run_uncovers_no_protected_name(
     )
     try:
         _wait_ready(process)
-        cleaned = _as_owner(running_box, "git", "clean", "-f", "-f", "-d", "-x", cwd=repo)
+        cleaned = run_as_owner(running_box, ["git", "clean", "-f", "-f", "-d", "-x"], cwd=repo)
     finally:
         out = _finish(process)
     assert "LEAK" not in out, out
@@ -262,7 +250,7 @@ def test_owner_cannot_remove_a_placeholder_while_the_sandbox_runs(
     process = _start_waiting(running_box, folder)
     try:
         _wait_ready(process)
-        removed = _as_owner(running_box, "rmdir", str(folder / ".envrc"), cwd=folder)
+        removed = run_as_owner(running_box, ["rmdir", str(folder / ".envrc")], cwd=folder)
     finally:
         _finish(process)
     assert removed.returncode != 0
