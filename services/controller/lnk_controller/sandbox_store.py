@@ -127,11 +127,25 @@ def _row(values: Mapping[Any, Any]) -> SandboxRow:
     return SandboxRow(**values)
 
 
+def _nobody_told(_lease_end: datetime) -> None:
+    return None
+
+
 class SandboxStore:
-    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _now) -> None:
+    """`lease_written` is told each lease's end once it is written (`create`, `extend_lease`):
+    the lease reaper sleeps until the next end it knows of (lnk_controller.reap_wait)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], datetime] = _now,
+        lease_written: Callable[[datetime], None] = _nobody_told,
+    ) -> None:
         self._engine = engine
         self._path: Path = database_path(engine)
         self._clock = clock
+        self._lease_written = lease_written
 
     def create(
         self,
@@ -176,6 +190,7 @@ class SandboxStore:
                 "denials": None,
             }
             conn.execute(_INSERT, values)
+        self._lease_written(values["lease_expires_at"])
         return _row(values)
 
     def get(self, sandbox_id: str) -> SandboxRow | None:
@@ -214,6 +229,7 @@ class SandboxStore:
     def extend_lease(self, sandbox_id: str, seconds: int) -> datetime:
         until = self._clock() + timedelta(seconds=seconds)
         self.set(sandbox_id, lease_expires_at=until)
+        self._lease_written(until)
         return until
 
     def forget_ended(self, owner_uid: int) -> list[str]:
