@@ -60,7 +60,7 @@ def _window(pids: dict[str, int], seconds: float) -> dict[str, tuple[float, list
         busy = sorted(((ms - threads0.get(tid, 0.0)) / wall, tid) for tid, ms in threads.items())[
             ::-1
         ][:TOP_THREADS]
-        rows = [f"{tid}:{rate:.2f}" for rate, tid in busy]
+        rows = [f"{tid}{'(main)' if tid == str(pid) else ''}:{rate:.2f}" for rate, tid in busy]
         out[label] = ((_ms(Path(f"/proc/{pid}/stat")) - total0) / wall, rows)
     return out
 

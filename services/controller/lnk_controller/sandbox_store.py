@@ -127,13 +127,15 @@ def _row(values: Mapping[Any, Any]) -> SandboxRow:
     return SandboxRow(**values)
 
 
-def _nobody_told(_lease_end: datetime) -> None:
+def _nobody_told(*_: object) -> None:
     return None
 
 
 class SandboxStore:
     """`lease_written` is told each lease's end once it is written (`create`, `extend_lease`):
-    the lease reaper sleeps until the next end it knows of (lnk_controller.reap_wait)."""
+    the lease reaper sleeps until the next end it knows of (lnk_controller.reap_wait).
+    `ended` is told each sandbox's end once written (`mark_ended`): retention prunes when the
+    ended records may exceed their count (lnk_controller.retention.PruneDue)."""
 
     def __init__(
         self,
@@ -141,11 +143,13 @@ class SandboxStore:
         *,
         clock: Callable[[], datetime] = _now,
         lease_written: Callable[[datetime], None] = _nobody_told,
+        ended: Callable[[], None] = _nobody_told,
     ) -> None:
         self._engine = engine
         self._path: Path = database_path(engine)
         self._clock = clock
         self._lease_written = lease_written
+        self._ended = ended
 
     def create(
         self,
@@ -221,6 +225,7 @@ class SandboxStore:
 
     def mark_ended(self, sandbox_id: str, exit_status: int | None) -> None:
         self.set(sandbox_id, state="ended", ended_at=self._clock(), exit_status=exit_status)
+        self._ended()
 
     def expired(self) -> list[SandboxRow]:
         now = self._clock()

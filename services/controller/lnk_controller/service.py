@@ -41,7 +41,7 @@ from lnk_controller.launch_socket import LaunchServer
 from lnk_controller.reap_wait import ReapWait
 from lnk_controller.reaper import Reaper
 from lnk_controller.remembered import RememberedSpecs
-from lnk_controller.retention import prune_every
+from lnk_controller.retention import PruneDue, prune_every
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore, load_box_key
 from lnk_controller.supervisor import supervise
@@ -145,7 +145,8 @@ def run_controller(cfg: ControllerConfig) -> None:
     _prepare_dirs(cfg)
     engine = open_database(cfg.database)
     reap_wait = ReapWait()  # the reaper sleeps until a lease ends, or the store or a launch rings
-    store = SandboxStore(engine, lease_written=reap_wait.ring_by)
+    prune_due = PruneDue(cfg.ended_keep_count)  # a prune as soon as the ended records may pass it
+    store = SandboxStore(engine, lease_written=reap_wait.ring_by, ended=prune_due.ended)
     remembered = RememberedSpecs(engine)
     _check_kernel(cfg)
     _place_cgroups()
@@ -187,7 +188,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     supervise("reaper", reaper.run, stop)
     keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
     keep["wire_keep_bytes"] = cfg.wire_keep_bytes
-    supervise("retention", prune_every(engine, cfg.wire_dir, **keep), stop)
+    supervise("retention", prune_every(engine, cfg.wire_dir, **keep, due=prune_due), stop)
     supervise("bridge-reconcile", reconcile_every(cfg, store), stop)
     keeper = threading.Thread(  # a restarted proxy gets every running sandbox's listener
         target=proxy_link.keep_listeners, args=(cfg, stop), name="proxy-listeners", daemon=True
@@ -215,6 +216,7 @@ def run_controller(cfg: ControllerConfig) -> None:
         api.run(sockets=[api_sock])
     finally:
         stop.set()
+        prune_due.wake()
         reaper.shutdown()
         server.shutdown()
         left = 0
