@@ -17,7 +17,7 @@ pytestmark = pytest.mark.needs_root
 
 LEASE_S = 2  # the private box's lease: short, so the test sees it run out
 LNK = str(install_prefix.LNK)
-WAIT_S = 15.0  # the reaper looks every second; cleaning takes well under a second
+WAIT_S = 15.0  # the reaper kills at the lease's end; cleaning takes well under a second
 
 
 def _owner_env(running_box: RunningBox, box: Any) -> dict[str, str]:
