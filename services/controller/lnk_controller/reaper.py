@@ -1,10 +1,10 @@
 """The lease reaper: ends every sandbox whose lease has run out and retries every clean-up that
 failed, row by row, so that no sandbox's fault holds up another's lease.
 
-Each pass reads the live rows and plans (`plan`, a pure function); a
-live row that no launch under way has (a ghost: its launch's last write failed on a full disk,
-or its launch thread died) is reconciled by the same clean-up, which works from the record and
-what is really there (processes, cgroup, mounts, user):
+Each pass reads the live rows and plans (`plan`, a pure function); a live row that no launch
+under way has (a ghost: its launch's last write failed on a full disk, or its launch thread
+died) is reconciled by the same clean-up, which works from the record and what is really there
+(processes, cgroup, mounts, user):
 1. kill: each sandbox whose lease is over and that was not yet killed has its processes killed
    at once, in the reaper's own thread: the recorded first process (a pidfd signal) and its
    cgroup (`cgroup.kill`, not waited on). A kill is a few writes and never waits on a clean-up,
@@ -28,10 +28,10 @@ the supervisor's RESTART_MAX_S if the reaper's thread died meanwhile (0.5 s in a
 free.
 
 Does NOT: enforce a lease written to the database by hand sooner than IDLE_PASS_S; enforce
-leases while the controller is down (the next start's reconcile cleans every
-live record); stop a clean-up that hangs in the kernel (an unmount on a dead network file
-system): that job holds its worker, and with all CLEAN_WORKERS stuck other clean-ups wait, their
-processes already killed; keep its back-off across restarts (a restart tries every row again).
+leases while the controller is down (the next start's reconcile cleans every live record); stop
+a clean-up that hangs in the kernel (an unmount on a dead network file system): that job holds
+its worker, and with all CLEAN_WORKERS stuck other clean-ups wait, their processes already
+killed; keep its back-off across restarts (a restart tries every row again).
 """
 
 from __future__ import annotations
