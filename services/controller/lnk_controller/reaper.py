@@ -17,8 +17,9 @@ A supervisor (lnk_controller.supervisor) starts the reaper's thread again whenev
 
 Between passes the reaper sleeps (lnk_controller.reap_wait) until the next thing it has to do
 (`next_wake`, pure): the earliest lease's end, a back-off's end, or a ring: a lease written
-(the store's `create` and `extend_lease`, which may shorten one), a row left to it by a launch
-whose clean-up failed, or one of its own clean-ups failing. At rest it makes no pass but one
+(the store's `create` and `extend_lease`, which may shorten one), a clean-up that failed,
+whoever ran it (the store's `mark_stopping`: a launch's, the API's stop, its own), or a row a
+launch left to it without that write (a full disk). At rest it makes no pass but one
 every IDLE_PASS_S (it ticked every 0.25 s before: most of the idle controller's CPU).
 
 The bound: a sandbox's processes are sent SIGKILL when its lease ends (a timer at that very

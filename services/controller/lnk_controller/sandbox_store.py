@@ -135,7 +135,8 @@ class SandboxStore:
     """`lease_written` is told each lease's end once it is written (`create`, `extend_lease`):
     the lease reaper sleeps until the next end it knows of (lnk_controller.reap_wait).
     `ended` is told each sandbox's end once written (`mark_ended`): retention prunes when the
-    ended records may exceed their count (lnk_controller.retention.PruneDue)."""
+    ended records may exceed their count (lnk_controller.retention.PruneDue). `stopping` is told
+    each clean-up that failed (`mark_stopping`): the reaper retries it, whoever ran it."""
 
     def __init__(
         self,
@@ -144,12 +145,14 @@ class SandboxStore:
         clock: Callable[[], datetime] = _now,
         lease_written: Callable[[datetime], None] = _nobody_told,
         ended: Callable[[], None] = _nobody_told,
+        stopping: Callable[[], None] = _nobody_told,
     ) -> None:
         self._engine = engine
         self._path: Path = database_path(engine)
         self._clock = clock
         self._lease_written = lease_written
         self._ended = ended
+        self._stopping = stopping
 
     def create(
         self,
@@ -222,6 +225,12 @@ class SandboxStore:
             raw = conn.execute(_MOUNTS, {"sandbox_id": sandbox_id}).scalar_one()
             mounts = json.loads(raw) + targets
             conn.execute(_UPDATE, {"sandbox_id": sandbox_id, "mounts_json": json.dumps(mounts)})
+
+    def mark_stopping(self, sandbox_id: str) -> None:
+        """Its clean-up failed (by a launch, the API's stop, a forgetting or the reaper): the
+        reaper's to retry from now on."""
+        self.set(sandbox_id, state="stopping")
+        self._stopping()
 
     def mark_ended(self, sandbox_id: str, exit_status: int | None) -> None:
         self.set(sandbox_id, state="ended", ended_at=self._clock(), exit_status=exit_status)

@@ -146,7 +146,9 @@ def run_controller(cfg: ControllerConfig) -> None:
     engine = open_database(cfg.database)
     reap_wait = ReapWait()  # the reaper sleeps until a lease ends, or the store or a launch rings
     prune_due = PruneDue(cfg.ended_keep_count)  # a prune as soon as the ended records may pass it
-    store = SandboxStore(engine, lease_written=reap_wait.ring_by, ended=prune_due.ended)
+    store = SandboxStore(
+        engine, lease_written=reap_wait.ring_by, ended=prune_due.ended, stopping=reap_wait.ring
+    )
     remembered = RememberedSpecs(engine)
     _check_kernel(cfg)
     _place_cgroups()

@@ -218,6 +218,20 @@ def test_each_lease_written_is_told_after_its_write(engine: Engine, clock: Clock
     assert told == [(START + LEASE, START + LEASE), (shortened, shortened)]
 
 
+def test_a_failed_clean_up_is_told_once_its_row_says_stopping(engine: Engine, clock: Clock) -> None:
+    """Whoever's clean-up failed (a launch's, the API's stop), the reaper retries it: the store
+    tells it once the row says so, as it sleeps otherwise until the next lease's end."""
+    told: list[str] = []
+
+    def stopping() -> None:
+        told.append(store.find()[0].state)
+
+    store = SandboxStore(engine, clock=clock, stopping=stopping)
+    row = create(store, lowest_free([]))
+    store.mark_stopping(row.id)
+    assert told == ["stopping"]
+
+
 @pytest.mark.parametrize(
     ("elapsed", "is_expired"),
     [
