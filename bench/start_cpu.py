@@ -31,7 +31,7 @@ from private_box import PREFIX, PrivateBox, private_box
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 UID_BASE = 2_100_000_000  # this bench's span of uid blocks, away from sandbox_start.py's
-IDLE_S = 5.0  # the idle measure's length: the reaper's passes (every 0.25 s) average out
+IDLE_S = 5.0  # the idle measure's length: periodic threads (an older reaper's 0.25 s) average out
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 

@@ -15,7 +15,7 @@ RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = pytest.mark.needs_root
 
 LEASE_S = 2  # the private box's lease: short, so the test sees it run out
-WAIT_S = 15.0  # the reaper looks every second; cleaning takes well under a second
+WAIT_S = 15.0  # the reaper kills at the lease's end; cleaning takes well under a second
 
 
 def test_an_expired_lease_stops_and_cleans_the_sandbox(

@@ -115,7 +115,7 @@ def _clean(
         problems.append(str(exc))
     proxy_link.clear_flags(cfg, sandbox_id)
     if problems:
-        store.set(sandbox_id, state="stopping")
+        store.mark_stopping(sandbox_id)
         raise StateError(f"sandbox {sandbox_id} is not fully cleaned: " + "; ".join(problems))
     store.mark_ended(sandbox_id, exit_status)
     log.info("sandbox %s cleaned (uid %d)", sandbox_id, row.host_uid)

@@ -24,7 +24,7 @@ import pwd
 import select
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from datetime import timedelta
 from pathlib import Path
@@ -89,6 +89,7 @@ class Launcher(Judging, HeldStart, Ending):
         *,
         secrets: SecretStore | None = None,
         denials: DenialReader | None = None,
+        left_to_reaper: Callable[[], None] = lambda: None,
     ) -> None:
         self.cfg = cfg
         self.denials = denials  # what the kernel denied each sandbox (None: not read)
@@ -103,6 +104,7 @@ class Launcher(Judging, HeldStart, Ending):
         # live record is one the reaper reconciles (`active`).
         self._active: set[str] = set()
         self._active_guard = threading.Lock()
+        self._left_to_reaper = left_to_reaper
         self.ledger = sandbox_limits.Ledger()  # what each owner runs now (their limits)
         self._places: dict[str, int] = {}  # sandbox id -> its owner's place in the ledger
         self._limits: dict[str, sandbox_limits.Applied] = {}  # sandbox id -> its limits

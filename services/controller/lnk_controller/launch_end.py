@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 
 from lnk_controller import sandbox_limits
 from lnk_controller.agents import AgentRegistry
@@ -39,6 +40,7 @@ class Ending:
     _limits: dict[str, sandbox_limits.Applied]
     _active: set[str]
     _active_guard: threading.Lock
+    _left_to_reaper: Callable[[], None]  # wakes the lease reaper for a row it now owns
 
     def limits_outcome(self, running: Running) -> str | None:
         """The limit the sandbox met, said to its client (read before its clean-up)."""
@@ -104,13 +106,16 @@ class Ending:
 
     def clean_or_leave(self, sandbox_id: str, status: int | None) -> bool:
         """Clean the sandbox, or leave it to the reaper: whether it is clean."""
+        cleaned = False
         try:
             clean_sandbox(sandbox_id, self.store, self.cfg, exit_status=status)
-            return True
+            cleaned = True
         except StateError as exc:
             log.error("%s; the reaper retries it", exc)
-            return False
         finally:
             self._release(sandbox_id)
             with self._active_guard:
                 self._active.discard(sandbox_id)
+            if not cleaned:  # a live row no launch has: the reaper's from now on
+                self._left_to_reaper()
+        return cleaned

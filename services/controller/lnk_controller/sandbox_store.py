@@ -127,11 +127,32 @@ def _row(values: Mapping[Any, Any]) -> SandboxRow:
     return SandboxRow(**values)
 
 
+def _nobody_told(*_: object) -> None:
+    return None
+
+
 class SandboxStore:
-    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = _now) -> None:
+    """`lease_written` is told each lease's end once it is written (`create`, `extend_lease`):
+    the lease reaper sleeps until the next end it knows of (lnk_controller.reap_wait).
+    `ended` is told each sandbox's end once written (`mark_ended`): retention prunes when the
+    ended records may exceed their count (lnk_controller.retention.PruneDue). `stopping` is told
+    each clean-up that failed (`mark_stopping`): the reaper retries it, whoever ran it."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], datetime] = _now,
+        lease_written: Callable[[datetime], None] = _nobody_told,
+        ended: Callable[[], None] = _nobody_told,
+        stopping: Callable[[], None] = _nobody_told,
+    ) -> None:
         self._engine = engine
         self._path: Path = database_path(engine)
         self._clock = clock
+        self._lease_written = lease_written
+        self._ended = ended
+        self._stopping = stopping
 
     def create(
         self,
@@ -176,6 +197,7 @@ class SandboxStore:
                 "denials": None,
             }
             conn.execute(_INSERT, values)
+        self._lease_written(values["lease_expires_at"])
         return _row(values)
 
     def get(self, sandbox_id: str) -> SandboxRow | None:
@@ -204,8 +226,15 @@ class SandboxStore:
             mounts = json.loads(raw) + targets
             conn.execute(_UPDATE, {"sandbox_id": sandbox_id, "mounts_json": json.dumps(mounts)})
 
+    def mark_stopping(self, sandbox_id: str) -> None:
+        """Its clean-up failed (by a launch, the API's stop, a forgetting or the reaper): the
+        reaper's to retry from now on."""
+        self.set(sandbox_id, state="stopping")
+        self._stopping()
+
     def mark_ended(self, sandbox_id: str, exit_status: int | None) -> None:
         self.set(sandbox_id, state="ended", ended_at=self._clock(), exit_status=exit_status)
+        self._ended()
 
     def expired(self) -> list[SandboxRow]:
         now = self._clock()
@@ -214,6 +243,7 @@ class SandboxStore:
     def extend_lease(self, sandbox_id: str, seconds: int) -> datetime:
         until = self._clock() + timedelta(seconds=seconds)
         self.set(sandbox_id, lease_expires_at=until)
+        self._lease_written(until)
         return until
 
     def forget_ended(self, owner_uid: int) -> list[str]:

@@ -38,9 +38,10 @@ from lnk_controller.denials import DenialReader, write_status
 from lnk_controller.forget_account import forget_account
 from lnk_controller.launch import Launcher
 from lnk_controller.launch_socket import LaunchServer
+from lnk_controller.reap_wait import ReapWait
 from lnk_controller.reaper import Reaper
 from lnk_controller.remembered import RememberedSpecs
-from lnk_controller.retention import prune_every
+from lnk_controller.retention import PruneDue, prune_every
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.secret_store import SecretStore, load_box_key
 from lnk_controller.supervisor import supervise
@@ -105,7 +106,9 @@ def _check_kernel(cfg: ControllerConfig) -> None:
         log.warning("%s", line)
 
 
-def _reaper(store: SandboxStore, cfg: ControllerConfig, launcher: Launcher) -> Reaper:
+def _reaper(
+    store: SandboxStore, cfg: ControllerConfig, launcher: Launcher, wait: ReapWait
+) -> Reaper:
     return Reaper(
         live_rows=lambda: store.find(live_only=True),
         active=launcher.active,
@@ -113,6 +116,7 @@ def _reaper(store: SandboxStore, cfg: ControllerConfig, launcher: Launcher) -> R
         now=lambda: datetime.now(UTC),
         clock=time.monotonic,
         crash_every=cfg.unsafe_test_reaper_crash_every,
+        wait=wait,
     )
 
 
@@ -140,7 +144,11 @@ def run_controller(cfg: ControllerConfig) -> None:
     os.umask(0o022)
     _prepare_dirs(cfg)
     engine = open_database(cfg.database)
-    store = SandboxStore(engine)
+    reap_wait = ReapWait()  # the reaper sleeps until a lease ends, or the store or a launch rings
+    prune_due = PruneDue(cfg.ended_keep_count)  # a prune as soon as the ended records may pass it
+    store = SandboxStore(
+        engine, lease_written=reap_wait.ring_by, ended=prune_due.ended, stopping=reap_wait.ring
+    )
     remembered = RememberedSpecs(engine)
     _check_kernel(cfg)
     _place_cgroups()
@@ -156,7 +164,15 @@ def run_controller(cfg: ControllerConfig) -> None:
     denials = DenialReader(enable_audit=cfg.denials_enable_audit)
     denials.start()
     write_status(cfg.run_dir, denials.status)
-    launcher = Launcher(cfg, store, remembered, agents, secrets=secrets, denials=denials)
+    launcher = Launcher(
+        cfg,
+        store,
+        remembered,
+        agents,
+        secrets=secrets,
+        denials=denials,
+        left_to_reaper=reap_wait.ring,
+    )
     forget = partial(
         forget_account, cfg=cfg, store=store, remembered=remembered, agents=agents, secrets=secrets
     )
@@ -170,11 +186,11 @@ def run_controller(cfg: ControllerConfig) -> None:
     server = LaunchServer(launch_sock, launcher, accounts)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
     stop = threading.Event()
-    reaper = _reaper(store, cfg, launcher)
+    reaper = _reaper(store, cfg, launcher, reap_wait)
     supervise("reaper", reaper.run, stop)
     keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
     keep["wire_keep_bytes"] = cfg.wire_keep_bytes
-    supervise("retention", prune_every(engine, cfg.wire_dir, **keep), stop)
+    supervise("retention", prune_every(engine, cfg.wire_dir, **keep, due=prune_due), stop)
     supervise("bridge-reconcile", reconcile_every(cfg, store), stop)
     keeper = threading.Thread(  # a restarted proxy gets every running sandbox's listener
         target=proxy_link.keep_listeners, args=(cfg, stop), name="proxy-listeners", daemon=True
@@ -202,6 +218,7 @@ def run_controller(cfg: ControllerConfig) -> None:
         api.run(sockets=[api_sock])
     finally:
         stop.set()
+        prune_due.wake()
         reaper.shutdown()
         server.shutdown()
         left = 0

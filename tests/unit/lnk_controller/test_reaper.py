@@ -4,6 +4,7 @@ fails, a kill fails, or the database cannot be read: every other row is still en
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
@@ -12,11 +13,15 @@ from typing import Any
 import pytest
 
 from lnk_controller.models import SandboxRow
+from lnk_controller.reap_wait import ReapWait
 from lnk_controller.reaper import (
     RETRY_FIRST_S,
     RETRY_MAX_S,
+    RETRY_PASS_S,
     Reaper,
     Retry,
+    Wake,
+    next_wake,
     plan,
     retry_delay,
 )
@@ -24,6 +29,7 @@ from lnk_shared.errors import StateError
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 WAIT_S = 10.0  # generous: only a hang takes this long
+HOUR = timedelta(hours=1)
 
 
 class _Inline(futures.Executor):
@@ -35,7 +41,9 @@ class _Inline(futures.Executor):
         return done
 
 
-def _row(sandbox_id: str, *, expired: bool, state: str = "running") -> SandboxRow:
+def _row(
+    sandbox_id: str, *, expired: bool, state: str = "running", ends: datetime | None = None
+) -> SandboxRow:
     return SandboxRow(
         id=sandbox_id,
         owner_uid=1000,
@@ -51,7 +59,7 @@ def _row(sandbox_id: str, *, expired: bool, state: str = "running") -> SandboxRo
         command_json="[]",
         spec_hash="0" * 64,
         created_at=NOW - timedelta(hours=1),
-        lease_expires_at=NOW - timedelta(seconds=1) if expired else NOW + timedelta(hours=1),
+        lease_expires_at=ends or (NOW - timedelta(seconds=1) if expired else NOW + HOUR),
         ended_at=None,
         exit_status=None,
     )
@@ -311,3 +319,199 @@ def test_the_injected_crash_raises_on_every_nth_pass_only() -> None:
     with pytest.raises(RuntimeError, match="unsafe_test_reaper_crash_every=2"):
         reaper.run_pass()
     reaper.run_pass()
+
+
+# (rows, retries, killed, in_flight, active) -> the wake after the pass that left them
+WAKE_TABLE = [
+    ("nothing live: only the idle pass", [], {}, set(), set(), set(), Wake()),
+    (
+        "one lease running: its end",
+        [_row("a", expired=False)],
+        {},
+        set(),
+        set(),
+        {"a"},
+        Wake(lease_end=NOW + HOUR),
+    ),
+    (
+        "two leases: the earlier end",
+        [_row("a", expired=False), _row("b", expired=False, ends=NOW + timedelta(seconds=5))],
+        {},
+        set(),
+        set(),
+        {"a", "b"},
+        Wake(lease_end=NOW + timedelta(seconds=5)),
+    ),
+    (
+        "killed and its clean-up running: nothing until the clean-up rings",
+        [_row("a", expired=True)],
+        {},
+        {"a"},
+        {"a"},
+        {"a"},
+        Wake(),
+    ),
+    (
+        "a kill that failed: tried again soon, as the old tick did",
+        [_row("a", expired=True)],
+        {},
+        set(),
+        {"a"},
+        {"a"},
+        Wake(after_s=RETRY_PASS_S),
+    ),
+    (
+        "a clean-up in back-off: its end",
+        [_row("a", expired=True)],
+        {"a": Retry(2, "x", 13.0)},
+        {"a"},
+        set(),
+        {"a"},
+        Wake(after_s=3.0),
+    ),
+    (
+        "a ghost in back-off: its end, and its lease's",
+        [_row("a", expired=False)],
+        {"a": Retry(1, "x", 11.0)},
+        set(),
+        set(),
+        set(),
+        Wake(lease_end=NOW + HOUR, after_s=1.0),
+    ),
+    (
+        "stopping, not killed: no kill due, its back-off",
+        [_row("a", expired=True, state="stopping")],
+        {"a": Retry(1, "x", 10.5)},
+        set(),
+        set(),
+        {"a"},
+        Wake(after_s=0.5),
+    ),
+    (
+        "due, no clean-up running nor back-off (one just ended): at once",
+        [_row("a", expired=True)],
+        {},
+        {"a"},
+        set(),
+        {"a"},
+        Wake(after_s=0.0),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("rows", "retries", "killed", "in_flight", "active", "wake"),
+    [pytest.param(*case[1:], id=case[0]) for case in WAKE_TABLE],
+)
+def test_next_wake(
+    rows: list[SandboxRow],
+    retries: dict[str, Retry],
+    killed: set[str],
+    in_flight: set[str],
+    active: set[str],
+    wake: Wake,
+) -> None:
+    got = next_wake(
+        rows,
+        now=NOW,
+        clock=10.0,
+        retries=retries,
+        killed=killed,
+        in_flight=in_flight,
+        active=active,
+    )
+    assert got == wake
+
+
+class _Running:
+    """A reaper's run loop in its thread, on the real clocks and a real ReapWait; `passes`
+    counts its reads of the records."""
+
+    def __init__(self, box: _Box) -> None:
+        self.box = box
+        self.wait = ReapWait()
+        self.stop = threading.Event()
+        self.passes = threading.Semaphore(0)
+        self.killed = threading.Event()
+        self.attempted = threading.Event()
+        self.cleaned = threading.Event()
+        plain_live, plain_kill, plain_clean = box.live, box.kill, box.clean
+
+        def live() -> list[SandboxRow]:
+            self.passes.release()
+            return plain_live()
+
+        def kill(row: SandboxRow) -> None:
+            plain_kill(row)
+            self.killed.set()
+
+        def clean(sandbox_id: str) -> None:
+            self.attempted.set()
+            plain_clean(sandbox_id)
+            self.cleaned.set()
+
+        self.reaper = Reaper(
+            live_rows=live,
+            active=lambda: {i for i in box.rows if not i.startswith("ghost")},
+            clean=clean,
+            now=lambda: datetime.now(UTC),
+            clock=time.monotonic,
+            kill=kill,
+            workers=_Inline(),
+            wait=self.wait,
+        )
+        self.thread = threading.Thread(target=self.reaper.run, args=(self.stop,))
+
+    def __enter__(self) -> _Running:
+        self.thread.start()
+        assert self.passes.acquire(timeout=WAIT_S)  # its first pass: asleep after it
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.reaper.shutdown()
+        self.thread.join(WAIT_S)
+        assert not self.thread.is_alive()
+        self.wait.close()
+
+
+def test_a_lease_written_while_the_reaper_sleeps_is_enforced_at_its_end() -> None:
+    box = _Box([], failing=set())
+    with _Running(box) as running:
+        ends = datetime.now(UTC) + timedelta(milliseconds=200)
+        box.rows["new"] = _row("new", expired=False, ends=ends)
+        running.wait.ring_by(ends)  # the store's create
+        assert running.killed.wait(WAIT_S), "a lease written while asleep was never enforced"
+        assert box.killed == ["new"] and "new" not in box.rows
+
+
+def test_a_lease_shortened_while_the_reaper_sleeps_towards_its_old_end_is_enforced() -> None:
+    box = _Box([_row("a", expired=False, ends=datetime.now(UTC) + HOUR)], failing=set())
+    with _Running(box) as running:  # asleep towards the hour's end
+        shortened = datetime.now(UTC) - timedelta(seconds=1)
+        box.rows["a"] = _row("a", expired=True, ends=shortened)
+        running.wait.ring_by(shortened)  # the store's extend_lease
+        assert running.killed.wait(WAIT_S)
+        assert box.killed == ["a"]
+
+
+def test_a_row_a_launch_left_is_cleaned_once_rung() -> None:
+    box = _Box([], failing=set())
+    with _Running(box) as running:
+        ends = datetime.now(UTC) + HOUR
+        box.rows["ghost"] = _row(
+            "ghost", expired=False, ends=ends
+        )  # no launch has it: `active` is empty
+        running.wait.ring()  # the launch's clean_or_leave
+        assert running.cleaned.wait(WAIT_S)
+        assert box.rows == {} and box.killed == []
+
+
+def test_a_failed_clean_up_is_retried_at_its_back_off_without_a_ring() -> None:
+    box = _Box([_row("stuck", expired=True)], failing={"stuck"})
+    with _Running(box) as running:
+        assert running.attempted.wait(WAIT_S)
+        assert not running.cleaned.is_set()  # the first pass tried it and it failed
+        box.failing.clear()
+        assert running.cleaned.wait(WAIT_S), "the back-off's end woke nothing"
+        assert box.rows == {} and box.attempts == ["stuck", "stuck"]

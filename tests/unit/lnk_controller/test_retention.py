@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,11 +15,18 @@ import pytest
 from sqlalchemy import Engine, text
 
 from lnk_controller import db
-from lnk_controller.retention import prune, prune_every, trim_wire
-from lnk_controller.sandbox_store import LIVE_UIDS, find_query
+from lnk_controller.retention import (
+    PruneDue,
+    prune,
+    prune_every,
+    prune_slack,
+    trim_wire,
+)
+from lnk_controller.sandbox_store import LIVE_UIDS, SandboxStore, find_query
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 HISTORY = 200_000  # the issue's: a box after months of use
+WAIT_S = 30.0  # generous: only a hang takes this long
 _INSERT = text(
     "INSERT INTO sandboxes (id, owner_uid, host_uid, host_name, state, paused, stop_requested,"
     " staging_dir, mounts_json, command_json, spec_hash, created_at, lease_expires_at,"
@@ -205,3 +213,66 @@ def test_the_retention_thread_trims_the_wire_folder_too(engine: Engine, tmp_path
     prune_every(engine, wire, keep_days=30, keep_count=100, wire_keep_bytes=1500)(stop)
     assert sorted(p.name for p in wire.iterdir()) == ["sbx-live.log"]
     assert _ids(engine) == {"sbx-ended", "sbx-live"}  # its record is young: kept
+
+
+def test_a_prune_is_due_once_the_ended_records_may_pass_the_count_and_its_slack() -> None:
+    due = PruneDue(keep_count=10)
+    limit = 10 + prune_slack(10)
+    due.pruned(kept=10, mark=due.mark())
+    for _ in range(limit - 10):
+        due.ended()
+    assert not due.wait(0.0)  # at the count plus its slack: not yet
+    due.ended()
+    assert due.wait(0.0)
+    due.pruned(kept=10, mark=due.mark())
+    assert not due.wait(0.0)
+
+
+def test_an_end_during_a_prune_is_counted_not_lost() -> None:
+    due = PruneDue(keep_count=0)
+    mark = due.mark()
+    for _ in range(prune_slack(0) + 1):
+        due.ended()  # ends while the prune runs, after its count or before: counted
+    due.pruned(kept=0, mark=mark)
+    assert due.wait(0.0)
+
+
+@pytest.mark.parametrize(("keep", "slack"), [(0, 16), (10, 16), (10_000, 1250)])
+def test_the_slack_is_an_eighth_of_the_count_at_least_sixteen(keep: int, slack: int) -> None:
+    assert prune_slack(keep) == slack
+
+
+def test_a_box_with_a_small_count_keeps_it_between_the_hourly_prunes(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The count bounds the records after any number of sandboxes' ends, not only at the
+    hour's prune: before, 200 ends in an hour left 200 records with ended_keep_count = 10."""
+    keep, ends = 10, 200
+    due = PruneDue(keep)
+    store = SandboxStore(engine, ended=due.ended)
+    stop = threading.Event()
+    body = prune_every(engine, tmp_path / "wire", keep_days=30, keep_count=keep, due=due)
+    retention = threading.Thread(target=body, args=(stop,))
+    retention.start()
+    try:
+        for n in range(ends):
+            row = store.create(
+                owner_uid=1000,
+                allocate=lambda _taken, n=n: 2_000_000_000 + n,
+                host_name=lambda uid: f"lnk-sbx-{uid}",
+                staging_root=tmp_path,
+                command=["/bin/true"],
+                spec_hash="ab" * 32,
+                lease=timedelta(hours=1),
+            )
+            store.mark_ended(row.id, 0)
+        bound = keep + prune_slack(keep)
+        deadline = time.monotonic() + WAIT_S  # a hang guard: the bound is the count
+        while len(_ids(engine)) > bound and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(_ids(engine)) <= bound, f"{len(_ids(engine))} records kept for {keep}"
+    finally:
+        stop.set()
+        due.wake()
+        retention.join(WAIT_S)
+    assert not retention.is_alive()

@@ -201,6 +201,37 @@ def test_extend_lease_counts_from_now(store: SandboxStore, clock: Clock) -> None
     assert extended.lease_expires_at == until
 
 
+def test_each_lease_written_is_told_after_its_write(engine: Engine, clock: Clock) -> None:
+    """The reaper sleeps until the next lease's end it knows of: the store tells it each end it
+    writes, a shortened one too, once the write is there to read."""
+    told: list[tuple[datetime, datetime | None]] = []
+
+    def lease_written(end: datetime) -> None:
+        rows = store.find()
+        told.append((end, rows[0].lease_expires_at if rows else None))
+
+    store = SandboxStore(engine, clock=clock, lease_written=lease_written)
+    row = create(store, lowest_free([]))
+    clock.now = START + timedelta(minutes=1)
+    store.extend_lease(row.id, 5)  # shorter than the lease it had
+    shortened = START + timedelta(minutes=1, seconds=5)
+    assert told == [(START + LEASE, START + LEASE), (shortened, shortened)]
+
+
+def test_a_failed_clean_up_is_told_once_its_row_says_stopping(engine: Engine, clock: Clock) -> None:
+    """Whoever's clean-up failed (a launch's, the API's stop), the reaper retries it: the store
+    tells it once the row says so, as it sleeps otherwise until the next lease's end."""
+    told: list[str] = []
+
+    def stopping() -> None:
+        told.append(store.find()[0].state)
+
+    store = SandboxStore(engine, clock=clock, stopping=stopping)
+    row = create(store, lowest_free([]))
+    store.mark_stopping(row.id)
+    assert told == ["stopping"]
+
+
 @pytest.mark.parametrize(
     ("elapsed", "is_expired"),
     [
