@@ -231,7 +231,7 @@ def judge_hosted(
         if untrusted_body:
             raise RequestRefused("model-body", f"a body on {method} {path}")
         return HostedForward(kind, method, path, kept, b"", dropped)
-    parsed = strict_json.read(untrusted_body, bounded=bounded)
+    parsed = strict_json.read(untrusted_body, bounded=bounded, content_as_bytes=True)
     judged, removed = judge_body(
         kind,
         endpoint,
