@@ -141,7 +141,10 @@ def _model_nesting(step: dict[str, Any]) -> dict[str, Any]:
     if code == "no proxy":
         return _outcome(code, said, None)
     refused = all(c == "403" for c in codes)
-    detail = f"{'403' if refused else ','.join(codes)} {said[:200].decode('latin-1').strip()}"
+    least = f"least of {len(times['deep'])}: deep {min(times['deep']):.3f} s"
+    least += f", flat {min(times['flat']):.3f} s"
+    said_text = said[:200].decode("latin-1").strip()
+    detail = f"{'403' if refused else ','.join(codes)} {said_text} ({least})"
     return {"outcome": "stopped" if refused else "through", "detail": detail, "data": times}
 
 

@@ -81,6 +81,7 @@ def test_check_refuses_the_admin_api_reports_the_rule_and_the_localhost_door(
     assert _posts(runtime) == posts  # nor either body
     for name in LISTINGS:  # asked and answered (cut), not refused or unreadable
         assert observed[f"{IDENT}:{name}"].startswith("200 "), observed
+    print("nesting-cost observed:", observed[f"{IDENT}:nesting-cost"])  # the times, for -s
 
 
 def test_the_unsafe_switch_makes_check_report_the_admin_probe_leaked(
@@ -126,5 +127,6 @@ def test_each_unsafe_switch_makes_check_report_its_class_leaked(
             assert BAIT_MODEL in said and "does not allow" in said, said
         elif name in NESTING:
             assert "level by level" in said, said
+            print("nesting-cost observed:", said)  # the times, for -s
         else:
             assert "does not say 'before it was parsed'" in said, said
