@@ -1,6 +1,9 @@
 """A request body from the sandbox as JSON, read strictly and written back by the proxy: what the
 upstream parses is the proxy's own serialisation of exactly what was judged, never the client's
-bytes, so no difference between two JSON parsers can carry a field past a check.
+bytes, so no difference between two JSON parsers can carry a field past a check; but for
+`content_as_bytes`' members, which go as the client's bytes only where the C pass proved them
+strict and free of everything judged (hosted_bodies' docstring says why no parser's difference
+can then carry one).
 
 Refused (`BodyRefused`, rule `model-body`): a body past `MAX_BODY_BYTES`, a body of more than
 `MAX_VALUES` values or nesting past `MAX_SCANNED_DEPTH` (both found before any parse, by
