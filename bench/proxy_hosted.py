@@ -4,7 +4,9 @@ walk, the tools' allowlist, the proxy's own serialisation) adds to a request, at
 forward without a filter sends); the same filter without the C pass (`no pass`: strict_json's
 reader as before it, msgspec's parse checked by json_shape's Python passes, the fetch screen by
 re.search); the filter with the C pass and the cyclic GC paused around msgspec's parse
-(`GC paused`, a trial: off in strict_json); and the filter as it was before the C reader
+(`GC paused`, a trial: off in strict_json); the filter with the C pass but the content parsed
+and re-serialised whole (`full`: no fast form, hosted_bodies' docstring; session 10's); and
+the filter as it was before the C reader
 (`old filter`: the standard library's strict parse, the walk over every block, `json.dumps`),
 so every variant is timed at the same moments. Two body shapes: one long text (a pasted file)
 and many small content blocks (a long conversation: the most objects per byte).
@@ -99,6 +101,20 @@ def _no_pass_filter(body: bytes) -> None:
         strict_json._json_scan = scan
 
 
+def _full_parse_filter(body: bytes) -> None:
+    """The filter with the C pass but no fast form (f59bee6, session 10's): the content parsed
+    and re-serialised whole, never kept as the client's bytes."""
+    fast, strict_json._with_content_as_bytes = strict_json._with_content_as_bytes, _no_fast_form
+    try:
+        _filter(body)
+    finally:
+        strict_json._with_content_as_bytes = fast
+
+
+def _no_fast_form(*_: object) -> None:
+    return None
+
+
 def _gc_paused_filter(body: bytes) -> None:
     """The filter with the C pass, the cyclic GC paused around msgspec's parse (a trial: off in
     strict_json, `_PAUSE_GC_IN_PARSE`)."""
@@ -148,7 +164,7 @@ def bench_filter(runs: int, clock: str = "wall", with_old: bool = True) -> bool:
     print(
         f"  {'body':<22} {'filter p50':>10} {'p99':>8} {'as-is p50':>10} {'added p50':>10}"
         f" {'no pass':>9} {'new/nopass':>10} {'GC paused':>9} {'new/paused':>10}"
-        f" {'old p50':>9} {'new/old':>8}"
+        f" {'old p50':>9} {'new/old':>8} {'full p50':>9} {'new/full':>9}"
     )
     met = True
     for shape, make in (("one text", _one_text), ("many blocks", _many_blocks)):
@@ -159,7 +175,9 @@ def bench_filter(runs: int, clock: str = "wall", with_old: bool = True) -> bool:
             old: list[float] = []
             no_pass: list[float] = []
             gc_paused: list[float] = []
+            full: list[float] = []
             actions = (
+                (_full_parse_filter, full),
                 (_filter, filtered),
                 (_as_it_came, plain),
                 (_no_pass_filter, no_pass),
@@ -178,12 +196,13 @@ def bench_filter(runs: int, clock: str = "wall", with_old: bool = True) -> bool:
             o50, _ = _quantiles(old) if old else (float("nan"), 0.0)
             n50, _ = _quantiles(no_pass)
             g50, _ = _quantiles(gc_paused)
+            w50, _ = _quantiles(full)
             added = f50 - p50
             name = f"{shape} {len(body) // 1024} KiB"
             print(
                 f"  {name:<22} {f50:>8.3f}ms {f99:>6.2f}ms {p50:>8.3f}ms {added:>8.3f}ms"
                 f" {n50:>7.3f}ms {f50 / n50:>9.3f}x {g50:>7.3f}ms {f50 / g50:>9.3f}x"
-                f" {o50:>7.3f}ms {f50 / o50:>7.3f}x"
+                f" {o50:>7.3f}ms {f50 / o50:>7.3f}x {w50:>7.3f}ms {f50 / w50:>8.3f}x"
             )
             if size == SIZES[-1]:
                 met = met and added < TARGET_MS

@@ -6,7 +6,9 @@ provider (its own record); with the proxy's test-only `unsafe_keep_server_tools`
 server-tool probe is reported `leaked`, with `unsafe_hosted_tunnel_by_address` the other-name
 probe (and the provider's host accepts its tunnel), with `unsafe_unbounded_model_bodies` the
 over-deep and over-wide body probes (parsed, then refused for another reason: still nothing
-reaches the provider), the others still refused.
+reaches the provider), with `unsafe_per_level_nesting` the nesting's cost probe (many runs
+nested just within the bound, refused seconds after a flat body of the same size), the others
+still refused.
 
 The check looks the provider up as the caller, with this machine's resolver: the check runs in
 a mount namespace of its own whose /etc/hosts names the test internet's host as the provider
@@ -77,11 +79,13 @@ UNSAFE = (
     "unsafe_keep_server_tools",
     "unsafe_hosted_tunnel_by_address",
     "unsafe_unbounded_model_bodies",
+    "unsafe_per_level_nesting",
 )
 LEAKS = {
     "unsafe_keep_server_tools": "server-tool",
     "unsafe_hosted_tunnel_by_address": "other",
     "unsafe_unbounded_model_bodies": "bodies",
+    "unsafe_per_level_nesting": "nesting",
 }
 
 
@@ -138,7 +142,10 @@ def test_check_tries_each_hosted_model_attack_with_nothing_reaching_the_provider
         f"{IDENT}:connect-other-name": "leaked" if leaked == "other" else "refused",
         f"{IDENT}:deep-body": "leaked" if leaked == "bodies" else "refused",
         f"{IDENT}:wide-body": "leaked" if leaked == "bodies" else "refused",
+        f"{IDENT}:nesting-cost": "leaked" if leaked == "nesting" else "refused",
     }, done.stderr
+    nesting = probes[f"{IDENT}:nesting-cost"]["observed"]
+    assert ("level by level" in nesting) is (leaked == "nesting"), nesting
     for name in ("connect-address", "connect-other-name"):  # tried, not skipped
         assert not probes[f"{IDENT}:{name}"]["observed"].startswith("not tried"), probes
     assert internet.other.address in probes[f"{IDENT}:connect-address"]["tried"]

@@ -8,7 +8,9 @@ scan and one of more values than it parses are refused by the bound, and neither
 runtime. With the proxy's test-only `unsafe_skip_model_route_check` the admin probe is
 reported `leaked`, and the runtime's record shows the pull arrived; with
 `unsafe_uncut_model_listings` each listing probe, naming the bait; with
-`unsafe_unbounded_model_bodies` both body probes (and still nothing reaches the runtime)."""
+`unsafe_unbounded_model_bodies` both body probes (and still nothing reaches the runtime); with
+`unsafe_per_level_nesting` the nesting's cost probe (its deep runs refused seconds after the
+flat body of the same size: counted a level a pass)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ IDENT = "model:ollama:11500"
 BAIT_MODEL = "lnk-bait-not-allowed:7b"  # listed by the runtime, not allowed by the rule
 LISTINGS = ("listing:api-tags", "listing:api-ps", "listing:v1-models")
 BODIES = ("deep-body", "wide-body")
+NESTING = ("nesting-cost",)  # deep runs against a flat body: refused both, judged by cost
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,7 @@ def test_check_refuses_the_admin_api_reports_the_rule_and_the_localhost_door(
     before, posts = _pulls(runtime), _posts(runtime)
     verdicts, observed = _model_check(running_box, runtime, None)
     assert verdicts == {
-        **{f"{IDENT}:{name}": "refused" for name in LISTINGS + BODIES},
+        **{f"{IDENT}:{name}": "refused" for name in LISTINGS + BODIES + NESTING},
         f"{IDENT}:admin": "refused",
         f"{IDENT}:inference": "allowed",
         f"{IDENT}:localhost-port": "known gap",
@@ -78,6 +81,7 @@ def test_check_refuses_the_admin_api_reports_the_rule_and_the_localhost_door(
     assert _posts(runtime) == posts  # nor either body
     for name in LISTINGS:  # asked and answered (cut), not refused or unreadable
         assert observed[f"{IDENT}:{name}"].startswith("200 "), observed
+    print("nesting-cost observed:", observed[f"{IDENT}:nesting-cost"])  # the times, for -s
 
 
 def test_the_unsafe_switch_makes_check_report_the_admin_probe_leaked(
@@ -93,7 +97,11 @@ def test_the_unsafe_switch_makes_check_report_the_admin_probe_leaked(
 
 @pytest.mark.parametrize(
     ("unsafe", "leaks"),
-    [("unsafe_uncut_model_listings", LISTINGS), ("unsafe_unbounded_model_bodies", BODIES)],
+    [
+        ("unsafe_uncut_model_listings", LISTINGS),
+        ("unsafe_unbounded_model_bodies", BODIES),
+        ("unsafe_per_level_nesting", NESTING),
+    ],
 )
 def test_each_unsafe_switch_makes_check_report_its_class_leaked(
     running_box: RunningBox,
@@ -117,5 +125,8 @@ def test_each_unsafe_switch_makes_check_report_its_class_leaked(
         said = observed[f"{IDENT}:{name}"]
         if name in LISTINGS:
             assert BAIT_MODEL in said and "does not allow" in said, said
+        elif name in NESTING:
+            assert "level by level" in said, said
+            print("nesting-cost observed:", said)  # the times, for -s
         else:
             assert "does not say 'before it was parsed'" in said, said

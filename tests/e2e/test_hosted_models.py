@@ -46,6 +46,9 @@ REFUSED = {
     "own-x-api-key": "model-own-key",
     "own-bearer": "model-own-key",
     "nan": "model-body",
+    "escaped-source": "model-fetch",
+    "twice-type": "model-body",
+    "lone-surrogate": "model-body",
     "connect": "model-plain-http-only",
 }
 
@@ -65,6 +68,12 @@ def raw(port, method, path, body=None, headers=()):
     answer = conn.getresponse()
     text = answer.read().decode("latin-1")
     return f"{answer.status} {text.strip()[:120]}"
+
+def spelt(port, path, data, headers):  # as these bytes: what json.dumps would not write
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", path, body=data, headers={**headers, "Content-Type": "application/json"})
+    answer = conn.getresponse()
+    return f"{answer.status} {answer.read().decode('latin-1').strip()[:120]}"
 
 A, O = 4001, 4000
 AK = {"x-api-key": os.environ["ANTHROPIC_API_KEY"]}
@@ -88,6 +97,17 @@ tries = {
     "own-bearer": raw(O, "POST", "/v1/chat/completions",
                       {"model": "gpt-x", "messages": []}, {"Authorization": "Bearer sk-mine"}),
 }
+# The fast form's attacks (the content forwarded as the client's bytes only when proven plain):
+# a fetch key spelt with an escape, a type given twice whose first is harmless, a lone surrogate.
+def one_block(block):
+    return (b'{"model": "claude-x", "max_tokens": 8, "messages": [{"role": "user", "content": ['
+            + block + b']}]}')
+tries["escaped-source"] = spelt(A, "/v1/messages", one_block(
+    b'{"type": "image", "\\u0073ource": {"type": "url", "url": "https://x.example/a.png"}}'), AK)
+tries["twice-type"] = spelt(A, "/v1/messages", one_block(
+    b'{"type": "text", "text": "a", "type": "server_tool_use"}'), AK)
+tries["lone-surrogate"] = spelt(A, "/v1/messages", one_block(
+    b'{"type": "text", "text": "\\ud800"}'), AK)
 conn = http.client.HTTPConnection("127.0.0.1", A, timeout=30)
 conn.putrequest("POST", "/v1/messages", skip_accept_encoding=True)
 conn.putheader("x-api-key", AK["x-api-key"])

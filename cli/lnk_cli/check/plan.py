@@ -83,6 +83,8 @@ class Evidence:
     wire-refusals  the wire log holds more refusal lines for `value` than `names[0]`
     wire-said  no refusal in the wire log for `value[0]` (a target) says `value[1]`: the
                request was not judged as it must be (a hosted model's body, `plan_hosted`)
+    cost       the times the sandbox measured (`data`: a deep body's and a flat one's) differ by
+               more than the ratio `value` (`plan_bodies`' nesting probe)
     abstract   the abstract socket accepted a connection
     confiner   the confiner's folder changed (`value` = its state before)
     privilege  the status the probe read shows privilege, or the owner's uid (`value`)

@@ -10,6 +10,15 @@ with the bound switched off nothing is forwarded: the proxy's test-only
 `unsafe_unbounded_model_bodies` gives the body to the parser, which still refuses it, but for
 another reason (the nesting past its recursion limit, the model), and the probe is `leaked`.
 
+And one probe of the nesting's cost (`nesting-cost`): a body of many runs nested just within the
+bound (so no bound refuses it before the count) against a flat body of the same size, both
+refused at once by every reader after that count; with the proxy's test-only
+`unsafe_per_level_nesting` the count takes a pass per level (seconds of the proxy's loop for
+~1.8 MB) and the probe is `leaked`. Made not to flake on a loaded machine: no fixed time, only a
+ratio of the least of `NESTING_REPEATS` interleaved requests of each (preemption only adds
+time, so the least of each is the nearest to its own cost), against `COST_RATIO`, far from
+both sides (measured: ~1x with the one pass, tens of times with the passes: bench/README.md).
+
 Evidence: the proxy's wire log. An allowed decision for the URL is a leak; so is a refusal that
 does not say the body was refused before it was parsed (`wire-said`: the proxy's words are
 `...: refused before it was parsed`, strict_json.refuse_many_values).
@@ -26,7 +35,16 @@ from lnk_cli.check.plan_hosted import placeholder_key, probe_model
 from lnk_shared.grants import Grants
 from lnk_shared.spec_models import HOSTED_KINDS, ModelRule
 
-__all__ = ["BODY_SHAPES", "BOUND_SAID", "INFERENCE", "PADS", "body_probes"]
+__all__ = [
+    "BODY_SHAPES",
+    "BOUND_SAID",
+    "COST_RATIO",
+    "INFERENCE",
+    "NESTING",
+    "NESTING_REPEATS",
+    "PADS",
+    "body_probes",
+]
 
 MAX_VALUES = 2**20  # strict_json.MAX_VALUES: the proxy's bound (the CLI imports no proxy code)
 SCANNED = MAX_VALUES  # bytes from which the proxy scans a body (fewer cannot hold more values)
@@ -37,6 +55,12 @@ WIDE = MAX_VALUES + 1  # numbers in one array: past the count alone. ~2 MiB.
 BODY_SHAPES = {"deep": DEEP, "wide": WIDE}
 PADS = {"deep": SCANNED, "wide": 0}  # bytes of the padding string
 BOUND_SAID = "before it was parsed"  # the proxy's reason for a body the scan refused
+# The nesting probe's bodies: runs 997 deep (999 with the request's object and `messages`:
+# within the 1000 the proxy scans to), 900 of them (~1.8 MB: scanned, and under 2**20 values),
+# against runs 9 deep of the same bytes.
+NESTING = {"runs": 900, "depth": 997, "flat": 9}
+NESTING_REPEATS = 3  # pairs, interleaved
+COST_RATIO = 5.0  # the deep body's least time over the flat one's that is a leak
 # The inference route each kind's probe posts to (a route whose body the proxy judges).
 INFERENCE = {
     "ollama": "/api/chat",
@@ -58,6 +82,7 @@ def body_probes(grants: Grants) -> list[Probe]:
     for rule in grants.spec.models:
         if rule.kind in INFERENCE:
             probes += [_probe(rule, shape) for shape in BODY_SHAPES]
+            probes.append(_nesting_probe(rule))
     return probes
 
 
@@ -93,3 +118,30 @@ def _probe(rule: ModelRule, shape: str) -> Probe:
     }
     evidence = (Evidence("wire", url), Evidence("wire-said", (url, BOUND_SAID)))
     return Probe(ident, tried, REFUSED, step, evidence)
+
+
+def _nesting_probe(rule: ModelRule) -> Probe:
+    ident = f"model:{rule.kind}:{rule.port}:nesting-cost"
+    target = f"127.0.0.1:{rule.port}"
+    path = INFERENCE[rule.kind]
+    url = f"http://{target}{path}"
+    tried = (
+        f"POST {url} with {NESTING['runs']} runs nested {NESTING['depth']} deep, against a flat"
+        f" body of the same size, {NESTING_REPEATS} of each, through the proxy"
+    )
+    model = probe_model(rule)
+    if model is None:
+        why = "the rule's model prefixes take every name the probe could send"
+        return Probe(ident, tried, REFUSED, None, not_tried=why)
+    step = {
+        "id": ident,
+        "kind": "model_nesting",
+        "target": target,
+        "verb": "POST",
+        "path": path,
+        "headers": _headers(rule),
+        **NESTING,
+        "repeats": NESTING_REPEATS,
+        "model": model,
+    }
+    return Probe(ident, tried, REFUSED, step, (Evidence("wire", url), Evidence("cost", COST_RATIO)))

@@ -157,6 +157,26 @@ def _listed(e: Evidence, data: Any) -> str | None:
     return f"it listed {shown}{more}, which the rule does not allow"
 
 
+def _costlier(data: Any, ratio: float) -> str | None:
+    """`cost`: the deep body's least time over the flat one's past `ratio` (plan_bodies), or
+    no times to compare (the probe did not measure: counted as through, never as refused)."""
+    times = data if isinstance(data, dict) else {}
+    deep, flat = times.get("deep"), times.get("flat")
+    if not all(
+        isinstance(t, list) and t and all(isinstance(x, int | float) and x >= 0 for x in t)
+        for t in (deep, flat)
+    ):
+        return "no times came back to compare"
+    assert isinstance(deep, list) and isinstance(flat, list)
+    seen = min(deep) / max(min(flat), 1e-6)
+    if seen > ratio:
+        return (
+            f"the deep body took {seen:.1f}x the flat one's time to be refused (the least of"
+            f" {len(deep)} each; {ratio:g}x is a leak): its nesting was counted level by level"
+        )
+    return None
+
+
 def _unsaid(value: tuple[str, str], outside: Outside) -> str | None:
     """None when a refusal of `value[0]` (a target) in the wire log says `value[1]`."""
     target, said = value
@@ -223,7 +243,10 @@ def _seen(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
 
 
 def _seen_any(e: Evidence, probe: Probe, data: Any, outside: Outside) -> str | None:
-    """`_seen`, and a model listing's answer (read alone, so kept out of its chain)."""
+    """`_seen`, a model listing's answer and a cost's times (each read alone, so kept out of
+    its chain)."""
+    if e.kind == "cost":
+        return _costlier(data, float(e.value))
     return _listed(e, data) if e.kind == "listing" else _seen(e, probe, data, outside)
 
 

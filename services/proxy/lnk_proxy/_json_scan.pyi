@@ -12,3 +12,10 @@ FETCH_NAMES: tuple[str, ...]
 
 def scan(body: bytes, max_depth: int, max_values: int, /) -> tuple[int, bool]: ...
 def nesting_within(shape: bytes, max_depth: int, /) -> bool: ...
+
+CONTENT_KEYS: tuple[str, ...]
+PLAIN_TYPES: tuple[str, ...]
+
+def scan_content(
+    body: bytes, max_depth: int, max_values: int, /
+) -> tuple[int, bool, tuple[tuple[int, int, int], ...] | None]: ...

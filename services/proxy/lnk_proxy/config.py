@@ -26,9 +26,11 @@ request with every tool it names, the provider's server tools included;
 model rule's provider by its address or another name (`hosted_tunnels`);
 `unsafe_unbounded_model_bodies` gives a model rule's body to the JSON parser however many
 values it holds or however deep it nests (`strict_json.refuse_many_values` skipped at its two
-call sites, `hosted_models` and `model_bodies`); `unsafe_uncut_model_listings` passes a local
-runtime's model listing on as it came, every model the owner keeps named (`model_listings`):
-`lnk sandbox check` shows each class leak.
+call sites, `hosted_models` and `model_bodies`); `unsafe_per_level_nesting` counts that
+nesting by a pass per level (`json_shape.passes_within`, as without the C module: ~2 s of the
+proxy's loop for 2 MiB of runs nested just under the bound); `unsafe_uncut_model_listings`
+passes a local runtime's model listing on as it came, every model the owner keeps named
+(`model_listings`): `lnk sandbox check` shows each class leak.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class ProxyConfig(ServicePaths):
     unsafe_hosted_tunnel_by_address: bool = False  # likewise: a provider tunneled to by address
     unsafe_unbounded_model_bodies: bool = False  # likewise: no value or nesting bound pre-parse
     unsafe_uncut_model_listings: bool = False  # likewise: a runtime's whole model listing
+    unsafe_per_level_nesting: bool = False  # likewise: the pre-parse nesting count level by level
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -164,6 +167,12 @@ class ProxyConfig(ServicePaths):
                 "unsafe_unbounded_model_bodies: a model rule's request body is parsed however "
                 "many values it holds or however deep it nests, so one request can take the "
                 "proxy's memory and CPU (a test setting; never on a real box)"
+            )
+        if self.unsafe_per_level_nesting:
+            log.warning(
+                "unsafe_per_level_nesting: a model rule's body is measured for nesting by a "
+                "pass per level, so one request of many deep runs takes seconds of the proxy's "
+                "loop (a test setting; never on a real box)"
             )
         if self.unsafe_uncut_model_listings:
             log.warning(

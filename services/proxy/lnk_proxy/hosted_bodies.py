@@ -22,6 +22,29 @@ a `data:` URL, an `item_reference`; at the top: a stored `prompt`, a `conversati
 `previous_response_id` not issued to this sandbox (`model-foreign-id`). Refused (`model-name`):
 a model the rule does not list, or none.
 
+The content as the client's bytes (the fast form, decided in session 11 for issue 18's 1 MiB
+target: msgspec's parse of ~3000 small blocks alone cost more than the 1 ms). When the C pass
+(lnk_proxy/native/json_scan.c, `strict_json.read(content_as_bytes=True)`) proves, over every
+key and every `type` value at every depth of each top-level content member (`CONTENT_KEYS`, a
+key matched as written), that nothing this module judges is there, that member is forwarded as
+the validated bytes (a `msgspec.Raw`) inside the proxy's own serialisation of the rest, which is
+parsed and judged as always; anything else takes the full parse. "Nothing judged": no key that
+is one of `FETCH_NAMES` (compared decoded) and no key spelt with an escape; every `type` a plain
+string, unescaped, one of `PLAIN_TYPES` (so no `item_reference`, no server tool's block, no
+`type` that ships next); every number at most 15 characters with no exponent (so every parser
+reads the same double, and msgspec would not refuse it). That covers all `_judge_block` and the
+walk look at: the walk's only judgements are those keys and that one `type` value (a tool's
+call's own `input` is screened too, where the walk skips it: only stricter).
+What it gives up: the content is not re-serialised; the upstream reads the client's spelling
+of it, byte for byte (its whitespace, its escapes, `1.50` for `1.5`). Why that is safe: the pass
+validates the whole body strictly (RFC 8259 grammar, UTF-8 with no overlong form or encoded
+surrogate, every escape one of the nine, no lone surrogate escape, nesting <= MAX_DEPTH, values
+<= MAX_VALUES, no key twice in any object compared decoded), so every conforming parser reads
+the same value from those bytes; a duplicate key is refused, so which one an upstream parser
+keeps cannot matter; and the bytes it parses are the very bytes the screen proved hold no judged
+name under any spelling. What it keeps: every verdict is the full parse's (the fast form is
+taken only where that parse would forward the content unchanged).
+
 Security limitations: this does NOT look at what the prompt says (a sandbox may send the model
 whatever it can read: the seed says so), nor at a kept tool's definition, and does NOT stop the
 model's own output (tool calls) from asking the sandbox to do things: the sandbox's wall judges
@@ -34,12 +57,16 @@ import re
 from collections.abc import Callable, Container
 from typing import Any
 
+import msgspec
+
 from lnk_proxy.strict_json import BodyRefused
 
 __all__ = [
+    "CONTENT_KEYS",
     "DROPPED_KEYS",
     "FETCH_NAMES",
     "INLINE_SOURCES",
+    "PLAIN_TYPES",
     "judge_body",
     "kept_tool",
     "may_fetch",
@@ -53,7 +80,28 @@ INLINE_SOURCES = frozenset({"base64", "text", "content"})
 _ANTHROPIC_CLIENT_TOOL = re.compile(r"(bash|text_editor|computer|memory)_[0-9]{8}")
 _OPENAI_CHAT_TOOLS = frozenset({"function", "custom"})
 _OPENAI_RESPONSES_TOOLS = frozenset({"function", "custom", "local_shell", "apply_patch"})
-_CONTENT_KEYS = ("messages", "system", "input", "instructions")
+# The content the model reads, walked for fetches; the C pass knows the same four, in this order.
+CONTENT_KEYS = ("messages", "system", "input", "instructions")
+# The `type` values a content member may hold and still be forwarded as the client's bytes
+# (the module's docstring): the plain blocks of a conversation. Any other value (a server
+# tool's block, an `item_reference`, whatever ships next) sends the body down the full parse.
+PLAIN_TYPES = (
+    "text",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "ephemeral",
+    "message",
+    "input_text",
+    "output_text",
+    "function",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "summary_text",
+    "refusal",
+)
 # Blocks whose `input`/`arguments` are the model's own call: judged by the sandbox, not here.
 _CALL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 _CONTAINERS = (dict, list)  # what the parse makes
@@ -110,8 +158,9 @@ def judge_body(
     removed = [f"dropped {key}" for key in DROPPED_KEYS if out.pop(key, None) is not None]
     _refuse_references(kind, out, issued)
     if fetch_seen if fetch_seen is not None else may_fetch(canonical):
-        for key in _CONTENT_KEYS:
-            if key in out:
+        for key in CONTENT_KEYS:
+            # a Raw is content the C pass proved plain (strict_json makes one only then)
+            if key in out and type(out[key]) is not msgspec.Raw:
                 _refuse_fetches(out[key])
     if "tools" in out and keep_tools:
         removed.append("kept every tool: unsafe_keep_server_tools")
@@ -182,7 +231,8 @@ def _judge_block(shape: object, block: dict[str, Any]) -> None:
     if shape == "item_reference":
         raise BodyRefused("item_reference: an item stored at the provider", "model-fetch")
     source = block.get("source")
-    if isinstance(source, dict) and source.get("type") not in INLINE_SOURCES:
+    inline = isinstance(source, dict) and source.get("type")
+    if isinstance(source, dict) and not (isinstance(inline, str) and inline in INLINE_SOURCES):
         shown = _shown(source.get("type"))
         raise BodyRefused(f"source.type {shown}: send the bytes inline (base64)", "model-fetch")
     image = block.get("image_url")

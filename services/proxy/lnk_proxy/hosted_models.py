@@ -24,7 +24,9 @@ rule from the controller's grant (fail closed when it is gone), sends `upstream_
   `identity` (the scrubber and `IssuedIds` read the answer's bytes); a `Content-Encoding` of the
   request refuses (the body must be read to be judged).
 - The body is judged by `hosted_bodies.judge_body` and sent as the proxy's own serialisation
-  (`strict_json.dumps`), with its own Content-Length.
+  (`strict_json.dumps`), with its own Content-Length; the conversation in it (`messages`,
+  `system`, `input`, `instructions`) as the client's own bytes where the C pass proved it holds
+  nothing judged (`strict_json.read(content_as_bytes=True)`; hosted_bodies' docstring).
 
 Security limitations: this does NOT look at the answer beyond the secret and response ids, bound
 what an allowed model call costs the owner, nor stop a prompt from carrying what the sandbox can
@@ -231,7 +233,7 @@ def judge_hosted(
         if untrusted_body:
             raise RequestRefused("model-body", f"a body on {method} {path}")
         return HostedForward(kind, method, path, kept, b"", dropped)
-    parsed = strict_json.read(untrusted_body, bounded=bounded)
+    parsed = strict_json.read(untrusted_body, bounded=bounded, content_as_bytes=True)
     judged, removed = judge_body(
         kind,
         endpoint,

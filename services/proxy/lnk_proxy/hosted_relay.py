@@ -1,8 +1,9 @@
 """A hosted model rule at work (`[[models]]` kinds `anthropic`, `openai`): the request's body read
-whole and judged (`hosted_models.judge_hosted`), the proxy's own serialisation sent to the
-provider over verified TLS with the owner's key, and the answer streamed back piece by piece as
-it arrives (SSE events are never held for the next one) with the key scrubbed from it and, for
-OpenAI, its response ids learnt (`IssuedIds`: only those may be fetched or continued later).
+whole and judged (`hosted_models.judge_hosted`), the proxy's own serialisation (a proven-plain
+conversation in it as the client's bytes) sent to the provider over verified TLS with the
+owner's key, and the answer streamed back piece by piece as it arrives (SSE events are never
+held for the next one) with the key scrubbed from it and, for OpenAI, its response ids learnt
+(`IssuedIds`: only those may be fetched or continued later).
 
 `read_body` takes the body as the client framed it, at most `strict_json.MAX_BODY_BYTES`
 (refused before reading when a Content-Length says more); `exchange` makes one request on one

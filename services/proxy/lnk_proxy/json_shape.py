@@ -53,8 +53,16 @@ try:  # the one-pass nesting count (lnk_proxy/native/json_scan_module.c), built 
 except ImportError:  # a checkout without it: the passes below, same answers (strict_json warns)
     _nesting_within = None
 
-__all__ = ["depth_within", "pairs_in", "passes_within", "shape", "structure_within"]
+__all__ = [
+    "count_nesting_per_level",
+    "depth_within",
+    "pairs_in",
+    "passes_within",
+    "shape",
+    "structure_within",
+]
 
+_one_pass = _nesting_within  # what `count_nesting_per_level(False)` puts back
 # Every byte but the structural ones and the quote: deleted before the split on quotes.
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'":[]{}')
 # The brackets of both kinds as one kind, colons gone: nesting is all `depth_within` reads.
@@ -87,6 +95,14 @@ def pairs_in(value: object) -> int:
         elif type(item) is list:
             stack += [v for v in item if type(v) is dict or type(v) is list]
     return pairs
+
+
+def count_nesting_per_level(on: bool) -> None:
+    """The proxy's `unsafe_per_level_nesting` (tests of `lnk sandbox check` only): with `on`,
+    `depth_within` takes up to `max_depth` passes even where the C module is built (the cost
+    class `nesting_within` closed); off, the one pass again. For the whole process."""
+    global _nesting_within  # noqa: PLW0603 - a test box's switch, set once at the proxy's start
+    _nesting_within = None if on else _one_pass
 
 
 def depth_within(structure: bytes, max_depth: int) -> bool:

@@ -70,7 +70,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lnk_proxy import machine, service_relay
+from lnk_proxy import json_shape, machine, service_relay
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
@@ -149,6 +149,9 @@ class ProxyServer:
         """`fast_path`: serve keep-alive plain http by callbacks (`fast_exchange`) where it
         can; False leaves every request to the coroutine path (the tests' other reading)."""
         self.config = config
+        # A test box's (config.py warns): nesting counted by a pass per level, as without the
+        # C module, so `lnk sandbox check` can show that cost class leak. The process's whole.
+        json_shape.count_nesting_per_level(config.unsafe_per_level_nesting)
         self._fast = FastExchange(self, HEAD_TIMEOUT_S, IO_TIMEOUT_S) if fast_path else None
         self._shared_resolver = resolver  # a test's; else each sandbox gets its own
         # Descriptors for sandboxes' connections, shared out per sandbox (`descriptors`).

@@ -1,6 +1,9 @@
 """A request body from the sandbox as JSON, read strictly and written back by the proxy: what the
 upstream parses is the proxy's own serialisation of exactly what was judged, never the client's
-bytes, so no difference between two JSON parsers can carry a field past a check.
+bytes, so no difference between two JSON parsers can carry a field past a check; but for
+`content_as_bytes`' members, which go as the client's bytes only where the C pass proved them
+strict and free of everything judged (hosted_bodies' docstring says why no parser's difference
+can then carry one).
 
 Refused (`BodyRefused`, rule `model-body`): a body past `MAX_BODY_BYTES`, a body of more than
 `MAX_VALUES` values or nesting past `MAX_SCANNED_DEPTH` (both found before any parse, by
@@ -26,7 +29,10 @@ on a strict prefix of it, and that function's count over the whole text is at le
 `read` also hands back msgspec's serialisation of the accepted parse (`Parsed.canonical`),
 where a string equal to a name is always spelled `"name"`, and the pass's screen for
 hosted_bodies' fetch names (`Parsed.fetch_seen`), so no Python pass over the bytes is left on
-the fast path.
+the fast path. With `content_as_bytes` (a hosted rule's), a top-level content member the same
+pass proved holds nothing hosted_bodies judges is not parsed at all: it stays the client's
+validated bytes (`msgspec.Raw`, `Parsed.as_bytes` names them) in the value and in `canonical`
+(hosted_bodies' docstring says what is proved and why that is safe).
 
 Without the C pass (a build that could not compile it: `_json_scan` will not import) every body
 is read as before it, with the same verdicts (tests/unit/lnk_proxy/test_json_scan.py compares
@@ -60,6 +66,8 @@ try:
     from lnk_proxy import _json_scan
 except ImportError:  # not built (see the docstring): every body is read as before the pass
     _json_scan = None
+# The top-level keys the pass may prove plain (hosted_bodies.CONTENT_KEYS, in the C's order).
+_CONTENT_KEYS: tuple[str, ...] = () if _json_scan is None else _json_scan.CONTENT_KEYS
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -113,17 +121,24 @@ class BodyRefused(RequestRefused):
 
 class Parsed(NamedTuple):
     """An accepted body: its value, msgspec's serialisation of that value when the fast
-    reader accepted it (None when the reference reader did), and whether a string in it is
-    one of hosted_bodies' FETCH_NAMES when the C pass screened it (None: not screened)."""
+    reader accepted it (None when the reference reader did), whether a string in it is one
+    of hosted_bodies' FETCH_NAMES when the C pass screened it (None: not screened), and the
+    top-level keys whose values are the client's validated bytes (`msgspec.Raw`, in `value`
+    and as they came in `canonical`) because the pass proved them plain (`content_as_bytes`)."""
 
     value: dict[str, Any]
     canonical: bytes | None
     fetch_seen: bool | None = None
+    as_bytes: tuple[str, ...] = ()
 
 
-def read(untrusted: bytes, *, bounded: bool = True) -> Parsed:
+def read(untrusted: bytes, *, bounded: bool = True, content_as_bytes: bool = False) -> Parsed:
     """The body as a JSON object, read strictly (see the module's docstring). `bounded=False`
-    (the proxy's `unsafe_unbounded_model_bodies`, tests only) skips `refuse_many_values`."""
+    (the proxy's `unsafe_unbounded_model_bodies`, tests only) skips `refuse_many_values`.
+    `content_as_bytes` (a hosted rule's: hosted_bodies' docstring says why it is safe) keeps
+    each of hosted_bodies' CONTENT_KEYS at the top level as the client's bytes, not parsed,
+    when the C pass proved that nothing the rule judges is in any of them; else, or without
+    the pass, the body is parsed whole as without it."""
     if len(untrusted) > MAX_BODY_BYTES:
         raise BodyRefused(f"{len(untrusted)} B past the {MAX_BODY_BYTES} B a model request takes")
     if not bounded:  # the C pass refuses too many values itself: skipped with the count
@@ -131,15 +146,49 @@ def read(untrusted: bytes, *, bounded: bool = True) -> Parsed:
     if _json_scan is None:
         _warn_without_scan()
     else:
-        code, fetch_seen = _json_scan.scan(untrusted, MAX_DEPTH, MAX_VALUES)
+        code, fetch_seen, spans = _json_scan.scan_content(untrusted, MAX_DEPTH, MAX_VALUES)
         if code == _json_scan.TOO_MANY:  # counted on a strict prefix: structure_within's count
             # of the whole text is at least as many, and its verdict this one (not scanned again)
             raise BodyRefused(f"more than {MAX_VALUES} values: refused before it was parsed")
+        if code == _json_scan.OK and content_as_bytes and spans:
+            parsed = _with_content_as_bytes(untrusted, spans, fetch_seen)
+            if parsed is not None:
+                return parsed
         if code == _json_scan.OK:
             value = _parse_scanned(untrusted)
             if type(value) is dict:
                 return Parsed(value, _ENCODER.encode(value), fetch_seen)
     return _read_as_before(untrusted)
+
+
+def _with_content_as_bytes(
+    untrusted: bytes, spans: tuple[tuple[int, int, int], ...], fetch_seen: bool
+) -> Parsed | None:
+    """The body the C pass accepted, its content members (`spans`: (index in CONTENT_KEYS,
+    start, end) of each value, in order) kept as the client's bytes and the rest parsed by
+    msgspec (each content value stood in for by `0`, so the parse makes no object of it);
+    None when msgspec refuses the rest (a number past its cap): the whole-body path decides."""
+    pieces: list[bytes] = []
+    last = 0
+    for _, start, end in spans:
+        pieces += (untrusted[last:start], b"0")
+        last = end
+    pieces.append(untrusted[last:])
+    try:
+        value = _DECODER.decode(b"".join(pieces))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if type(value) is not dict:
+        return None
+    whole = memoryview(untrusted)
+    keys = []
+    for index, start, end in spans:
+        key = _CONTENT_KEYS[index]
+        if type(value.get(key)) is not int:  # never: the pass found the key at this place
+            return None
+        value[key] = msgspec.Raw(whole[start:end])
+        keys.append(key)
+    return Parsed(value, _ENCODER.encode(value), fetch_seen, tuple(keys))
 
 
 def _parse_scanned(untrusted: bytes) -> object:

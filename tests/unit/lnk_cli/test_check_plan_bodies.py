@@ -13,10 +13,18 @@ from typing import cast
 import pytest
 
 from lnk_cli.check.plan import REFUSED
-from lnk_cli.check.plan_bodies import BODY_SHAPES, BOUND_SAID, INFERENCE, PADS, body_probes
+from lnk_cli.check.plan_bodies import (
+    BODY_SHAPES,
+    BOUND_SAID,
+    COST_RATIO,
+    INFERENCE,
+    NESTING,
+    PADS,
+    body_probes,
+)
 from lnk_cli.check.plan_hosted import NOT_A_MODEL
-from lnk_inside.probes_models import make_body
-from lnk_proxy import strict_json
+from lnk_inside.probes_models import make_body, make_nesting_bodies
+from lnk_proxy import json_shape, strict_json
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.model_bodies import judge_model_body
 from lnk_proxy.model_routes import judge_model_route
@@ -42,6 +50,7 @@ def test_each_rule_gets_a_deep_and_a_wide_body() -> None:
     assert [(p.id, p.expected) for p in probes] == [
         ("model:ollama:11500:deep-body", REFUSED),
         ("model:ollama:11500:wide-body", REFUSED),
+        ("model:ollama:11500:nesting-cost", REFUSED),
     ]
     step = probes[1].step
     assert step == {
@@ -68,6 +77,7 @@ def test_a_hosted_rule_sends_its_placeholder_key() -> None:
     assert [p.id for p in probes] == [
         "model:anthropic:4001:deep-body",
         "model:anthropic:4001:wide-body",
+        "model:anthropic:4001:nesting-cost",
     ]
     assert probes[0].step is not None
     assert probes[0].step["headers"] == ["x-api-key: lnk-secret-k"]
@@ -76,7 +86,7 @@ def test_a_hosted_rule_sends_its_placeholder_key() -> None:
 
 def test_a_rule_whose_prefixes_take_every_name_is_not_tried() -> None:
     probes = body_probes(_grants(_rule("vllm", models=("l*", "z*", "0*", "Q*"))))
-    assert [p.step for p in probes] == [None, None]
+    assert [p.step for p in probes] == [None, None, None]
     assert all("prefixes" in p.not_tried for p in probes)
 
 
@@ -133,3 +143,48 @@ def test_make_body_is_json_of_that_shape() -> None:
     assert json.loads(make_body("wide", 3, "m")) == {"model": "m", "messages": [0, 0, 0]}
     padded = json.loads(make_body("deep", 1, "m", pad=4))
     assert padded == {"model": "m", "lnk_check_pad": "xxxx", "messages": []}
+
+
+def test_the_nesting_probe_sends_its_bodies_and_is_judged_by_cost() -> None:
+    probe = body_probes(_grants(_rule("anthropic", port=4001)))[2]
+    assert probe.step is not None
+    assert probe.step["kind"] == "model_nesting"
+    assert {k: probe.step[k] for k in NESTING} == NESTING
+    assert probe.step["headers"] == ["x-api-key: lnk-secret-k"]
+    url = "http://127.0.0.1:4001/v1/messages"
+    assert [(e.kind, e.value) for e in probe.evidence] == [("wire", url), ("cost", COST_RATIO)]
+
+
+def _nesting_pair() -> tuple[bytes, bytes]:
+    return make_nesting_bodies(NESTING["runs"], NESTING["depth"], NESTING["flat"], NOT_A_MODEL)
+
+
+def test_the_nesting_bodies_are_within_every_bound_before_the_count() -> None:
+    """Scanned (past 2**20 bytes), under the value count, nested within the scanned depth: so
+    the count of the nesting is reached, for both, and the same size."""
+    for body in _nesting_pair():
+        assert len(body) > strict_json.MAX_VALUES
+        assert strict_json.refuse_many_values(body) is None
+    deep, flat = _nesting_pair()
+    assert len(deep) - len(flat) < 2 * NESTING["flat"] + 1
+
+
+@pytest.mark.parametrize("per_level", [False, True])
+def test_both_nesting_bodies_are_refused_by_every_reader_with_or_without_the_switch(
+    per_level: bool,
+) -> None:
+    """Only the count's cost may differ: the verdict is one (no body ever forwarded)."""
+    rule = _rule("ollama")
+    route = judge_model_route(rule, "POST", "/api/chat")
+    json_shape.count_nesting_per_level(per_level)
+    try:
+        for body in _nesting_pair():
+            with pytest.raises(RequestRefused) as hosted:
+                strict_json.read(body)
+            assert "too large for a double" in hosted.value.reason
+            with pytest.raises(RequestRefused) as local:
+                judge_model_body(rule, route, body)
+            assert "twice" in local.value.reason
+    finally:
+        json_shape.count_nesting_per_level(False)
+    assert json_shape._nesting_within is not None  # the one pass is back

@@ -258,3 +258,23 @@ def test_a_listing_that_names_a_model_the_rule_does_not_allow_is_a_leak() -> Non
     assert judge_probe(p, {**THROUGH, "data": "502 bad gateway"}, Outside()).verdict == REFUSED
     many = '{"models": [' + ",".join(f'{{"name": "x{i}"}}' for i in range(5)) + "]}"
     assert "and 2 more" in judge_probe(p, {**STOPPED, "data": many}, Outside()).observed
+
+
+@pytest.mark.parametrize(
+    ("times", "verdict"),
+    [
+        ({"deep": [0.02, 0.012, 0.5], "flat": [0.011, 0.3, 0.01]}, REFUSED),  # ~1.2x: one pass
+        ({"deep": [1.9, 1.6, 2.4], "flat": [0.04, 0.9, 0.03]}, LEAKED),  # ~53x: per level
+        ({"deep": [0.2, 0.2], "flat": [0.0, 0.0]}, LEAKED),  # nothing to divide by: far past
+        ({"deep": [], "flat": [0.01]}, LEAKED),  # no times: never counted as refused
+        ({"deep": [0.1], "flat": ["x"]}, LEAKED),
+        ("0.1", LEAKED),
+    ],
+)
+def test_the_nesting_costs_ratio_of_least_times_decides(times: object, verdict: str) -> None:
+    p = probe("cost", value=5.0)
+    answer = {"outcome": "stopped", "detail": "403", "data": times}
+    found = judge_probe(p, answer, Outside())
+    assert found.verdict == verdict, found
+    if verdict == LEAKED and isinstance(times, dict) and times["deep"] == [1.9, 1.6, 2.4]:
+        assert "53.3x" in found.observed and "level by level" in found.observed

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from lnk_inside.probes import run_step
-from lnk_inside.probes_models import make_body
+from lnk_inside.probes_models import make_body, make_nesting_bodies
 
 LISTING = b'{"models":[{"name":"allowed:1b"},{"name":"bait:7b"}]}'
 
@@ -120,3 +120,40 @@ def test_without_a_proxy_nothing_is_sent_and_it_says_so(monkeypatch: pytest.Monk
     result = run_step(BODY_STEP)
     assert result["outcome"] == "stopped"
     assert "HTTP_PROXY unset" in result["detail"]
+
+
+def test_make_nesting_bodies_is_json_of_those_shapes() -> None:
+    deep, flat = make_nesting_bodies(2, 3, 1, "m")
+    assert deep == b'{"model":"m","messages":[{"a":1e400,"a":1},[[[]]],[[[]]]]}'
+    assert flat == b'{"model":"m","messages":[{"a":1e400,"a":1},[],[],[],[]]}'
+    for bad in ((0, 3, 1), (2, 3, 3), (2, 3, 0), (10**6, 997, 9)):
+        with pytest.raises(ValueError):
+            make_nesting_bodies(*bad, "m")
+
+
+NESTING_STEP = {
+    "kind": "model_nesting",
+    "target": "localhost:11434",
+    "path": "/api/chat",
+    "runs": 2,
+    "depth": 3,
+    "flat": 1,
+    "repeats": 3,
+    "model": "not-a-model",
+}
+
+
+@pytest.mark.parametrize("stand_in", [(b"403 Forbidden", b"lnk: refused\n")], indirect=True)
+def test_the_nesting_step_times_both_bodies_interleaved_for_the_judge(stand_in: StandIn) -> None:
+    result = run_step(NESTING_STEP)
+    assert result["outcome"] == "stopped"
+    assert sorted(result["data"]) == ["deep", "flat"]
+    assert all(len(t) == 3 and min(t) >= 0 for t in result["data"].values())
+    deep, flat = make_nesting_bodies(2, 3, 1, "not-a-model")
+    sent = [r.partition(b"\r\n\r\n")[2] for r in stand_in.requests]
+    assert sent == [deep, flat, flat, deep, deep, flat]
+
+
+@pytest.mark.parametrize("stand_in", [(b"200 OK", b"{}")], indirect=True)
+def test_a_nesting_body_answered_otherwise_got_through(stand_in: StandIn) -> None:
+    assert run_step(NESTING_STEP)["outcome"] == "through"

@@ -143,6 +143,7 @@ def test_the_model_is_frozen() -> None:
         "unsafe_hosted_tunnel_by_address",
         "unsafe_unbounded_model_bodies",
         "unsafe_uncut_model_listings",
+        "unsafe_per_level_nesting",
     ],
 )
 def test_the_test_only_switches_are_off_by_default_and_warn_when_set(

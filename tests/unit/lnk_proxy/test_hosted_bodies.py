@@ -498,3 +498,14 @@ def test_a_type_that_is_not_a_name_is_judged_not_crashed_on() -> None:
         _judge("openai", "responses", body)
     out, _ = _judge("openai", "responses", {"model": "gpt-x", "input": [{"type": {"a": 1}}]})
     assert out["input"] == [{"type": {"a": 1}}]
+
+
+@pytest.mark.parametrize("shape", [{"a": 1}, ["base64"], 7, None])
+def test_a_source_type_that_is_not_a_name_is_refused_not_crashed_on(shape: object) -> None:
+    """Found by the fast form's fuzz (session 11): a `source.type` of an object or a list
+    raised TypeError (unhashable, looked up in a frozenset), not the rule's refusal."""
+    block = {"type": "image", "source": {"type": shape, "data": "AA=="}}
+    body = {"model": "claude-x", "messages": [{"role": "user", "content": [block]}]}
+    with pytest.raises(BodyRefused) as refused:
+        _judge("anthropic", "messages", body)
+    assert refused.value.rule == "model-fetch"

@@ -467,3 +467,16 @@ def test_the_pass_refuses_a_depth_its_stack_cannot_hold() -> None:
     with pytest.raises(ValueError, match="max_depth"):
         _json_scan.scan(b"{}", _json_scan.MAX_LEVELS + 1, 10)
     assert _json_scan.scan(b'{"a":[]}', 1, 10)[0] == _json_scan.TOO_DEEP
+
+
+@pytest.mark.parametrize(
+    "special", [b'\\"', b"\\\\", b"\\u0041", b"\x01", b"\x7f", "é€😀".encode(), b"\xff", b'"']
+)
+def test_a_special_byte_at_every_place_of_a_long_string(special: bytes) -> None:
+    """The strings' 16-byte steps (SSE2) and 8-byte steps stop at each byte that is not plain,
+    wherever it falls in or across a step, with the verdicts of the readers without them."""
+    for at in range(48):
+        for tail in (0, 1, 15, 16, 17):
+            body = b'{"k":"' + b"a" * at + special + b"b" * tail + b'"}'
+            assert_same_verdicts(body)
+            assert (scan(body)[0] == OK) is (special not in (b"\x01", b"\xff", b'"')), body

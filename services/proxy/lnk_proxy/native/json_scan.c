@@ -17,7 +17,13 @@
  *   - at most max_values bytes begin a value or a member outside strings (`[` `{` `,` `:`, as
  *     json_shape.structure_within counts them);
  * and sets may_fetch when some string (a key or a value) decodes to exactly one of the names
- * hosted_bodies.FETCH_NAMES lists, so the fetch walk runs only when it could refuse.
+ * hosted_bodies.FETCH_NAMES lists, so the fetch walk runs only when it could refuse. And it
+ * finds where each top-level member named one of hosted_bodies.CONTENT_KEYS (as written, no
+ * escape) lies, and whether all of them are plain: no key in them spelt with an escape or
+ * one of the fetch names, every `type` an unescaped string of hosted_bodies.PLAIN_TYPES, every
+ * number at most 15 characters with no exponent. Plain content is forwarded as these bytes,
+ * unparsed (hosted_bodies' docstring says why that is safe): so the screen is an allowlist,
+ * and anything it does not know sends the body down the full parse.
  *
  * Why hand-written and not a library: no JSON library we could link reports a key given twice
  * (msgspec, orjson, yyjson and simdjson keep one silently), and this is the trust boundary, so
@@ -38,6 +44,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 
 #define TABLE_SLOTS 256 /* per open object; a power of two, twice MAX_KEYS: probes stay short */
@@ -60,9 +69,24 @@ const size_t JSON_SCAN_FETCH_COUNT = FETCH_COUNT;
 #define FETCH_LONGEST 14 /* "item_reference" */
 #define FETCH_LENGTHS ((1u << 6) | (1u << 7) | (1u << 8) | (1u << 9) | (1u << 14))
 
+const char *const JSON_SCAN_CONTENT_KEYS[] = {"messages", "system", "input", "instructions"};
+const size_t JSON_SCAN_CONTENT_COUNT = 4;
+const char *const JSON_SCAN_PLAIN_TYPES[] = {
+    "text",          "tool_use",        "tool_result",          "thinking",  "redacted_thinking",
+    "ephemeral",     "message",         "input_text",           "output_text", "function",
+    "function_call", "function_call_output", "reasoning",       "summary_text", "refusal"};
+const size_t JSON_SCAN_PLAIN_COUNT =
+    sizeof JSON_SCAN_PLAIN_TYPES / sizeof JSON_SCAN_PLAIN_TYPES[0];
+#define PLAIN_NUMBER_CHARS 15 /* a number no longer and with no exponent: any parser's double */
+
 typedef struct {
     const unsigned char *body, *p, *end;
     int may_fetch;
+    int member;     /* the content key (index) whose top-level value is being read, or -1 */
+    int plain;      /* no content member so far holds anything judged (the header says what) */
+    int type_value; /* inside content, the key just read is `type`: its value is judged */
+    json_span_t *spans;
+    int span_count;
 } scanner_t;
 
 static const unsigned char *skip_space(const unsigned char *p, const unsigned char *end) {
@@ -125,12 +149,35 @@ static int plain_word(uint64_t x) {
     return (found & highs) == 0;
 }
 
+/* The first byte at or after p that is '"', '\\', a control character or non-ASCII, 16 bytes a
+ * step (SSE2, every x86-64 has it; elsewhere p itself: plain_word's 8 follow either way). A
+ * signed compare below 0x20 takes the control characters and every byte from 0x80 at once. */
+static const unsigned char *plain_run(const unsigned char *p, const unsigned char *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i found = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                                  _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(found);
+        if (mask != 0) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#else
+    (void)end;
+#endif
+    return p;
+}
+
 /* The string whose opening quote is at s->p: leaves s->p after its closing quote and returns
  * SCAN_OK, with *escaped set when it holds an escape; or another code. */
 static int scan_string(scanner_t *s, int *escaped) {
     const unsigned char *p = s->p + 1, *end = s->end;
     *escaped = 0;
     for (;;) {
+        p = plain_run(p, end);
         while (end - p >= 8) {
             uint64_t word;
             memcpy(&word, p, 8);
@@ -292,6 +339,37 @@ static void screen_fetch(scanner_t *s, const unsigned char *start, uint32_t leng
         if (strlen(FETCH_NAMES[i]) == n && memcmp(FETCH_NAMES[i], text, n) == 0) s->may_fetch = 1;
 }
 
+static int is_one_of(const unsigned char *start, uint32_t length, const char *const *names,
+                     size_t count) {
+    for (size_t i = 0; i < count; i++)
+        if (strlen(names[i]) == length && memcmp(names[i], start, length) == 0) return (int)i;
+    return -1;
+}
+
+/* A key just read (unescaped or not): at the top level, whether it opens a content member
+ * (compared as written: a key spelled with an escape is no content key here, so its value is
+ * parsed and judged whole); inside one, a key with an escape, a fetch name or `type` is
+ * judged (the last, by its value). */
+static void screen_key(scanner_t *s, int level, const unsigned char *start, uint32_t length,
+                       int escaped) {
+    if (level == 0) {
+        s->member = escaped ? -1 : is_one_of(start, length, JSON_SCAN_CONTENT_KEYS,
+                                             JSON_SCAN_CONTENT_COUNT);
+        return;
+    }
+    if (s->member < 0) return;
+    if (escaped || is_one_of(start, length, FETCH_NAMES, FETCH_COUNT) >= 0) s->plain = 0;
+    s->type_value = length == 4 && memcmp(start, "type", 4) == 0;
+}
+
+/* A number inside content: plain when every parser reads it as the same double. */
+static int plain_number(const unsigned char *start, const unsigned char *end) {
+    if (end - start > PLAIN_NUMBER_CHARS) return 0;
+    for (const unsigned char *p = start; p < end; p++)
+        if (*p == 'e' || *p == 'E') return 0;
+    return 1;
+}
+
 /* A key just scanned (contents at start, length bytes) into the table of the object open at
  * level (0-based): SCAN_OK, or SCAN_KEY_TWICE / SCAN_TOO_MANY_KEYS. */
 static int remember_key(scanner_t *s, int level, uint32_t serial, uint32_t *keys,
@@ -358,7 +436,7 @@ static uint32_t take_serial(void) {
 static int scan_text(scanner_t *s, int max_depth, long max_values) {
     int is_object[MAX_LEVELS];
     uint32_t serial[MAX_LEVELS], keys[MAX_LEVELS];
-    int depth = 0, code, escaped;
+    int depth = 0, code, escaped, judging;
     long counted = 0;
     const unsigned char *start;
     uint32_t length;
@@ -368,6 +446,14 @@ static int scan_text(scanner_t *s, int max_depth, long max_values) {
 
 value: /* s->p at a value's first byte, or past the end */
     if (s->p >= s->end) return SCAN_NOT_JSON;
+    if (depth == 1 && s->member >= 0) { /* a content member's value begins */
+        if (s->span_count == JSON_SCAN_CONTENT_COUNT) return SCAN_NOT_JSON; /* never: keys once */
+        s->spans[s->span_count].key = s->member;
+        s->spans[s->span_count].start = (uint32_t)(s->p - s->body);
+    }
+    judging = s->type_value;
+    s->type_value = 0;
+    if (judging && *s->p != '"') s->plain = 0; /* a `type` that is not a plain name */
     switch (*s->p) {
     case '{':
     case '[':
@@ -388,12 +474,19 @@ value: /* s->p at a value's first byte, or past the end */
     case '"':
         start = s->p + 1;
         if ((code = scan_string(s, &escaped)) != SCAN_OK) return code;
-        screen_fetch(s, start, (uint32_t)(s->p - 1 - start), escaped);
+        length = (uint32_t)(s->p - 1 - start);
+        screen_fetch(s, start, length, escaped);
+        if (judging && (escaped || is_one_of(start, length, JSON_SCAN_PLAIN_TYPES,
+                                             JSON_SCAN_PLAIN_COUNT) < 0))
+            s->plain = 0;
         goto after;
     case 't': code = scan_literal(s, "true"); break;
     case 'f': code = scan_literal(s, "false"); break;
     case 'n': code = scan_literal(s, "null"); break;
-    default: code = scan_number(s);
+    default:
+        start = s->p;
+        code = scan_number(s);
+        if (code == SCAN_OK && s->member >= 0 && !plain_number(start, s->p)) s->plain = 0;
     }
     if (code != SCAN_OK) return code;
     goto after;
@@ -404,6 +497,7 @@ key: /* s->p at an object member's first byte, or past the end */
     if ((code = scan_string(s, &escaped)) != SCAN_OK) return code;
     length = (uint32_t)(s->p - 1 - start);
     screen_fetch(s, start, length, escaped);
+    screen_key(s, depth - 1, start, length, escaped);
     code = remember_key(s, depth - 1, serial[depth - 1], &keys[depth - 1], start, length, escaped);
     if (code != SCAN_OK) return code;
     s->p = skip_space(s->p, s->end);
@@ -413,6 +507,10 @@ key: /* s->p at an object member's first byte, or past the end */
     goto value;
 
 after: /* a value just ended */
+    if (depth == 1 && s->member >= 0) { /* a content member's value ends */
+        s->spans[s->span_count++].end = (uint32_t)(s->p - s->body);
+        s->member = -1;
+    }
     s->p = skip_space(s->p, s->end);
     if (depth == 0) return s->p == s->end ? SCAN_OK : SCAN_NOT_JSON;
     if (s->p >= s->end) return SCAN_NOT_JSON;
@@ -429,9 +527,10 @@ after: /* a value just ended */
 }
 
 int json_scan(const unsigned char *body, size_t length, int max_depth, long max_values,
-              int *may_fetch) {
-    scanner_t s = {body, body, body + length, 0};
+              int *may_fetch, json_span_t *spans, int *span_count) {
+    scanner_t s = {body, body, body + length, 0, -1, 1, 0, spans, 0};
     int code = scan_text(&s, max_depth, max_values);
     *may_fetch = s.may_fetch;
+    *span_count = s.plain ? s.span_count : -1;
     return code;
 }

@@ -3,6 +3,7 @@
 #define LNK_JSON_SCAN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum {
     SCAN_OK = 0,
@@ -21,10 +22,26 @@ enum {
 extern const char *const JSON_SCAN_FETCH_NAMES[];
 extern const size_t JSON_SCAN_FETCH_COUNT;
 
+/* hosted_bodies.CONTENT_KEYS and PLAIN_TYPES, in their order (a unit test compares them). */
+extern const char *const JSON_SCAN_CONTENT_KEYS[];
+extern const size_t JSON_SCAN_CONTENT_COUNT; /* 4: spans[] holds this many */
+extern const char *const JSON_SCAN_PLAIN_TYPES[];
+extern const size_t JSON_SCAN_PLAIN_COUNT;
+
+/* Where a top-level content member's value lies: body[start..end), key an index into
+ * JSON_SCAN_CONTENT_KEYS. */
+typedef struct {
+    int key;
+    uint32_t start, end;
+} json_span_t;
+
 /* The pass over body[0..length) (length < 4 GiB, 1 <= max_depth <= MAX_LEVELS): a SCAN_ code;
- * *may_fetch set to 1 when a string decodes to one of the fetch names (else left 0). Not
- * reentrant: its key tables are static (the module calls it with the GIL held). */
+ * *may_fetch set to 1 when a string decodes to one of the fetch names (else left 0);
+ * *span_count the content members' spans written to spans[] (at most
+ * JSON_SCAN_CONTENT_COUNT), or -1 when one of them holds something judged (json_scan.c says
+ * what). Both mean something only with SCAN_OK. Not reentrant: its key tables are static (the
+ * module calls it with the GIL held). */
 int json_scan(const unsigned char *body, size_t length, int max_depth, long max_values,
-              int *may_fetch);
+              int *may_fetch, json_span_t *spans, int *span_count);
 
 #endif
