@@ -19,12 +19,16 @@
  * of many connections at once, and an idle connection costs no thread at all.
  *
  * A direction moves at most STEP_MOVES times per wake-up, so a bulk tunnel does not hold the
- * others' small requests back; once it has moved BULK_BYTES it is a bulk transfer and gets a
+ * others' small requests back; once it has read BULK_BYTES in reads that were not short (its
+ * source had more than a request or an answer of a few KiB) it is a bulk transfer and gets a
  * thread of its own (relay_own_thread.c), which moves it until it ends as fast as its sockets
  * let it and then hands the connection back; the relaying thread goes on with everything else,
  * the connection's other direction included (a thread per bulk direction, as many as the
  * sandbox's task limit allows: when none can be had, the direction stays here). Until it hands
  * it back, nothing of that direction is this thread's, and the connection's sockets stay open.
+ * This does NOT tell a download from a long keep-alive connection whose answers of 16 KiB or
+ * more add up to BULK_BYTES: that one gets a thread too, and is then relayed as every
+ * connection was before session 10 (a wake-up of its thread per answer).
  *
  * Per small request (a keep-alive GET and its answer) the relay makes two splices each way: a
  * wake-up steps only the direction whose socket is ready (the other's splice would only say

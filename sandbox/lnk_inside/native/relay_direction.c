@@ -51,12 +51,13 @@ static void grow_pipe(struct direction *d, ssize_t spliced) {
         d->capacity = now;
 }
 
-/* Bytes out to the sink: counted until the direction is bulk. */
-static void count_out(struct direction *d, ssize_t n) {
-    if (d->bulk)
+/* A read from the source: counted toward BULK_BYTES unless it was short (a request, an
+   answer: a keep-alive connection's small exchanges never add up to bulk, however many). */
+static void count_read(struct direction *d, ssize_t n) {
+    if (d->bulk || d->drained)
         return;
-    d->moved += (size_t)n;
-    d->bulk = d->moved >= BULK_BYTES;
+    d->bulk_read += (size_t)n;
+    d->bulk = d->bulk_read >= BULK_BYTES;
 }
 
 /* Every call either moves bytes, ends the direction, or says EAGAIN. */
@@ -75,14 +76,12 @@ void direction_step(struct direction *d, int budget) {
             if (n > 0) {
                 d->offset += (size_t)n;
                 d->buffered -= (size_t)n;
-                count_out(d, n);
                 continue;
             }
         } else if (d->in_pipe > 0 && d->buffer == NULL) {
             n = splice(d->pipe[0], NULL, d->sink, NULL, d->in_pipe, flags);
             if (n > 0) {
                 d->in_pipe -= (size_t)n;
-                count_out(d, n);
                 continue;
             }
             if (n < 0 && errno == EINVAL && to_copy_mode(d))
@@ -107,6 +106,7 @@ void direction_step(struct direction *d, int budget) {
             if (n > 0) {
                 d->in_pipe = (size_t)n;
                 d->drained = n < d->capacity && n < SMALL_READ;
+                count_read(d, n);
                 grow_pipe(d, n);
                 continue;
             }
@@ -119,6 +119,7 @@ void direction_step(struct direction *d, int budget) {
                 d->buffered = (size_t)n;
                 d->offset = 0;
                 d->drained = n < COPY_BUFFER && n < SMALL_READ;
+                count_read(d, n);
                 continue;
             }
         }

@@ -5,8 +5,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* A direction that moved this much is a bulk transfer: the relaying thread hands it a thread
-   of its own (relay.c). */
+/* A direction that read this much from its source in reads of SMALL_READ or more (not short:
+   its source had more) is a bulk transfer: the relaying thread hands it a thread of its own
+   (relay.c). */
 #define BULK_BYTES (8 << 20)
 #define BULK_THREAD_NAME "lnk-relay-bulk" /* what /proc/PID/task/TID/comm says */
 
@@ -20,7 +21,7 @@ struct direction {
     bool grown;       /* asked for BULK_PIPE once already */
     char *buffer;     /* copy mode only */
     size_t buffered, offset;
-    size_t moved;     /* bytes out to the sink, counted up to BULK_BYTES */
+    size_t bulk_read; /* bytes of its reads that were not short, counted up to BULK_BYTES */
     bool ended;       /* the source is at EOF */
     bool drained;     /* the last read from the source took less than it could */
     bool done;        /* the sink is shut: nothing more moves this way */
@@ -35,7 +36,7 @@ void direction_open(struct direction *d, int source, int sink);
 void direction_close(struct direction *d);
 /* Move what can move without blocking, at most `budget` calls; return when a call would block,
    the direction is done, its source is drained, the budget is spent, or it turns bulk (`bulk`
-   set: it moved BULK_BYTES). */
+   set: see BULK_BYTES). */
 void direction_step(struct direction *d, int budget);
 /* What the direction waits for: true for room in its sink, false for bytes from its source. */
 bool direction_waits_for_sink(const struct direction *d);

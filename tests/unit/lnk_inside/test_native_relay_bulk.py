@@ -2,9 +2,10 @@
 hand-off in relay.c), run for real: `lnk-sandbox --relay SOCKET PORT` against unix-socket
 servers here, its threads and descriptors read from /proc.
 
-A direction that moved BULK_BYTES leaves the one epoll thread for a thread of its own (named
-BULK_THREAD_NAME, which it sets before it moves a byte): so once a peer has received more than
-BULK_BYTES through one direction, that thread exists until the direction ends. Each test holds
+A direction that read BULK_BYTES from its source (in reads that were not short) leaves the one
+epoll thread for a thread of its own (named BULK_THREAD_NAME, which it sets before it moves a
+byte): so once a peer has received well past BULK_BYTES of a stream sent at once through one
+direction, that thread exists until the direction ends. Each test holds
 the direction open while it looks, then checks that the bytes arrived whole, the end was passed
 on, and the thread and every descriptor of the connection (two sockets, two pipes) are gone.
 """
