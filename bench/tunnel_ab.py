@@ -18,7 +18,7 @@ machine's load:
 For each row: MiB/s, and CPU seconds per GiB moved of each process (utime + stime of all its
 threads) and of the whole machine (`/proc/stat`: everything not idle, softirq included: the
 kernel's TCP receive work is softirq time, which no process's utime or stime holds), plus the
-relay's context switches per GiB (voluntary: it waited; involuntary: it was preempted). The
+proxy's context switches per GiB (voluntary: its loop waited; involuntary: it was preempted). The
 medians over rounds, then each relay row's rate and CPU against `relay old`'s in the same run.
 """
 
@@ -84,7 +84,8 @@ def machine_busy_s() -> float:
 
 
 def switches(pid: int) -> tuple[int, int]:
-    """Voluntary and involuntary context switches of every thread of `pid`."""
+    """Voluntary and involuntary context switches of the live threads of `pid` (a thread that
+    ended took its counts with it: the relay's are not shown, its threads come and go)."""
     voluntary = involuntary = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         for line in (task / "status").read_text().splitlines():
@@ -124,7 +125,8 @@ class Row:
         times = os.times()
         client = times.user + times.system
         busy = machine_busy_s()
-        moved_switches = switches(self.relay) if self.relay else (0, 0)
+        proxy = self.pids.get("proxy")
+        moved_switches = switches(proxy) if proxy else (0, 0)
         target = f"{WWW}:{SOURCE_PORT}" if self.tunnel else None
         rate = transfer(self.dial, target)
         if recorder is not None:
@@ -135,10 +137,10 @@ class Row:
         used = {"client": times.user + times.system - client}
         used |= {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
         used["machine"] = machine_busy_s() - busy
-        if self.relay:
-            after = switches(self.relay)
-            used["relay vcsw"] = after[0] - moved_switches[0]
-            used["relay ivcsw"] = after[1] - moved_switches[1]
+        if proxy:
+            after = switches(proxy)
+            used["proxy vcsw"] = after[0] - moved_switches[0]
+            used["proxy ivcsw"] = after[1] - moved_switches[1]
         self.rates.append(rate)
         for name, value in used.items():
             self.cpu.setdefault(name, []).append(value * per_gib)

@@ -232,7 +232,8 @@ def test_a_bulk_upload_passes_its_end_on_and_the_answer_still_comes_back(
 
 
 def test_small_round_trips_stay_on_the_epoll_thread(at_rest: tuple[Path, Path]) -> None:
-    """Below BULK_BYTES a connection never costs a thread: many small round trips, none."""
+    """A keep-alive connection's requests and answers never cost a thread, however many: mixed
+    sizes, then 4 KiB round trips well past BULK_BYTES each way (every read short)."""
     binary, path = at_rest
 
     def echo(conn: socket.socket) -> None:
@@ -246,6 +247,10 @@ def test_small_round_trips_stay_on_the_epoll_thread(at_rest: tuple[Path, Path]) 
                 message = os.urandom(size)
                 client.sendall(message)
                 assert receive_exactly(client, size) == message
+            message = os.urandom(4096)
+            for _ in range(BULK_BYTES * 5 // 4 // len(message)):
+                client.sendall(message)
+                assert receive_exactly(client, len(message)) == message
             # the connection's dialing thread ends after its hand-over; no other comes
             until(lambda: len(thread_names(pid)) == threads, "a thread was kept or started")
             assert bulk_threads(pid) == 0
