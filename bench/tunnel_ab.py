@@ -20,6 +20,11 @@ threads) and of the whole machine (`/proc/stat`: everything not idle, softirq in
 kernel's TCP receive work is softirq time, which no process's utime or stime holds), plus the
 proxy's context switches per GiB (voluntary: its loop waited; involuntary: it was preempted). The
 medians over rounds, then each relay row's rate and CPU against `relay old`'s in the same run.
+
+`--perf DIR` runs `perf record -g -p` on a relay row's proxy and relay during its transfer
+(TUNNEL_AB_STRACE=1: `strace -c` instead). Either sees only the threads there when it starts:
+a relay's bulk thread (`lnk-relay-bulk`, started after 8 MiB) is not in it; for that thread,
+`perf record -a` beside the run and `perf report --comm lnk-relay-bulk`.
 """
 
 from __future__ import annotations
