@@ -85,6 +85,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
     CONFINER: (
         "lnk_sandbox.c",
         "relay.c",
+        "relay_direction.c",
+        "relay_own_thread.c",
         "write_all.c",
     ),
     SPAWNER: ("lnk_spawn.c",),

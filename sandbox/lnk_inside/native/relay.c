@@ -11,32 +11,40 @@
  * How bytes move: one thread per new connection (64 KiB stack) dials the proxy and does the
  * `[localhost]` handshake as plain blocking code, then hands the two sockets to the one relaying
  * thread and ends. The relaying thread waits on every connection's sockets with one epoll set
- * (level-triggered), and moves each direction by non-blocking splice(2) from its source into a
- * pipe and from the pipe into its sink: the bytes never enter this process. Why one thread for
- * the relaying and not a thread per connection polling its two sockets (what this was until
- * session 10): with 64 connections busy, each small request woke its own thread twice (request,
- * answer), a context switch each; one epoll_wait now returns the ready sockets of many
- * connections at once, and an idle connection costs no thread at all. A direction moves at most
- * STEP_MOVES times per wake-up, so a bulk tunnel does not hold the others' small requests back.
- * A pipe starts at the kernel's default size and grows to 1 MiB once a splice fills half of it
- * (a bulk transfer: 4x fewer splices per GiB), so idle and chatty connections do not take the
- * sandbox user's pipe quota; when the quota refuses, the default size still works.
+ * (level-triggered) and steps each direction (relay_direction.c: non-blocking splice(2) from its
+ * source into a pipe and from the pipe into its sink: the bytes never enter this process). Why
+ * one thread for the relaying and not a thread per connection polling its two sockets (what
+ * this was until session 10): with 64 connections busy, each small request woke its own thread
+ * twice (request, answer), a context switch each; one epoll_wait now returns the ready sockets
+ * of many connections at once, and an idle connection costs no thread at all.
+ *
+ * A direction moves at most STEP_MOVES times per wake-up, so a bulk tunnel does not hold the
+ * others' small requests back; once it has read BULK_BYTES in reads that were not short (its
+ * source had more than a request or an answer of a few KiB) it is a bulk transfer and gets a
+ * thread of its own (relay_own_thread.c), which moves it until it ends as fast as its sockets
+ * let it and then hands the connection back; the relaying thread goes on with everything else,
+ * the connection's other direction included (a thread per bulk direction, as many as the
+ * sandbox's task limit allows: when none can be had, the direction stays here). Until it hands
+ * it back, nothing of that direction is this thread's, and the connection's sockets stay open.
+ * This does NOT tell a download from a long keep-alive connection whose answers of 16 KiB or
+ * more add up to BULK_BYTES: that one gets a thread too, and is then relayed as every
+ * connection was before session 10 (a wake-up of its thread per answer).
  *
  * Per small request (a keep-alive GET and its answer) the relay makes two splices each way: a
  * wake-up steps only the direction whose socket is ready (the other's splice would only say
- * EAGAIN), and a short read (under SMALL_READ and less than it could: the source drained) goes
- * back to epoll instead of reading again for the EAGAIN (a larger one reads again: in a bulk
- * transfer more has often arrived, and going to epoll for it cost the tunnel ~10 %): epoll is level-triggered, so bytes that arrived
- * meanwhile are reported at once. A socket's epoll entry changes only when what its
- * directions wait for does (a full sink, an end). The sandbox's side has TCP_NODELAY: an answer
- * the proxy wrote in two pieces goes out as two segments at once, not the second held by Nagle
- * until the client's (delayed) ACK of the first.
+ * EAGAIN), and a short read goes back to epoll instead of reading again for the EAGAIN: epoll
+ * is level-triggered, so bytes that arrived meanwhile are reported at once. A socket's epoll
+ * entry changes only when what its directions wait for does (a full sink, an end, a direction
+ * promoted). The sandbox's side has TCP_NODELAY: an answer the proxy wrote in two pieces goes
+ * out as two segments at once, not the second held by Nagle until the client's (delayed) ACK
+ * of the first.
  *
  * When the relaying thread cannot be had (no epoll set or thread at the start, the hand-over
  * refused), a connection is relayed by its own thread with poll(2), as before.
  */
 #define _GNU_SOURCE
 #include "relay.h"
+#include "relay_direction.h"
 #include "write_all.h"
 
 #include <arpa/inet.h>
@@ -54,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -63,28 +72,10 @@
 
 #define BACKLOG 128                /* connections waiting: a burst of parallel downloads */
 #define MAX_ANSWER 4096            /* the proxy's answer to a CONNECT: a status line, a few headers */
-#define BULK_PIPE (1 << 20)        /* a pipe that filled grows to this (pipe-max-size's default) */
-#define COPY_BUFFER (64 * 1024)    /* the read/write fallback's buffer, on the heap */
 #define THREAD_STACK (64 * 1024)   /* splice loops need little stack; glibc's default is 8 MiB */
 #define ACCEPT_PAUSE_NS 100000000L /* 100 ms: out of descriptors or threads, do not spin */
 #define STEP_MOVES 16              /* splices (or reads, writes) of one direction per wake-up */
 #define EVENTS 64                  /* ready sockets taken per epoll_wait */
-#define SMALL_READ (16 * 1024)     /* a shorter read drained its source (a request, an answer) */
-
-/* One direction of a connection. Copy mode (splice refused with EINVAL, or no pipe to be had)
-   reads and writes through `buffer`, after the pipe has given back what it held. */
-struct direction {
-    int source, sink;
-    int pipe[2];      /* -1, -1: none (copy mode from the start) */
-    size_t in_pipe;   /* spliced in from the source, not yet out to the sink */
-    long capacity;    /* the pipe's size */
-    bool grown;       /* asked for BULK_PIPE once already */
-    char *buffer;     /* copy mode only */
-    size_t buffered, offset;
-    bool ended;       /* the source is at EOF */
-    bool drained;     /* the last read from the source took less than it could */
-    bool done;        /* the sink is shut: nothing more moves this way */
-};
 
 struct listener {
     const char *socket_path;
@@ -103,179 +94,6 @@ static void close_keeping_errno(int fd) {
     errno = saved;
 }
 
-/* The direction is over: pass the end on (the peer reads EOF while the other direction goes
-   on: a half-close) and stop reading its source. An error ends it the same way; the peer's
-   own error or EOF then ends the other direction. */
-static void end_direction(struct direction *d) {
-    shutdown(d->sink, SHUT_WR);
-    shutdown(d->source, SHUT_RD);
-    d->done = true;
-}
-
-static bool to_copy_mode(struct direction *d) {
-    d->buffer = malloc(COPY_BUFFER);
-    return d->buffer != NULL;
-}
-
-/* A splice that filled half the pipe or more is a bulk transfer: a larger pipe moves more per
-   call. Refused (over the user's pipe quota) is fine: the default size works. */
-static void grow_pipe(struct direction *d, ssize_t spliced) {
-    if (d->grown || d->capacity <= 0 || spliced < d->capacity / 2)
-        return;
-    d->grown = true;
-    long now = fcntl(d->pipe[1], F_SETPIPE_SZ, BULK_PIPE);
-    if (now > 0)
-        d->capacity = now;
-}
-
-/* Move what can move without blocking; return when a call would block, the direction is
-   done, or what the source had is all out (`drained`: poll says when there is more). Every
-   call either moves bytes, ends the direction, or says EAGAIN. */
-static void step(struct direction *d) {
-    const unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
-    for (int moves = 0; !d->done; moves++) {
-        if (moves == STEP_MOVES)
-            return; /* still ready: the next wake-up goes on, after the others' turns */
-        ssize_t n;
-        bool from_source = false;
-        if (d->buffered > 0) {
-            n = write(d->sink, d->buffer + d->offset, d->buffered);
-            if (n > 0) {
-                d->offset += (size_t)n;
-                d->buffered -= (size_t)n;
-                continue;
-            }
-        } else if (d->in_pipe > 0 && d->buffer == NULL) {
-            n = splice(d->pipe[0], NULL, d->sink, NULL, d->in_pipe, flags);
-            if (n > 0) {
-                d->in_pipe -= (size_t)n;
-                continue;
-            }
-            if (n < 0 && errno == EINVAL && to_copy_mode(d))
-                continue;
-        } else if (d->in_pipe > 0) { /* copy mode: what the pipe still holds, first */
-            n = read(d->pipe[0], d->buffer, d->in_pipe < COPY_BUFFER ? d->in_pipe : COPY_BUFFER);
-            if (n > 0) {
-                d->in_pipe -= (size_t)n;
-                d->buffered = (size_t)n;
-                d->offset = 0;
-                continue;
-            }
-        } else if (d->ended) {
-            end_direction(d);
-            return;
-        } else if (d->drained) {
-            d->drained = false; /* the next readiness reads again */
-            return;
-        } else if (d->buffer == NULL) {
-            from_source = true;
-            n = splice(d->source, NULL, d->pipe[1], NULL, BULK_PIPE, flags);
-            if (n > 0) {
-                d->in_pipe = (size_t)n;
-                d->drained = n < d->capacity && n < SMALL_READ;
-                grow_pipe(d, n);
-                continue;
-            }
-            if (n < 0 && errno == EINVAL && to_copy_mode(d))
-                continue;
-        } else {
-            from_source = true;
-            n = read(d->source, d->buffer, COPY_BUFFER);
-            if (n > 0) {
-                d->buffered = (size_t)n;
-                d->offset = 0;
-                d->drained = n < COPY_BUFFER && n < SMALL_READ;
-                continue;
-            }
-        }
-        if (n == 0 && from_source) {
-            d->ended = true;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return;
-        end_direction(d);
-        return;
-    }
-}
-
-static void open_direction(struct direction *d, int source, int sink) {
-    *d = (struct direction){.source = source, .sink = sink, .pipe = {-1, -1}};
-    if (pipe2(d->pipe, O_CLOEXEC) == 0)
-        d->capacity = fcntl(d->pipe[1], F_GETPIPE_SZ);
-    else if (!to_copy_mode(d)) /* out of descriptors or pipe quota: copy mode */
-        end_direction(d);      /* and out of memory: this direction cannot run */
-}
-
-static void close_direction(struct direction *d) {
-    if (d->pipe[0] >= 0) {
-        close(d->pipe[0]);
-        close(d->pipe[1]);
-    }
-    free(d->buffer);
-}
-
-/* What a direction waits for: room in its sink while it holds bytes, else its source. Its
-   entry and the events that wake it are kept in `waits`, `wakes` for `ready`. */
-static void want(const struct direction *d, struct pollfd *source, struct pollfd *sink,
-                 struct pollfd **waits, short *wakes) {
-    *waits = NULL;
-    if (d->done)
-        return;
-    if (d->in_pipe > 0 || d->buffered > 0) {
-        sink->events |= POLLOUT;
-        *waits = sink;
-        *wakes = POLLOUT | POLLERR | POLLHUP;
-    } else {
-        source->events |= POLLIN;
-        *waits = source;
-        *wakes = POLLIN | POLLERR | POLLHUP;
-    }
-}
-
-/* Whether poll woke what the direction waits for (a direction not waiting is done). */
-static bool ready(const struct pollfd *waits, short wakes) {
-    return waits != NULL && (waits->revents & (wakes | POLLNVAL)) != 0;
-}
-
-/* Relay both ways until both directions are done. */
-static void relay_both(int client, int upstream) {
-    struct direction up, down;
-    fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK);
-    fcntl(upstream, F_SETFL, fcntl(upstream, F_GETFL) | O_NONBLOCK);
-    open_direction(&up, client, upstream);
-    open_direction(&down, upstream, client);
-    bool step_up = true, step_down = true;
-    for (;;) {
-        if (step_up)
-            step(&up);
-        if (step_down)
-            step(&down);
-        if (up.done && down.done)
-            break;
-        struct pollfd polls[2] = {{.fd = client}, {.fd = upstream}};
-        struct pollfd *up_waits, *down_waits;
-        short up_wakes = 0, down_wakes = 0;
-        want(&up, &polls[0], &polls[1], &up_waits, &up_wakes);
-        want(&down, &polls[1], &polls[0], &down_waits, &down_wakes);
-        for (int i = 0; i < 2; i++)
-            if (polls[i].events == 0)
-                polls[i].fd = -1; /* its hang-up must not wake a loop that has nothing to do */
-        if (poll(polls, 2, -1) < 0) {
-            if (errno != EINTR)
-                break; /* out of memory: end this connection */
-            step_up = step_down = false;
-            continue;
-        }
-        step_up = ready(up_waits, up_wakes);
-        step_down = ready(down_waits, down_wakes);
-    }
-    close_direction(&up);
-    close_direction(&down);
-}
-
 /* -- the relaying thread: every handed-over connection on one epoll set -- */
 
 struct relayed;
@@ -292,18 +110,27 @@ struct side {
 struct relayed {
     struct direction up, down;
     struct side client, upstream;
+    bool ending;           /* the set refused an entry: over once no direction is promoted */
     bool closed;           /* ended in this batch of events: the rest of it skips it */
     struct relayed *later; /* the batch's ended connections, freed after it */
 };
 
-static int relay_set = -1;      /* the epoll set; -1: each connection relays in its own thread */
-static int handed[2] = {-1, -1}; /* connections handed over: a pipe of pointers */
+/* A promoted direction's thread hands its connection back through the same pipe as new ones,
+   the pointer tagged in its low bits (calloc's alignment leaves them clear). */
+#define BACK_UP ((uintptr_t)1)
+#define BACK_DOWN ((uintptr_t)2)
+#define BACK_TAGS (BACK_UP | BACK_DOWN)
 
-/* The events `d` waits for on `fd`. */
+static int relay_set = -1;      /* the epoll set; -1: each connection relays in its own thread */
+static int handed[2] = {-1, -1}; /* connections handed over (or back): a pipe of pointers */
+
+static int start_thread(void *(*run)(void *), void *arg);
+
+/* The events `d` waits for on `fd` (none while its own thread has it). */
 static uint32_t wanted(const struct direction *d, int fd) {
-    if (d->done)
+    if (d->promoted || d->done)
         return 0;
-    if (d->in_pipe > 0 || d->buffered > 0)
+    if (direction_waits_for_sink(d))
         return d->sink == fd ? EPOLLOUT : 0;
     return d->source == fd ? EPOLLIN : 0;
 }
@@ -337,33 +164,93 @@ static bool rearm(struct relayed *r) {
     return true;
 }
 
-/* Step `d` when the events on `fd` are what it waits for. */
-static void step_on(struct direction *d, int fd, uint32_t got) {
+/* Write one pointer into the hand-over pipe, waiting for room if it is full. */
+static void hand_back(uintptr_t tagged) {
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* the direction's last state, before the pointer */
+    for (;;) {
+        ssize_t n = write(handed[1], &tagged, sizeof tagged);
+        if (n == (ssize_t)sizeof tagged)
+            return;
+        struct pollfd room = {.fd = handed[1], .events = POLLOUT};
+        if (n < 0 && errno == EAGAIN)
+            poll(&room, 1, -1);
+        else if (n < 0 && errno != EINTR)
+            pause_accepting(); /* cannot happen while the relaying thread reads it */
+    }
+}
+
+/* A promoted direction: moved in this thread until it is done, then handed back. */
+static void *run_bulk(void *arg) {
+    uintptr_t tagged = (uintptr_t)arg;
+    struct relayed *r = (struct relayed *)(tagged & ~BACK_TAGS);
+    prctl(PR_SET_NAME, BULK_THREAD_NAME, 0, 0, 0); /* before its first byte (the tests see it) */
+    relay_one_way((tagged & BACK_UP) != 0 ? &r->up : &r->down);
+    hand_back(tagged);
+    return NULL;
+}
+
+/* A direction that turned bulk gets a thread of its own; it stays here if none can be had. */
+static void promote(struct relayed *r, struct direction *d) {
+    uintptr_t tag = d == &r->up ? BACK_UP : BACK_DOWN;
+    d->promoted = true;
+    if (start_thread(run_bulk, (void *)((uintptr_t)r | tag)) != 0)
+        d->promoted = false;
+}
+
+/* Step `d` when the events on `fd` are what it waits for; promote it once it is bulk. */
+static void step_on(struct relayed *r, struct direction *d, int fd, uint32_t got) {
     uint32_t waits = wanted(d, fd);
-    if (waits != 0 && (got & (waits | EPOLLERR | EPOLLHUP)) != 0)
-        step(d);
+    if (waits == 0 || (got & (waits | EPOLLERR | EPOLLHUP)) == 0)
+        return;
+    direction_step(d, STEP_MOVES);
+    if (d->bulk && !d->done)
+        promote(r, d);
 }
 
 /* The connection is over: its sockets closed (which takes them out of the set). */
 static void finish(struct relayed *r) {
-    close_direction(&r->up);
-    close_direction(&r->down);
+    direction_close(&r->up);
+    direction_close(&r->down);
     close(r->client.fd);
     close(r->upstream.fd);
     r->closed = true;
 }
 
-/* New connections from the pipe: each one's entries, or its end. */
-static void take_handed(void) {
-    struct relayed *batch[EVENTS];
+/* After `r`'s directions moved: its entries as they now wait, or its end (true: finished,
+   the caller frees it). A promoted direction's thread uses the sockets until it hands the
+   connection back, so nothing is closed before: a refused entry shuts both sockets instead,
+   which ends that thread's direction too. */
+static bool settle(struct relayed *r) {
+    if (!r->ending && !rearm(r)) {
+        r->ending = true;
+        shutdown(r->client.fd, SHUT_RDWR);
+        shutdown(r->upstream.fd, SHUT_RDWR);
+    }
+    if (r->up.promoted || r->down.promoted)
+        return false;
+    if (!r->ending && !(r->up.done && r->down.done))
+        return false;
+    finish(r);
+    return true;
+}
+
+/* New connections from the pipe, and connections whose promoted direction is done. */
+static void take_handed(struct relayed **ended) {
+    uintptr_t batch[EVENTS];
     ssize_t n = read(handed[0], batch, sizeof batch);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* a handed-back direction's state, as it left it */
     for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof batch[0]; i++) {
-        struct relayed *r = batch[i];
-        step(&r->up); /* bytes may be waiting already: level-triggered, epoll says so anyway */
-        step(&r->down);
-        if ((r->up.done && r->down.done) || !rearm(r)) {
-            finish(r);
-            free(r);
+        struct relayed *r = (struct relayed *)(batch[i] & ~BACK_TAGS);
+        if ((batch[i] & BACK_TAGS) != 0) {
+            ((batch[i] & BACK_UP) != 0 ? &r->up : &r->down)->promoted = false;
+        } else {
+            /* bytes may be waiting already: level-triggered, epoll says so anyway */
+            step_on(r, &r->up, r->client.fd, EPOLLIN);
+            step_on(r, &r->down, r->upstream.fd, EPOLLIN);
+        }
+        if (settle(r)) {
+            r->later = *ended; /* its sockets may have events later in this batch */
+            *ended = r;
         }
     }
 }
@@ -382,16 +269,15 @@ static void *run_relaying(void *unused) {
         for (int i = 0; i < n; i++) {
             struct side *side = events[i].data.ptr;
             if (side == NULL) {
-                take_handed();
+                take_handed(&ended);
                 continue;
             }
             struct relayed *r = side->owner;
             if (r->closed)
                 continue;
-            step_on(&r->up, side->fd, events[i].events);
-            step_on(&r->down, side->fd, events[i].events);
-            if ((r->up.done && r->down.done) || !rearm(r)) {
-                finish(r);
+            step_on(r, &r->up, side->fd, events[i].events);
+            step_on(r, &r->down, side->fd, events[i].events);
+            if (settle(r)) {
                 r->later = ended;
                 ended = r;
             }
@@ -414,8 +300,8 @@ static bool hand_over(int client, int upstream) {
         return false;
     fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK);
     fcntl(upstream, F_SETFL, fcntl(upstream, F_GETFL) | O_NONBLOCK);
-    open_direction(&r->up, client, upstream);
-    open_direction(&r->down, upstream, client);
+    direction_open(&r->up, client, upstream);
+    direction_open(&r->down, upstream, client);
     r->client = (struct side){.owner = r, .fd = client};
     r->upstream = (struct side){.owner = r, .fd = upstream};
     ssize_t n;
@@ -424,13 +310,11 @@ static bool hand_over(int client, int upstream) {
     while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof r)
         return true;
-    close_direction(&r->up); /* the pipe is full or gone: this thread relays it */
-    close_direction(&r->down);
+    direction_close(&r->up); /* the pipe is full or gone: this thread relays it */
+    direction_close(&r->down);
     free(r);
     return false;
 }
-
-static int start_thread(void *(*run)(void *), void *arg);
 
 /* The epoll set, the hand-over pipe and the relaying thread; on any failure none of them, and
    connections relay in their own threads. */
