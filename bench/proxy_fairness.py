@@ -8,7 +8,9 @@ cycling through:
 - a lookup: `GET http://<a new name each time>.test-public.example/`, which no /etc/hosts line
   names: a lookup on the sandbox's resolver, then the proxy's refusal;
 - a tunnel: `CONNECT www:80`, one GET through it, closed;
-- a refusal: `GET http://10.20.30.40/` (a LAN address it has no grant for): refused at once.
+- a refusal: `GET http://10.20.30.40/` (a LAN address it has no grant for): refused at once;
+- `cpu` (alone, not in the row's mix): no exchange at all, the process only burns its CPU, so
+  a run shows what the kernel's sharing alone does to the measuring sandbox, the proxy idle.
 The measuring sandbox (the bench's own listener) sends `GET http://www/` at concurrency 1
 from a process of its own (`--measure`), in quiet and flooded windows taken in turn (the flood
 stopped with SIGSTOP, then resumed), so the machine's other load falls on both. Each of the two
@@ -53,6 +55,8 @@ FLOOD_SPARE_S = 30.0  # past the windows' own time: starting, ending
 _RUNS = itertools.count()  # the CPU groups' names: unique in this process
 REFUSED_LAN = "10.20.30.40"
 KINDS = ("lookup", "tunnel", "refusal")
+BURN = "cpu"  # the flood's client burning CPU only (`_burn`): the kernel's share, no proxy
+BURN_SPINS = 10_000  # loop turns between looks at the clock and the stop flag
 
 
 # -- the flooding process --------------------------------------------------------------------
@@ -113,12 +117,24 @@ async def _flood(path: str, www: str, seconds: float, kinds: list[str]) -> dict[
     return counts
 
 
+def _burn(seconds: float) -> dict[str, int]:
+    """Burn CPU until `seconds` passed or SIGTERM; the counts say no exchange was made."""
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+    stop_at = time.monotonic() + seconds
+    spins = 0
+    while not stopped and time.monotonic() < stop_at:
+        for _ in range(BURN_SPINS):
+            spins += 1
+    return dict.fromkeys((*KINDS, "errors"), 0) | {"spins": spins}
+
+
 def flood_main(path: str, www: str, seconds: float, kinds: list[str]) -> int:
-    if not kinds or not set(kinds) <= set(KINDS):
-        print(f"kinds: a comma-separated list of {', '.join(KINDS)}", file=sys.stderr)
+    if kinds != [BURN] and (not kinds or not set(kinds) <= set(KINDS)):
+        print(f"kinds: {BURN}, or a comma-separated list of {', '.join(KINDS)}", file=sys.stderr)
         return 2
     print("flooding", flush=True)
-    counts = asyncio.run(_flood(path, www, seconds, kinds))
+    counts = _burn(seconds) if kinds == [BURN] else asyncio.run(_flood(path, www, seconds, kinds))
     print(json.dumps(counts), flush=True)
     return 0
 
