@@ -3,6 +3,12 @@ side by side in one run with the same client, and a fairness row.
 
     sudo /opt/lnk/venv/bin/python bench/proxy.py [--rounds 3] [--only-small | --only-transfers]
         [--no-peers] [--baseline OLD_SOURCES] [--rows "direct,lnk relay,old relay"]
+    sudo /opt/lnk/venv/bin/python bench/proxy.py --only-fairness [--rounds 2]
+        [--baseline OLD_SOURCES]
+
+`--only-fairness` measures (d) alone, `--rounds` times, on a fresh lnk_proxy from this
+checkout and, with `--baseline`, on one from that tree in turn (this tree's row, then the
+baseline's, each round), then prints each one's p99 ratios: before and after in one run.
 
 The modules, one job each: `proxy_procs` starts the processes (the proxies, the relay, the
 source) and reads their CPU and memory; `proxy_peers` installs and starts the peers;
@@ -75,7 +81,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from proxy_client import IDLE_TUNNELS, check_allowlist, idle_tunnel_memory
-from proxy_fairness import bench_fairness
+from proxy_fairness import bench_fairness, fairness_ab
 from proxy_hosted import bench_filter
 from proxy_hosted_path import bench_path
 from proxy_peers import Peer, start_peers
@@ -100,6 +106,9 @@ def main() -> int:
     parser.add_argument("--only-small", action="store_true", help="skip (a), (c) and (d)")
     parser.add_argument("--no-peers", action="store_true", help="no proxy.py, no srt rows")
     parser.add_argument("--only-transfers", action="store_true", help="(a) only")
+    parser.add_argument(
+        "--only-fairness", action="store_true", help="(d) only (with --baseline: both, in turn)"
+    )
     parser.add_argument("--profile", type=Path, help="write lnk_proxy's CPU profile (pstats)")
     parser.add_argument(
         "--baseline",
@@ -124,6 +133,9 @@ def main() -> int:
         stack.callback(shutil.rmtree, base, ignore_errors=True)
         base.chmod(0o755)
         binds = resolver_files(base, net)
+        if arguments.only_fairness:
+            fairness_ab(net, base, binds, rounds, arguments.baseline)
+            return 0
         source = start_source(stack, net)
         lnk = start_lnk(stack, base, binds, profile=arguments.profile)
         slow = start_lnk(stack, base / "a", binds, event_loop="asyncio")

@@ -4,7 +4,9 @@ ratio, for each tree in turn, `RUNS` times (A B A B ...: the machine's load fall
 
     sudo /opt/lnk/venv/bin/python bench/proxy_fair_ab.py KINDS RUNS SOURCES [SOURCES...]
 
-KINDS: the flood's kinds (bench/proxy_fairness.py: lookup, tunnel, refusal, comma-separated);
+KINDS: the flood's kinds (bench/proxy_fairness.py: lookup, tunnel, refusal, comma-separated;
+or `cpu` alone: the flood's client only burns CPU, the kernel's share with the proxy idle;
+several floods separated by `/`, such as `cpu/lookup`, are measured in turn in each run);
 SOURCES: a source tree (this checkout, or an earlier commit's `git archive ... shared
 services/proxy`). Each client runs in a CPU group of its own as the box gives each sandbox
 (bench/sandbox_cpu.py), the proxy as the box runs it (`proxy_fairness.sandboxes_measure`).
@@ -37,22 +39,23 @@ def one_run(sources: Path, kinds: str) -> Fairness:
         return sandboxes_measure(stack, lnk, kinds, WINDOWS, WINDOW_S)
 
 
-def main(kinds: str, runs: int, trees: list[Path]) -> int:
-    ratios: dict[Path, list[float]] = {tree: [] for tree in trees}
+def main(floods: str, runs: int, trees: list[Path]) -> int:
+    cases = [(tree, kinds) for tree in trees for kinds in floods.split("/")]
+    ratios: dict[tuple[Path, str], list[float]] = {case: [] for case in cases}
     for run in range(runs):
-        for tree in trees:
+        for tree, kinds in cases:
             seen = one_run(tree, kinds)
-            ratios[tree].append(seen.p99_ratio)
+            ratios[tree, kinds].append(seen.p99_ratio)
             print(
-                f"run {run} {tree}: p50 quiet {seen.median(False, 'p50_ms'):.3f} flooded "
-                f"{seen.median(True, 'p50_ms'):.3f} ms; p99 quiet "
+                f"run {run} {tree} {kinds}: p50 quiet {seen.median(False, 'p50_ms'):.3f} "
+                f"flooded {seen.median(True, 'p50_ms'):.3f} ms; p99 quiet "
                 f"{seen.median(False, 'p99_ms'):.2f} flooded {seen.median(True, 'p99_ms'):.2f} "
                 f"ms ({seen.p99_ratio:.2f}x); flood {seen.counts}",
                 flush=True,
             )
-    for tree, found in ratios.items():
+    for (tree, kinds), found in ratios.items():
         shown = " ".join(f"{r:.2f}" for r in found)
-        print(f"{tree}: p99 ratio median {statistics.median(found):.2f}x ({shown})")
+        print(f"{tree} {kinds}: p99 ratio median {statistics.median(found):.2f}x ({shown})")
     return 0
 
 

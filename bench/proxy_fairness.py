@@ -8,7 +8,9 @@ cycling through:
 - a lookup: `GET http://<a new name each time>.test-public.example/`, which no /etc/hosts line
   names: a lookup on the sandbox's resolver, then the proxy's refusal;
 - a tunnel: `CONNECT www:80`, one GET through it, closed;
-- a refusal: `GET http://10.20.30.40/` (a LAN address it has no grant for): refused at once.
+- a refusal: `GET http://10.20.30.40/` (a LAN address it has no grant for): refused at once;
+- `cpu` (alone, not in the row's mix): no exchange at all, the process only burns its CPU, so
+  a run shows what the kernel's sharing alone does to the measuring sandbox, the proxy idle.
 The measuring sandbox (the bench's own listener) sends `GET http://www/` at concurrency 1
 from a process of its own (`--measure`), in quiet and flooded windows taken in turn (the flood
 stopped with SIGSTOP, then resumed), so the machine's other load falls on both. Each of the two
@@ -37,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from proxy_client import GRACE_S, WARMUP_S, Result, Via, get_request, measure, unix
-from proxy_procs import WWW, Lnk, open_listener
+from proxy_procs import WWW, Lnk, TestInternet, open_listener, start_lnk
 from proxy_rows import Bench, print_row, verdict
 from sandbox_cpu import cpu_group, popen_in
 
@@ -53,6 +55,8 @@ FLOOD_SPARE_S = 30.0  # past the windows' own time: starting, ending
 _RUNS = itertools.count()  # the CPU groups' names: unique in this process
 REFUSED_LAN = "10.20.30.40"
 KINDS = ("lookup", "tunnel", "refusal")
+BURN = "cpu"  # the flood's client burning CPU only (`_burn`): the kernel's share, no proxy
+BURN_SPINS = 10_000  # loop turns between looks at the clock and the stop flag
 
 
 # -- the flooding process --------------------------------------------------------------------
@@ -113,12 +117,24 @@ async def _flood(path: str, www: str, seconds: float, kinds: list[str]) -> dict[
     return counts
 
 
+def _burn(seconds: float) -> dict[str, int]:
+    """Burn CPU until `seconds` passed or SIGTERM; the counts say no exchange was made."""
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+    stop_at = time.monotonic() + seconds
+    spins = 0
+    while not stopped and time.monotonic() < stop_at:
+        for _ in range(BURN_SPINS):
+            spins += 1
+    return dict.fromkeys((*KINDS, "errors"), 0) | {"spins": spins}
+
+
 def flood_main(path: str, www: str, seconds: float, kinds: list[str]) -> int:
-    if not kinds or not set(kinds) <= set(KINDS):
-        print(f"kinds: a comma-separated list of {', '.join(KINDS)}", file=sys.stderr)
+    if kinds != [BURN] and (not kinds or not set(kinds) <= set(KINDS)):
+        print(f"kinds: {BURN}, or a comma-separated list of {', '.join(KINDS)}", file=sys.stderr)
         return 2
     print("flooding", flush=True)
-    counts = asyncio.run(_flood(path, www, seconds, kinds))
+    counts = _burn(seconds) if kinds == [BURN] else asyncio.run(_flood(path, www, seconds, kinds))
     print(json.dumps(counts), flush=True)
     return 0
 
@@ -225,13 +241,47 @@ def sandboxes_measure(
 
 def bench_fairness(stack: ExitStack, bench: Bench, base: Path) -> None:
     pids = bench.origin | bench.lnk_pids
+    fairness_row(stack, bench.lnk, pids, "")
+
+
+def fairness_ab(
+    net: TestInternet,
+    base: Path,
+    binds: list[tuple[str, str]],
+    rounds: int,
+    baseline: Path | None,
+) -> None:
+    """(d) alone (`--only-fairness`), `rounds` times: a fresh lnk_proxy from this checkout,
+    then, with `baseline`, one from that tree, in turn (each stopped after its row); each
+    one's p99 ratios at the end."""
+    trees = [("this tree", None), *([("baseline", baseline.resolve())] if baseline else [])]
+    ratios: dict[str, list[float]] = {name: [] for name, _ in trees}
+    origin = {"origin": int(net.servers[list(net.hosts).index(WWW)].pid)}
+    for number in range(rounds):
+        for name, sources in trees:
+            with ExitStack() as run:
+                folder = base / f"fair-{number}-{len(ratios[name])}-{name.replace(' ', '-')}"
+                if sources is None:
+                    lnk = start_lnk(run, folder, binds)
+                else:
+                    lnk = start_lnk(run, folder, binds, sources=sources)
+                pids = origin | {"proxy": lnk.process.pid}
+                ratios[name].append(fairness_row(run, lnk, pids, f" ({name})"))
+    for name, seen in ratios.items():
+        shown = " / ".join(f"{ratio:.2f}" for ratio in seen)
+        print(f"  p99 ratio, {name}: {shown} x (median {statistics.median(seen):.2f})")
+
+
+def fairness_row(stack: ExitStack, lnk: Lnk, pids: dict[str, int], label: str) -> float:
+    """(d) on `lnk`, printed; its p99 ratio."""
     print(
-        f"\n(d) fairness: c=1 GET of one sandbox in {FAIR_ROUNDS} windows of {FAIR_WINDOW_S:.0f} s"
+        f"\n(d){label} fairness: c=1 GET of one sandbox in {FAIR_ROUNDS} windows of "
+        f"{FAIR_WINDOW_S:.0f} s"
     )
     print(f"    alone and as many while another floods the same proxy ({FLOOD_WORKERS}")
     print("    connections: lookups, tunnels, refusals), in turn; each client in a CPU group of")
     print("    its own as the box gives each sandbox (bench/sandbox_cpu.py); medians of windows")
-    seen = sandboxes_measure(stack, bench.lnk, ",".join(KINDS), FAIR_ROUNDS, FAIR_WINDOW_S, pids)
+    seen = sandboxes_measure(stack, lnk, ",".join(KINDS), FAIR_ROUNDS, FAIR_WINDOW_S, pids)
     print(f"  {'c':>3} {'via':12} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
     for name, flooded in (("alone", False), ("flooded", True)):
         row = Result(
@@ -252,6 +302,7 @@ def bench_fairness(stack: ExitStack, bench: Bench, base: Path) -> None:
         f"    p50 flooded / alone {p50:5.2f} x; p99 {ratio:5.2f} x  "
         f"target p99 <= {FAIRNESS_TARGET} x  {verdict(ratio <= FAIRNESS_TARGET)}"
     )
+    return ratio
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ Limits: this module does NOT
 - bound one step's own length: a step that parses a large head or judges a long DNS answer
   runs to its end (the heads and answers are bounded elsewhere);
 - share the CPU outside the loop, nor the GIL: a sandbox's lookup threads (`lookup_workers`,
-  16 per sandbox) each take the GIL to hand their answer back, and under a lookup flood the
-  loop thread waits for them at its own syscalls (most likely what a lookup flood's tail is
-  made of: the shares did not change it, bench/README.md); the kernel's work for a
+  16 per sandbox, for the names /etc/hosts does not settle: `hosts_file` answers the rest on
+  the loop) each take the GIL to hand their answer back, and under a flood of such lookups
+  the loop thread waits for them at its own syscalls; the kernel's work for a
   sandbox's sockets and other processes (a flood's own client) are the kernel's to schedule
   (`cgroup_limits.weigh_all` weighs sandboxes below the services);
 - count work the loop runs without a task of a sandbox waking (timers, the watches' readers,

@@ -2,7 +2,10 @@
 
 `SystemResolver` asks this machine's resolver (`getaddrinfo`, IPv4 and IPv6 together), in
 bounded time, on threads of its own, kept between lookups (`lookup_workers`: the event loop
-never waits for a thread to start): the proxy keeps one per sandbox, so one sandbox's lookups
+never waits for a thread to start), except for the answers /etc/hosts settles, which
+`hosts_file` reads on the loop itself as getaddrinfo would give them (no thread, no GIL
+hand-back: a flood of such lookups cost other sandboxes' requests most of their tail). The
+proxy keeps one resolver per sandbox, so one sandbox's lookups
 never wait for, nor hold, a pool another sandbox or the proxy's own work needs. At most
 `MAX_LOOKUPS` of its lookups run at once, counted until their thread ends (not until the wait
 for it gave up): past that `resolve` raises `ResolverBusy` at once, which the server refuses
@@ -43,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from lnk_proxy.hosts_file import HostsFile
 from lnk_proxy.lookup_workers import LookupWorkers
 from lnk_proxy.policy import MAX_ANSWER_ADDRESSES
 from lnk_shared.addresses import IPAddress
@@ -138,8 +142,12 @@ class SystemResolver:
     caches_answers = True
 
     def __init__(
-        self, timeout_s: float = RESOLVE_TIMEOUT_S, max_lookups: int = MAX_LOOKUPS
+        self,
+        timeout_s: float = RESOLVE_TIMEOUT_S,
+        max_lookups: int = MAX_LOOKUPS,
+        hosts_file: HostsFile | None = None,
     ) -> None:
+        self.hosts_file = hosts_file if hosts_file is not None else HostsFile()
         self.timeout_s = timeout_s
         self.max_lookups = max_lookups
         self.running = 0  # lookups not yet returned, timed-out ones included
@@ -178,6 +186,9 @@ class SystemResolver:
         return future
 
     async def resolve(self, name: str) -> tuple[IPAddress, ...]:
+        settled = self.hosts_file.answer(name)
+        if settled is not None:
+            return settled  # no address: refused as `no-address`, as getaddrinfo's would be
         future = self._start(name)
         try:
             # shield: a timed-out or cancelled wait leaves the lookup to its other askers

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from lnk_proxy.hosts_file import HostsFile
 from lnk_proxy.resolver import (
     MAX_ADDRESSES,
     ResolverBusy,
@@ -200,3 +201,46 @@ def test_the_table_is_kept_only_when_the_config_says(tmp_path: Path, kept: bool)
     assert make_resolver(table, kept=kept).caches_answers is kept
     assert make_resolver(table).caches_answers is False
     assert UnsafeTableResolver(table).caches_answers is False
+
+
+def hosts_files(tmp_path: Path, nsswitch: str) -> HostsFile:
+    (tmp_path / "hosts").write_text("198.51.100.7 www.test\n")
+    (tmp_path / "nsswitch.conf").write_text(nsswitch)
+    return HostsFile(tmp_path / "hosts", tmp_path / "nsswitch.conf")
+
+
+def test_a_flood_of_names_hosts_settles_takes_no_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fairness attack's lookups (a new name each time, `hosts: files`): answered on the
+    loop, no lookup thread started, getaddrinfo never asked; before `hosts_file` each one went
+    to a thread, and the threads' wake-ups stretched other sandboxes' requests."""
+
+    def getaddrinfo(host: str, port: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"getaddrinfo asked for {host}")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    resolver = SystemResolver(hosts_file=hosts_files(tmp_path, "hosts: files\n"))
+
+    async def run() -> list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]]:
+        names = [f"nx-{n}.flood.example" for n in range(500)] + ["www.test"]
+        return list(await asyncio.gather(*(resolver.resolve(name) for name in names)))
+
+    answers = asyncio.run(run())
+    assert answers[:-1] == [()] * 500  # no address: the policy refuses each (`no-address`)
+    assert answers[-1] == (ip("198.51.100.7"),)
+    assert resolver._workers.alive == 0
+    assert resolver.running == 0
+
+
+def test_a_name_hosts_does_not_settle_still_asks_getaddrinfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def fake(host: str) -> list[tuple[Any, ...]]:
+        return [info(socket.AF_INET, "203.0.113.5")]
+
+    calls = with_fake_getaddrinfo(monkeypatch, fake)
+    resolver = SystemResolver(hosts_file=hosts_files(tmp_path, "hosts: files dns\n"))
+    assert asyncio.run(resolver.resolve("elsewhere.example")) == (ip("203.0.113.5"),)
+    assert asyncio.run(resolver.resolve("www.test")) == (ip("198.51.100.7"),)
+    assert [call[0] for call in calls] == ["elsewhere.example"]
