@@ -46,13 +46,6 @@ log = logging.getLogger(__name__)
 # them (launch.py's user makers); each clean-up waits for its own before it reports.
 USER_REMOVERS = 4
 _user_removers = ThreadPoolExecutor(max_workers=USER_REMOVERS, thread_name_prefix="user-remove")
-# A write grant's placeholders removed beside its mode sweep (two to three milliseconds each
-# for ~49 placeholders and a small project, one after the other on the launch's reply before):
-# both come after the kill and before the staging's detach, and they touch different entries,
-# the sweep passing over the placeholders' own inodes (`_placeholder_inodes`).
-_placeholder_removers = ThreadPoolExecutor(
-    max_workers=USER_REMOVERS, thread_name_prefix="placeholder-remove"
-)
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -134,28 +127,23 @@ def _remove_staged(row: SandboxRow, cfg: ControllerConfig, *, killed: bool) -> l
     for it; what could not be done."""
     problems: list[str] = []
     targets = list(reversed(json.loads(row.mounts_json)))
-    records = [t for t in targets if t.startswith(PLACEHOLDER)]
-    removing = _placeholder_removers.submit(_remove_placeholders, records) if records else None
+    problems += _remove_placeholders([t for t in targets if t.startswith(PLACEHOLDER)])
     mounts = []
-    try:
-        for target in targets:
-            try:
-                if target.startswith(PLACEHOLDER):
-                    continue  # being removed by `removing`
-                if target.startswith(PROXY_RECORD):
-                    proxy_link.close_listener(cfg, target[len(PROXY_RECORD) :])
-                elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
-                    bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
-                else:
-                    mounts.append(target)
-                    sweep = killed and not cfg.unsafe_skip_mode_sweep  # no process to race it
-                    if sweep and _is_write_grant(target):
-                        _sweep(target, row.created_at, _placeholder_inodes(records))
-            except StateError as exc:
-                problems.append(str(exc))
-    finally:  # every name removed through the staged mounts before they are detached below
-        if removing is not None:
-            problems += removing.result()
+    for target in targets:
+        try:
+            if target.startswith(PLACEHOLDER):
+                continue  # removed above
+            if target.startswith(PROXY_RECORD):
+                proxy_link.close_listener(cfg, target[len(PROXY_RECORD) :])
+            elif target.startswith(BRIDGE_RECORD):  # an agent's store bridge socket
+                bridge_link.close_agent(cfg.run_dir, target[len(BRIDGE_RECORD) :])
+            else:
+                mounts.append(target)
+                sweep = killed and not cfg.unsafe_skip_mode_sweep  # no process left to race it
+                if sweep and _is_write_grant(target):
+                    _sweep(target, row.created_at)
+        except StateError as exc:
+            problems.append(str(exc))
     staging = Path(row.staging_dir)
     try:  # the staging dir's own mount, and with it every mount staged in it, at once
         idmap_mounts.detach(staging)
@@ -200,27 +188,12 @@ def _is_write_grant(target: str) -> bool:
         return False
 
 
-def _placeholder_inodes(records: list[str]) -> frozenset[tuple[int, int, int]]:
-    """(device major, minor, inode) of each placeholder record: the box's own entries, which
-    the sweep passes over while they are removed beside it. Nothing of the sandbox's can be in
-    one: sealed, nobody but root can fill or change it; unsealed, the wall's read-only bind
-    covered it inside the sandbox."""
-    inodes = set()
-    for record in records:
-        dev, ino, _ = record[len(PLACEHOLDER) :].split(":", 2)
-        inodes.add((os.major(int(dev)), os.minor(int(dev)), int(ino)))
-    return frozenset(inodes)
-
-
-def _sweep(
-    target: str, started: datetime, skip: frozenset[tuple[int, int, int]] = frozenset()
-) -> None:
-    """Strip set-id and shared write from what the sandbox left (leftover_modes), passing over
-    the inodes in `skip`; a failure is logged and the clean-up goes on: the mount must still
-    go."""
+def _sweep(target: str, started: datetime) -> None:
+    """Strip set-id and shared write from what the sandbox left (leftover_modes); a failure
+    is logged and the clean-up goes on: the mount must still go."""
     since = int(started.replace(tzinfo=started.tzinfo or UTC).timestamp()) * 1_000_000_000
     try:
-        changed = leftover_modes.sweep(Path(target), since, skip=skip)
+        changed = leftover_modes.sweep(Path(target), since)
     except StateError as exc:
         log.error("%s", exc)
         return

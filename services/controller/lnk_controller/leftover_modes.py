@@ -157,11 +157,9 @@ def _apply(dir_fd: int, name: str, entry: Examined, mode: int) -> None:
         os.close(fd)
 
 
-def sweep(root: Path, since_ns: int, *, skip: frozenset[tuple[int, int, int]] = frozenset()) -> int:
+def sweep(root: Path, since_ns: int) -> int:
     """Strip what `stripped_mode` says below `root` (a staged write grant: a folder or one
-    file); the number of entries changed. `skip`: (device major, minor, inode) of entries
-    neither changed nor entered (the box's placeholders, removed meanwhile). Raises StateError
-    when `root` cannot be opened."""
+    file); the number of entries changed. Raises StateError when `root` cannot be opened."""
     changed = 0
     seen = 0
     parent_fd = os.open(root.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -189,10 +187,6 @@ def sweep(root: Path, since_ns: int, *, skip: frozenset[tuple[int, int, int]] = 
                 continue
             if entry.dev != top.dev and stat.S_ISDIR(entry.mode):
                 dirs.remove(name)  # another filesystem mounted inside: not this grant's
-                continue
-            if (*entry.dev, entry.ino) in skip:
-                if name in dirs:
-                    dirs.remove(name)
                 continue
             mode = stripped_mode(entry, since_ns)
             if mode is not None:

@@ -98,26 +98,3 @@ def test_sweep_of_a_single_file_grant(tmp_path: Path) -> None:
     file.chmod(0o4766)
     assert sweep(file, since) == 1
     assert stat.S_IMODE(os.lstat(file).st_mode) == 0o744
-
-
-@pytest.mark.needs_root
-def test_sweep_passes_over_the_inodes_it_is_told_to_skip_and_nothing_else(tmp_path: Path) -> None:
-    """The clean-up removes the box's placeholders beside the sweep and has it pass over their
-    inodes: a skipped folder is neither changed nor entered; everything else is swept as
-    before, a folder of the same name elsewhere included."""
-    since = time.time_ns() - 10**9
-    grant = tmp_path / "grant"
-    (grant / ".claude").mkdir(parents=True)
-    (grant / ".claude").chmod(0o777)
-    inside = grant / ".claude" / "inside"
-    inside.write_text("")
-    inside.chmod(0o4777)
-    (grant / "d" / ".claude").mkdir(parents=True)
-    (grant / "d" / ".claude").chmod(0o777)
-    info = os.lstat(grant / ".claude")
-    skip = frozenset({(os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)})
-    assert sweep(grant, since, skip=skip) == 1  # d/.claude only (d itself was made 0755)
-    assert stat.S_IMODE(os.lstat(grant / ".claude").st_mode) == 0o777
-    assert stat.S_IMODE(os.lstat(inside).st_mode) == 0o4777  # not entered
-    assert stat.S_IMODE(os.lstat(grant / "d" / ".claude").st_mode) == 0o755
-    assert sweep(grant, since) == 2  # without the skip: both that folder and what is in it
