@@ -6,8 +6,10 @@ staging.py's docstring. Which are made before the sandbox starts and which while
 placeholder_plan.py. The syscalls that make and seal them: placeholder_make.py. The clean-up's
 removal leaves the inode's freeing to late_close.py.
 
-A held start's placeholders are made on a worker thread (`_MAKERS`) from the moment their folder's
-probe sealed: while the rest of the staging, the fresh user, the plan and bwrap's start go on.
+A held start's placeholders are made on a worker thread (`_MAKERS`): the probes and their lookups
+from staging's first step (`begin_staging`, waited for where the wall's binds need their answer),
+the rest from the moment their folder's probe sealed, while the staging, the fresh user, the plan
+and bwrap's start go on.
 The program is released only once `make_held` has their result (each made, recorded, sealed and
 checked); a clean-up first waits for any making of its sandbox still under way (`settle`), so it
 reads the record only once every placeholder made is in it. Each worker has its own descriptor of
