@@ -6,8 +6,10 @@ staging.py's docstring. Which are made before the sandbox starts and which while
 placeholder_plan.py. The syscalls that make and seal them: placeholder_make.py. The clean-up's
 removal leaves the inode's freeing to late_close.py.
 
-A held start's placeholders are made on a worker thread (`_MAKERS`) from the moment their folder's
-probe sealed: while the rest of the staging, the fresh user, the plan and bwrap's start go on.
+A held start's placeholders are made on a worker thread (`_MAKERS`): the probes and their lookups
+from staging's first step (`begin_staging`, waited for where the wall's binds need their answer),
+the rest from the moment their folder's probe sealed, while the staging, the fresh user, the plan
+and bwrap's start go on.
 The program is released only once `make_held` has their result (each made, recorded, sealed and
 checked); a clean-up first waits for any making of its sandbox still under way (`settle`), so it
 reads the record only once every placeholder made is in it. Each worker has its own descriptor of
@@ -30,6 +32,7 @@ import stat
 import threading
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Any
 
 from lnk_controller import late_close
 from lnk_controller.as_caller import CallerCredentials
@@ -42,6 +45,7 @@ from lnk_shared.protected_names import PROTECTED_NAMES
 
 __all__ = [
     "PLACEHOLDER",
+    "begin_staging",
     "make_held",
     "placeholder_entries",
     "remove_placeholder",
@@ -62,7 +66,7 @@ Made = list[tuple[str, bool]]  # each placeholder's path, with whether it sealed
 # The held starts' making (a worker a launch under way; a placeholder is a few syscalls) and
 # what is still being made for each sandbox, for its clean-up to wait on (`settle`).
 _MAKERS = futures.ThreadPoolExecutor(4, thread_name_prefix="lnk-placeholders")
-_making: dict[str, list[futures.Future[Made]]] = {}
+_making: dict[str, list[futures.Future[Any]]] = {}
 _making_guard = threading.Lock()
 
 
@@ -219,6 +223,46 @@ def stage_placeholders(
     return made + [(os.path.join(grant.folder, entry), True) for entry, _ in later], held
 
 
+def begin_staging(
+    *,
+    sandbox_id: str,
+    store: SandboxStore,
+    grant: WriteGrant,
+    as_files: bool,
+    caller: CallerCredentials | None,
+) -> futures.Future[tuple[Made, HeldPlaceholders | None]]:
+    """`stage_placeholders(hold=True)` begun on a worker, from a descriptor of the grant's own:
+    the lookups of the missing names, the probes (made, recorded, sealed, checked) and any
+    placeholder of a folder that did not seal are made while the caller stages the rest; the
+    caller waits for this before anything depends on them (the wall's binds, bwrap's command
+    line). Listed for the sandbox's clean-up to wait on (`settle`), as the held making it
+    begins is."""
+    own = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=grant.source_fd)
+
+    def stage() -> tuple[Made, HeldPlaceholders | None]:
+        try:
+            mine = WriteGrant(grant.folder, own, grant.staged, grant.owner_uid, grant.owner_gid)
+            return stage_placeholders(
+                sandbox_id=sandbox_id,
+                store=store,
+                grant=mine,
+                as_files=as_files,
+                caller=caller,
+                hold=True,
+            )
+        finally:
+            os.close(own)
+
+    with _making_guard:
+        try:
+            staging = _MAKERS.submit(stage)
+        except BaseException:
+            os.close(own)
+            raise
+        _making.setdefault(sandbox_id, []).append(staging)
+    return staging
+
+
 def _begin(
     sandbox_id: str,
     store: SandboxStore,
@@ -250,9 +294,12 @@ def _begin(
 def settle(sandbox_id: str) -> None:
     """Wait for any making of the sandbox's placeholders still under way (its launch failed
     before `make_held`): once this returns, every placeholder made for it is in its record."""
-    with _making_guard:
-        pending = _making.pop(sandbox_id, [])
-    futures.wait(pending)
+    while True:  # a staging's making (`begin_staging`) lists the held making it begins
+        with _making_guard:
+            pending = _making.pop(sandbox_id, [])
+        if not pending:
+            return
+        futures.wait(pending)
 
 
 def make_held(

@@ -73,7 +73,7 @@ from lnk_controller import idmap_mounts
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 from lnk_controller.host_users import HostUser
 from lnk_controller.placeholder_plan import HeldPlaceholders, WriteGrant
-from lnk_controller.placeholders import stage_placeholders
+from lnk_controller.placeholders import begin_staging, stage_placeholders
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_controller.wall import Bind
 from lnk_shared.errors import LaunchRefused, StateError
@@ -302,25 +302,39 @@ def stage_sandbox(
         grants_read, grants_write, fd_grants, execute, program_files, programs_apart=programs_apart
     )
     targets = [staging / f"g{n}" for n in range(len(wanted))]
-    # The placeholders first: a held start's are then made on a worker while the rest below
-    # (the user namespace's child, the /usr view, the mounts) and the spawn go on.
+    # The placeholders first: a held start's are then made on a worker (their probes too,
+    # `begin_staging`) while the rest below (the user namespace's child, the /usr view, the
+    # mounts) goes on; their binds wait for the probes' answer (`_inside_binds`), the program's
+    # release for every one (`make_held`).
+    staging_placeholders = []
     for (real, write, _), target in zip(wanted, targets, strict=True):
         source_fd = sources.get(real)
         guarded = "unsafe_protected_names_unguarded" not in unsafe
         if source_fd is None or not (write and guarded):
             continue  # a miss is refused below
         if stat.S_ISDIR(os.fstat(source_fd).st_mode):
-            made_now, held_here = stage_placeholders(
+            grant = WriteGrant(real, source_fd, str(target), owner_uid, owner.pw_gid)
+            as_files = "unsafe_placeholders_visible" in unsafe
+            if hold:
+                staging_placeholders.append(
+                    begin_staging(
+                        sandbox_id=sandbox_id,
+                        store=store,
+                        grant=grant,
+                        as_files=as_files,
+                        caller=caller,
+                    )
+                )
+                continue
+            made_now, _ = stage_placeholders(
                 sandbox_id=sandbox_id,
                 store=store,
-                grant=WriteGrant(real, source_fd, str(target), owner_uid, owner.pw_gid),
-                as_files="unsafe_placeholders_visible" in unsafe,
+                grant=grant,
+                as_files=as_files,
                 caller=caller,
-                hold=hold,
+                hold=False,
             )
             placeholders += made_now
-            if held_here is not None:
-                held.append(held_here)
     # The owner -> sandbox map for the idmapped grants: a short-lived child's namespace (5-10
     # ms on a loaded host), so made only when there is a grant to map (a plain launch has none).
     userns_fd = -1
@@ -355,6 +369,11 @@ def stage_sandbox(
     finally:
         if userns_fd >= 0:
             os.close(userns_fd)
+    for begun in staging_placeholders:  # in the grants' order; a refusal refuses the launch
+        made_now, held_here = begun.result()
+        placeholders += made_now
+        if held_here is not None:
+            held.append(held_here)
     read_only = _inside_binds(
         binds,
         read_only_inside,

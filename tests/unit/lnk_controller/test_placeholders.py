@@ -213,3 +213,40 @@ def test_a_failed_launch_s_clean_up_waits_for_the_making_and_finds_every_one(
     for record in records.records:
         remove_placeholder(record)
     assert os.listdir(folder) == []
+
+
+def test_a_staging_begun_on_a_worker_is_settled_with_the_making_it_began(
+    folder: Path, tmp_path: Path, one_busy_worker: threading.Event
+) -> None:
+    """`begin_staging` (the probes and the held making begun from the worker) for a launch
+    that fails before it waits: its descriptor is closed and the number reused for another
+    folder before the worker starts. `settle` returns only once the held making the worker
+    began is done too, with every placeholder in the record; nothing is made in the other
+    folder."""
+    records = Records()
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    grant = WriteGrant(str(folder), fd, "", os.getuid(), os.getgid())
+    begun = placeholders.begin_staging(
+        sandbox_id="sbx-test", store=records, grant=grant, as_files=False, caller=None
+    )
+    os.close(fd)
+    other = tmp_path / "other"
+    other.mkdir()
+    reused = os.open(other, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert reused == fd, "the test needs the number reused"
+        waiting = threading.Thread(target=settle, args=("sbx-test",))
+        waiting.start()
+        one_busy_worker.set()
+        waiting.join()
+        made, held = begun.result()
+        assert held is not None and held.making is not None
+        assert held.making.done(), "settle returned before the held making was done"
+    finally:
+        os.close(reused)
+    assert os.listdir(other) == []
+    assert sorted(os.listdir(folder)) == TOP_LEVEL
+    assert len(records.records) == len(TOP_LEVEL) == len(made)
+    for record in records.records:
+        remove_placeholder(record)
+    assert os.listdir(folder) == []
