@@ -225,6 +225,21 @@ class Conn:
             self.buffer += data
             return bool(data)
 
+    async def recv_into(self, view: memoryview) -> int:
+        """Read what the peer sent next straight into `view` (never through `buffer`, which
+        must be empty: its bytes come first); 0 at end of stream."""
+        if self._spoke_last:
+            self._spoke_last = False
+            await self._wait(writable=False)
+        while True:
+            try:
+                count = self.sock.recv_into(view)
+            except (BlockingIOError, InterruptedError):
+                await self._wait(writable=False)
+                continue
+            self.received += count
+            return count
+
     async def send(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:

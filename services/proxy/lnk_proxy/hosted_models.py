@@ -219,7 +219,7 @@ def judge_hosted(
     method: str,
     target: str,
     headers: Headers,
-    untrusted_body: bytes,
+    untrusted_body: bytes | bytearray,
     issued: IssuedIds,
     keep_tools: bool = False,
     bounded: bool = True,

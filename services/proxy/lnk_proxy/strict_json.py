@@ -132,43 +132,48 @@ class Parsed(NamedTuple):
     as_bytes: tuple[str, ...] = ()
 
 
-def read(untrusted: bytes, *, bounded: bool = True, content_as_bytes: bool = False) -> Parsed:
+def read(
+    body: bytes | bytearray, *, bounded: bool = True, content_as_bytes: bool = False
+) -> Parsed:
     """The body as a JSON object, read strictly (see the module's docstring). `bounded=False`
     (the proxy's `unsafe_unbounded_model_bodies`, tests only) skips `refuse_many_values`.
     `content_as_bytes` (a hosted rule's: hosted_bodies' docstring says why it is safe) keeps
     each of hosted_bodies' CONTENT_KEYS at the top level as the client's bytes, not parsed,
     when the C pass proved that nothing the rule judges is in any of them; else, or without
-    the pass, the body is parsed whole as without it."""
-    if len(untrusted) > MAX_BODY_BYTES:
-        raise BodyRefused(f"{len(untrusted)} B past the {MAX_BODY_BYTES} B a model request takes")
+    the pass, the body is parsed whole as without it. A bytearray (a large body read in place
+    from the socket, `hosted_relay`) is judged where it lies on the content path; every other
+    reader is given it as bytes (a copy, on paths that cost more than one anyway)."""
+    if len(body) > MAX_BODY_BYTES:
+        raise BodyRefused(f"{len(body)} B past the {MAX_BODY_BYTES} B a model request takes")
     if not bounded:  # the C pass refuses too many values itself: skipped with the count
-        return _read_as_before(untrusted, bounded=False)
+        return _read_as_before(bytes(body), bounded=False)
     if _json_scan is None:
         _warn_without_scan()
-    else:
-        code, fetch_seen, spans = _json_scan.scan_content(untrusted, MAX_DEPTH, MAX_VALUES)
-        if code == _json_scan.TOO_MANY:  # counted on a strict prefix: structure_within's count
-            # of the whole text is at least as many, and its verdict this one (not scanned again)
-            raise BodyRefused(f"more than {MAX_VALUES} values: refused before it was parsed")
-        if code == _json_scan.OK and content_as_bytes and spans:
-            parsed = _with_content_as_bytes(untrusted, spans, fetch_seen)
-            if parsed is not None:
-                return parsed
-        if code == _json_scan.OK:
-            value = _parse_scanned(untrusted)
-            if type(value) is dict:
-                return Parsed(value, _ENCODER.encode(value), fetch_seen)
+        return _read_as_before(bytes(body))
+    code, fetch_seen, spans = _json_scan.scan_content(body, MAX_DEPTH, MAX_VALUES)
+    if code == _json_scan.TOO_MANY:  # counted on a strict prefix: structure_within's count
+        # of the whole text is at least as many, and its verdict this one (not scanned again)
+        raise BodyRefused(f"more than {MAX_VALUES} values: refused before it was parsed")
+    if code == _json_scan.OK and content_as_bytes and spans:
+        parsed = _with_content_as_bytes(body, spans, fetch_seen)
+        if parsed is not None:
+            return parsed
+    untrusted = bytes(body)  # the same object when it is bytes
+    if code == _json_scan.OK:
+        value = _parse_scanned(untrusted)
+        if type(value) is dict:
+            return Parsed(value, _ENCODER.encode(value), fetch_seen)
     return _read_as_before(untrusted)
 
 
 def _with_content_as_bytes(
-    untrusted: bytes, spans: tuple[tuple[int, int, int], ...], fetch_seen: bool
+    untrusted: bytes | bytearray, spans: tuple[tuple[int, int, int], ...], fetch_seen: bool
 ) -> Parsed | None:
     """The body the C pass accepted, its content members (`spans`: (index in CONTENT_KEYS,
     start, end) of each value, in order) kept as the client's bytes and the rest parsed by
     msgspec (each content value stood in for by `0`, so the parse makes no object of it);
     None when msgspec refuses the rest (a number past its cap): the whole-body path decides."""
-    pieces: list[bytes] = []
+    pieces: list[bytes | bytearray] = []
     last = 0
     for _, start, end in spans:
         pieces += (untrusted[last:start], b"0")

@@ -208,6 +208,24 @@ def test_an_idle_peer_times_out() -> None:
     asyncio.run(run())
 
 
+def test_recv_into_writes_the_peers_bytes_where_it_is_told_then_reads_the_end() -> None:
+    async def run() -> None:
+        far, near = socket.socketpair()
+        conn = Conn(near, timeout=10)
+        target = bytearray(b"-" * 8)
+        far.sendall(b"abcdef")
+        with memoryview(target) as view:
+            assert await conn.recv_into(view[2:6]) == 4
+        assert (target, conn.received, conn.buffer) == (bytearray(b"--abcd--"), 4, bytearray())
+        far.close()
+        with memoryview(target) as view:
+            assert await conn.recv_into(view) == 2
+            assert await conn.recv_into(view) == 0
+        near.close()
+
+    asyncio.run(run())
+
+
 def test_read_head_returns_none_on_a_clean_close_and_eof_mid_head() -> None:
     async def run() -> None:
         def find(data: bytes) -> int | None:

@@ -32,7 +32,7 @@ JUDGED_KEYS = frozenset(hosted_bodies.FETCH_NAMES)
 SPACED = b'", "'
 
 
-def forward(body: bytes, kind: str = "anthropic") -> HostedForward:
+def forward(body: bytes | bytearray, kind: str = "anthropic") -> HostedForward:
     target = "/v1/messages" if kind == "anthropic" else "/v1/responses"
     return judge_hosted(
         kind,
@@ -345,3 +345,21 @@ def _outcome(body: bytes) -> tuple[object, ...]:
     except RequestRefused as refused:
         return ("refused", refused.rule, refused.reason)
     return ("ok", _typed(json.loads(sent)))
+
+
+@pytest.mark.parametrize("seed", SEEDS[:1])
+def test_a_body_read_into_a_bytearray_is_judged_as_its_bytes(seed: int) -> None:
+    """hosted_relay reads a large body in place into a bytearray: every verdict, and every
+    byte sent upstream, is the one its bytes get (the corpus above and generated bodies)."""
+    bodies = [*CORPUS]
+    bodies += [b'{"model": "claude-x", "messages": [' + g + b"]}" for g in generated(seed)]
+    for body in bodies:
+        try:
+            sent: object = forward(body).body
+        except RequestRefused as refused:
+            sent = (refused.rule, refused.reason)
+        try:
+            in_place: object = forward(bytearray(body)).body
+        except RequestRefused as refused:
+            in_place = (refused.rule, refused.reason)
+        assert in_place == sent, body

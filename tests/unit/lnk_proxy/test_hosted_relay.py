@@ -217,6 +217,36 @@ def test_a_large_body_in_many_reads_is_read_whole_and_no_further() -> None:
     )
 
 
+def test_a_large_body_partly_read_with_its_head_is_read_whole_in_one_piece() -> None:
+    body = b'{"model":"gpt-x","input":"' + b"z" * (300 * 1024 + 7) + b'"}'
+    head = f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+
+    async def read() -> tuple[bytes | bytearray, bytes]:
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        with ours, theirs:
+            client = Conn(ours)
+            client.buffer += body[:1000]  # what came with the head
+            sender = asyncio.create_task(
+                asyncio.get_running_loop().sock_sendall(theirs, body[1000:] + b"x")
+            )
+            async with asyncio.timeout(TIMEOUT_S):
+                got = await read_body(parse_request_head(head.encode()), client)
+            await sender
+            return got, bytes(client.buffer)
+
+    got, left = asyncio.run(read())
+    assert (bytes(got), left) == (body, b"x")
+
+
+def test_a_large_body_that_ends_early_is_an_error() -> None:
+    head = f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
+    head += f"Content-Length: {1024 * 1024}\r\n\r\n"
+    with pytest.raises(EOFError):
+        asyncio.run(_read_sent(head.encode(), [b"{" * 200_000]))
+
+
 def test_a_chunked_body_is_read_whole() -> None:
     head = f"POST http://{HOST}/v1/responses HTTP/1.1\r\nHost: {HOST}\r\n"
     head += "Transfer-Encoding: chunked\r\n\r\n"
