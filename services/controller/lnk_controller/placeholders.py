@@ -30,9 +30,10 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from lnk_controller import late_close
 from lnk_controller.as_caller import CallerCredentials
@@ -67,6 +68,7 @@ Made = list[tuple[str, bool]]  # each placeholder's path, with whether it sealed
 # what is still being made for each sandbox, for its clean-up to wait on (`settle`).
 _MAKERS = futures.ThreadPoolExecutor(4, thread_name_prefix="lnk-placeholders")
 _making: dict[str, list[futures.Future[Any]]] = {}
+_T = TypeVar("_T")
 _making_guard = threading.Lock()
 
 
@@ -237,30 +239,18 @@ def begin_staging(
     caller waits for this before anything depends on them (the wall's binds, bwrap's command
     line). Listed for the sandbox's clean-up to wait on (`settle`), as the held making it
     begins is."""
-    own = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=grant.source_fd)
-
-    def stage() -> tuple[Made, HeldPlaceholders | None]:
-        try:
-            mine = WriteGrant(grant.folder, own, grant.staged, grant.owner_uid, grant.owner_gid)
-            return stage_placeholders(
-                sandbox_id=sandbox_id,
-                store=store,
-                grant=mine,
-                as_files=as_files,
-                caller=caller,
-                hold=True,
-            )
-        finally:
-            os.close(own)
-
-    with _making_guard:
-        try:
-            staging = _MAKERS.submit(stage)
-        except BaseException:
-            os.close(own)
-            raise
-        _making.setdefault(sandbox_id, []).append(staging)
-    return staging
+    return _on_worker(
+        sandbox_id,
+        grant,
+        lambda mine: stage_placeholders(
+            sandbox_id=sandbox_id,
+            store=store,
+            grant=mine,
+            as_files=as_files,
+            caller=caller,
+            hold=True,
+        ),
+    )
 
 
 def _begin(
@@ -270,25 +260,38 @@ def _begin(
     entries: list[tuple[str, bytes | None]],
     caller: CallerCredentials | None,
 ) -> futures.Future[Made]:
-    """Begin making `entries` on a worker, from a descriptor of the grant's own (closed when
-    done); the making is listed for the sandbox's clean-up to wait on (`settle`)."""
+    """Begin making `entries` on a worker; the making is listed for the sandbox's clean-up to
+    wait on (`settle`)."""
+    return _on_worker(
+        sandbox_id,
+        grant,
+        lambda mine: _placeholders(sandbox_id, store, mine, entries=entries, caller=caller),
+    )
+
+
+def _on_worker(
+    sandbox_id: str, grant: WriteGrant, work: Callable[[WriteGrant], _T]
+) -> futures.Future[_T]:
+    """`work` run on a worker with the grant as a descriptor of its own (closed when done: the
+    launch's closing its descriptor never leaves the worker a number reused by another file),
+    listed for the sandbox's clean-up to wait on (`settle`)."""
     own = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=grant.source_fd)
 
-    def make() -> Made:
+    def run() -> _T:
         try:
             mine = WriteGrant(grant.folder, own, grant.staged, grant.owner_uid, grant.owner_gid)
-            return _placeholders(sandbox_id, store, mine, entries=entries, caller=caller)
+            return work(mine)
         finally:
             os.close(own)
 
     with _making_guard:
         try:
-            making = _MAKERS.submit(make)
+            future = _MAKERS.submit(run)
         except BaseException:
             os.close(own)
             raise
-        _making.setdefault(sandbox_id, []).append(making)
-    return making
+        _making.setdefault(sandbox_id, []).append(future)
+    return future
 
 
 def settle(sandbox_id: str) -> None:
