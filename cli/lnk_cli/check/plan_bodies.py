@@ -30,6 +30,8 @@ body past the byte bound (refused by its Content-Length, tested in tests/unit/ln
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lnk_cli.check.plan import REFUSED, Evidence, Probe
 from lnk_cli.check.plan_hosted import placeholder_key, probe_model
 from lnk_shared.grants import Grants
@@ -95,53 +97,56 @@ def _headers(rule: ModelRule) -> list[str]:
 
 
 def _probe(rule: ModelRule, shape: str) -> Probe:
-    ident = f"model:{rule.kind}:{rule.port}:{shape}-body"
-    target = f"127.0.0.1:{rule.port}"
-    path = INFERENCE[rule.kind]
-    url = f"http://{target}{path}"
-    tried = f"POST {url} with {_SHOWN[shape]} through the proxy"
-    model = probe_model(rule)
-    if model is None:  # an allowed model: on a leak it would run (and spend the owner's key)
-        why = "the rule's model prefixes take every name the probe could send"
-        return Probe(ident, tried, REFUSED, None, not_tried=why)
-    step = {
-        "id": ident,
-        "kind": "model_body",
-        "target": target,
-        "verb": "POST",
-        "path": path,
-        "headers": _headers(rule),
-        "shape": shape,
-        "count": BODY_SHAPES[shape],
-        "pad": PADS[shape],
-        "model": model,
-    }
+    url = _url(rule)
+    fields = {"shape": shape, "count": BODY_SHAPES[shape], "pad": PADS[shape]}
     evidence = (Evidence("wire", url), Evidence("wire-said", (url, BOUND_SAID)))
-    return Probe(ident, tried, REFUSED, step, evidence)
+    tried = f"POST {url} with {_SHOWN[shape]} through the proxy"
+    return _body_probe(
+        rule, f"{shape}-body", tried, kind="model_body", fields=fields, evidence=evidence
+    )
 
 
 def _nesting_probe(rule: ModelRule) -> Probe:
-    ident = f"model:{rule.kind}:{rule.port}:nesting-cost"
-    target = f"127.0.0.1:{rule.port}"
-    path = INFERENCE[rule.kind]
-    url = f"http://{target}{path}"
+    url = _url(rule)
     tried = (
         f"POST {url} with {NESTING['runs']} runs nested {NESTING['depth']} deep, against a flat"
         f" body of the same size, {NESTING_REPEATS} of each, through the proxy"
     )
+    fields = {**NESTING, "repeats": NESTING_REPEATS}
+    evidence = (Evidence("wire", url), Evidence("cost", COST_RATIO))
+    return _body_probe(
+        rule, "nesting-cost", tried, kind="model_nesting", fields=fields, evidence=evidence
+    )
+
+
+def _url(rule: ModelRule) -> str:
+    return f"http://127.0.0.1:{rule.port}{INFERENCE[rule.kind]}"
+
+
+def _body_probe(
+    rule: ModelRule,
+    name: str,
+    tried: str,
+    *,
+    kind: str,
+    fields: Mapping[str, object],
+    evidence: tuple[Evidence, ...],
+) -> Probe:
+    """A POST of a body to the rule's inference route, with a model the rule refuses (on a
+    leak an allowed one would run and spend the owner's key): not tried when it allows all."""
+    ident = f"model:{rule.kind}:{rule.port}:{name}"
     model = probe_model(rule)
     if model is None:
         why = "the rule's model prefixes take every name the probe could send"
         return Probe(ident, tried, REFUSED, None, not_tried=why)
     step = {
         "id": ident,
-        "kind": "model_nesting",
-        "target": target,
+        "kind": kind,
+        "target": f"127.0.0.1:{rule.port}",
         "verb": "POST",
-        "path": path,
+        "path": INFERENCE[rule.kind],
         "headers": _headers(rule),
-        **NESTING,
-        "repeats": NESTING_REPEATS,
+        **fields,
         "model": model,
     }
-    return Probe(ident, tried, REFUSED, step, (Evidence("wire", url), Evidence("cost", COST_RATIO)))
+    return Probe(ident, tried, REFUSED, step, evidence)
