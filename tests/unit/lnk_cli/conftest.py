@@ -42,6 +42,9 @@ from lnk_shared.refusals import judge
 from lnk_shared.spec_flags import add_spec_arguments, spec_from_arguments
 from lnk_shared.unix import peer_cred
 
+# tests/unit/helpers/native_launch.py asserts: rewritten, they say what differed, as tests do
+pytest.register_assert_rewrite("native_launch")
+
 TIMEOUT_S = 10.0
 
 
@@ -159,6 +162,16 @@ class Controller:
             raise self._errors[0]
         assert self.launches, "no client connected"
         return self.launches[-1]
+
+
+@pytest.fixture
+def odd_cwd(tmp_path: Path) -> bytes:
+    """A working folder whose name is every kind of odd (quotes, a backslash, not UTF-8), with
+    a spec file in it."""
+    folder = bytes(tmp_path) + "/wörk dir \"'\\".encode() + b"\xff"
+    os.mkdir(folder)
+    Path(os.fsdecode(folder), "spec.toml").write_text("# read by the controller, not here\n")
+    return folder
 
 
 @pytest.fixture
