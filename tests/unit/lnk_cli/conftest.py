@@ -28,9 +28,13 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from bridge_clients import FakeBridge, Result, key_pem
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from lnk_cli.app import run
 from lnk_cli.check.bait import Bait
 from lnk_cli.check.plan import Probe, build_plan
 from lnk_shared.discovery import context_for, resolve_spec
@@ -41,9 +45,6 @@ from lnk_shared.paths import BoxPaths
 from lnk_shared.refusals import judge
 from lnk_shared.spec_flags import add_spec_arguments, spec_from_arguments
 from lnk_shared.unix import peer_cred
-
-# tests/unit/helpers/native_launch.py asserts: rewritten, they say what differed, as tests do
-pytest.register_assert_rewrite("native_launch")
 
 TIMEOUT_S = 10.0
 
@@ -241,3 +242,49 @@ def plan(tmp_path: Path) -> Iterator[PlanKit]:
     (home / "project" / "out" / ".envrc").write_text("export X=1\n")
     with Bait.set_up(str(home)) as bait:
         yield PlanKit(home, bait)
+
+
+# -- the C `lnk bridge` client (test_native_bridge*.py; tests/unit/helpers/bridge_clients.py) ---
+
+
+@pytest.fixture(scope="module")
+def c_only(native_client: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C client alone: no python3 beside it, so nothing it answers is Python's."""
+    folder = tmp_path_factory.mktemp("c-only")
+    return Path(shutil.copy(native_client, folder / "lnk"))
+
+
+@pytest.fixture
+def py(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The Python CLI in this process (as fast as a call gets): (status, stdout, stderr)."""
+
+    def call(words: list[str], env: dict[str, str]) -> Result:
+        for name in ("LNK_AGENT", "LNK_AGENT_KEY", "LNK_BRIDGE"):
+            if name in env:
+                monkeypatch.setenv(name, env[name])
+            else:
+                monkeypatch.delenv(name, raising=False)
+        capsys.readouterr()
+        try:
+            status = run(words)
+        except SystemExit as exc:  # argparse's --help and its errors
+            status = exc.code if isinstance(exc.code, int) else 1
+        out = capsys.readouterr()
+        return status, out.out.encode(), out.err.encode()
+
+    return call
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[tuple[FakeBridge, Path, Ed25519PrivateKey]]:
+    folder = Path(tempfile.mkdtemp(prefix="lnkfb", dir="/tmp"))
+    bridge = FakeBridge(folder)
+    key = Ed25519PrivateKey.generate()
+    key_file = tmp_path / "key.pem"
+    key_file.write_bytes(key_pem(key))
+    key_file.chmod(0o600)
+    try:
+        yield bridge, key_file, key
+    finally:
+        bridge.close()
+        shutil.rmtree(folder, ignore_errors=True)
