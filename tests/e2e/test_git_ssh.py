@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from as_user import as_user
 from conftest import LNK, Owner, _make_owner, _private_box
+from internet_box import proxy_config
 from net import OTHER, WWW, TestInternet
 from on_pty import answer_on_pty
 from test_check import _check
@@ -66,18 +67,8 @@ class GitServer:
 
 
 @pytest.fixture(scope="module")
-def internet() -> Iterator[TestInternet]:
-    with TestInternet() as net:
-        yield net
-
-
-@pytest.fixture(scope="module")
 def box(internet: TestInternet) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"'
-    )
-    with _private_box(proxy_config=proxy_config) as private:
+    with _private_box(proxy_config=proxy_config(internet)) as private:
         yield private
 
 
@@ -324,12 +315,8 @@ def test_check_refuses_ssh_off_the_list_and_leaks_it_when_the_switch_reopens_it(
     _, verdicts, wire, stderr = _ssh_check(running_box, box)
     assert verdicts == {UNLISTED: "refused", BARE: "refused"}, stderr
     assert '"rule":"port-not-listed"' in wire and f'"target":"{WWW}:22"' in wire
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        "unsafe_ssh_port_by_any_entry = true\n"
-    )
-    with _private_box(proxy_config=proxy_config) as unsafe:
+    unsafe_config = proxy_config(internet, "unsafe_ssh_port_by_any_entry = true")
+    with _private_box(proxy_config=unsafe_config) as unsafe:
         code, verdicts, wire, stderr = _ssh_check(running_box, unsafe)
         proxy_log = (unsafe.state_dir / "logs" / "proxy.log").read_text(errors="replace")
     assert verdicts == {UNLISTED: "refused", BARE: "leaked"}, stderr  # unlisted: still refused
