@@ -30,14 +30,16 @@ from typing import Any
 
 import pytest
 from as_user import as_user
+from check_run import run_check
 from conftest import LNK, Owner, _make_owner, _private_box
 from internet_box import proxy_config
 from net import OTHER, WWW, TestInternet
 from on_pty import answer_on_pty
-from test_check import _check
 from test_readme_examples import usage_lines
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+CHECK_TIMEOUT_S = 60  # as test_check.py's
 
 RunningBox = Any  # tests/e2e/conftest.py
 SSHD = "/usr/sbin/sshd"
@@ -302,7 +304,9 @@ def test_spec_show_names_the_connector_as_the_boxs_grant_only_with_a_proxy(
 
 
 def _ssh_check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str, str]:
-    code, doc, stderr = _check(running_box, f"--internet-host={WWW}", private=box)
+    code, doc, stderr = run_check(
+        running_box, f"--internet-host={WWW}", private=box, timeout=CHECK_TIMEOUT_S
+    )
     wire = (box.state_dir / "wire" / f"{doc.get('sandbox')}.log").read_text()
     found = {p["id"]: p for p in doc["probes"] if p["id"] in (UNLISTED, BARE)}
     assert set(found) == {UNLISTED, BARE}, stderr
