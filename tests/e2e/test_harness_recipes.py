@@ -28,7 +28,7 @@ from typing import Any
 
 import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import run_as_owner
 from conftest import _private_box
 from internet_box import proxy_config
 from net import ANTHROPIC, OPENAI
@@ -79,25 +79,10 @@ def netbox(running_box: RunningBox, internet: Any) -> Iterator[Any]:
         yield box
 
 
-def _env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    lnk_dirs = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
-    return {**running_box.owner_env(), **lnk_dirs}
-
-
 def _lnk(
     running_box: RunningBox, box: Any, *args: str, stdin: str = "", timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    owner = running_box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, *args),
-        env=_env(running_box, box),
-        cwd=str(owner.home),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_as_owner(running_box, [LNK, *args], box=box, input=stdin, timeout=timeout)
 
 
 def _owner_key(running_box: RunningBox, box: Any, name: str, prefix: str) -> str:

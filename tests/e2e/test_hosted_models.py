@@ -18,6 +18,7 @@ from typing import Any
 
 import install_prefix
 import pytest
+from as_owner import owner_env, run_as_owner
 from as_user import as_user
 from internet_box import proxy_config
 from net import ANTHROPIC, OPENAI, OTHER, WWW
@@ -167,23 +168,8 @@ print(json.dumps({"after": again.content[0].text}), flush=True)
 """
 
 
-def _env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    lnk_dirs = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
-    return {**running_box.owner_env(), **lnk_dirs}
-
-
 def _lnk(running_box: RunningBox, box: Any, *args: str, stdin: str = "") -> Any:
-    owner = running_box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, *args),
-        env=_env(running_box, box),
-        cwd=str(owner.home),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    return run_as_owner(running_box, [LNK, *args], box=box, input=stdin, timeout=90)
 
 
 def _wire(box: Any) -> str:
@@ -230,7 +216,7 @@ def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_re
         before = len(internet.model_requests())
         sandbox = subprocess.Popen(
             as_user(owner.uid, owner.gid, LNK, *argv),
-            env=_env(running_box, box),
+            env=owner_env(running_box, box),
             cwd=str(owner.home),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
