@@ -30,6 +30,7 @@ from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.api_server import RestingServer
 from lnk_controller.bridge_reconcile import reconcile_every
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
@@ -208,7 +209,7 @@ def run_controller(cfg: ControllerConfig) -> None:
         secrets=secrets,
     )
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
-    api = uvicorn.Server(config)
+    api = RestingServer(config)  # no 0.1 s tick: it wakes for requests and its stop
     # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it
     # before: under the default disposition that would end the process here, before the
     # sandboxes below are cleaned. Handled, it is just the end of api.run.

@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from lnk_controller.api import PeerCredProtocol
+from lnk_controller.api_server import RestingServer
 from lnk_shared.unix import bind_socket
 
 
@@ -26,7 +27,7 @@ def serve_api() -> Iterator[Callable[[FastAPI], Path]]:
         folder = Path(tempfile.mkdtemp(prefix="lnks-"))  # short: a socket's path is at most 108
         path = folder / "api.sock"
         sock = bind_socket(path, mode=0o666, dir_mode=0o711)
-        server = uvicorn.Server(
+        server = RestingServer(  # the controller's own server
             uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="critical")
         )
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
