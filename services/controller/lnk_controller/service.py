@@ -50,6 +50,7 @@ from lnk_shared.box_folders import folder_named, folders_for, path_of
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.kernel_features import missing_features
 from lnk_shared.unix import bind_socket
+from lnk_shared.waking_event import WakingEvent
 
 __all__ = ["run_controller"]
 
@@ -186,7 +187,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     api_sock = bind_socket(cfg.api_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
     server = LaunchServer(launch_sock, launcher, accounts)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
-    stop = threading.Event()
+    stop = WakingEvent()  # the threads that sleep on a descriptor wake at once when it is set
     reaper = _reaper(store, cfg, launcher, reap_wait)
     supervise("reaper", reaper.run, stop)
     keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
