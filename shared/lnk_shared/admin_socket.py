@@ -157,11 +157,12 @@ def serve_admin_threads(
     """Bind the admin socket and serve it until `stop` is set, each connection on a thread of
     its own; the socket is removed at the end. At rest it sleeps in one `select` on the socket
     and `stop` (no timeout: nothing wakes it but a connection or the stop)."""
+    stop_fd = stop.fileno()  # before the bind: a stop it cannot wait on fails here, not later
     listening = bind_admin_socket(path)
     listening.setblocking(False)
     try:
         while not stop.is_set():
-            ready, _, _ = select.select([listening.fileno(), stop.fileno()], [], [])
+            ready, _, _ = select.select([listening.fileno(), stop_fd], [], [])
             if listening.fileno() not in ready:
                 continue
             try:
