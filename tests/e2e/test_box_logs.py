@@ -71,7 +71,9 @@ def test_a_services_log_rotates_past_its_size_keeping_the_count(private_box: Any
     config = f"log_max_bytes = {MAX_BYTES}\nlog_keep_count = {KEEP}"
     with private_box(config) as box:
         logs = box.state_dir / "logs"
-        assert "controller ready" in (logs / "controller.log").read_text()
+        _wait_for(
+            "no start line", lambda: "controller ready" in (logs / "controller.log").read_text()
+        )
         assert len(_keepers(box.run_dir)) == len(SERVICES)
         # What the controller writes to its stderr, through the very pipe it writes to: as
         # root, its descriptor 2 opened again from /proc.
@@ -120,8 +122,11 @@ def test_the_controller_stops_promptly_on_sigterm(private_box: Any) -> None:
         os.kill(pid, 15)
         took = _ended_within(pid, STOP_BOUND_S)
         assert took is not None, f"the controller did not stop within {STOP_BOUND_S} s"
-        log = (box.state_dir / "logs" / "controller.log").read_text()
-        assert "stopping: cleaning every sandbox" in log  # its own stop, not a kill
+        log = box.state_dir / "logs" / "controller.log"
+        _wait_for(  # its own stop, not a kill (the keeper writes it once the pipe has it)
+            "the controller's stop is not in its log",
+            lambda: "stopping: cleaning every sandbox" in log.read_text(),
+        )
 
 
 def test_box_down_stops_every_service_within_its_bound(private_box: Any) -> None:
