@@ -4,7 +4,7 @@ with one idle sandbox each (`sleep`), as ms of CPU per second of wall time (utim
 every thread, /proc/PID/stat).
 
     flock /work/bench.lock env LNK_PREFIX=/opt/lnk /opt/lnk/venv/bin/python \
-        bench/controller_idle.py --old-prefix P [--seconds 60]
+        bench/controller_idle.py --old-prefix P [--seconds 60] [--internet-host example.com]
 
 Also the busiest threads of each (by tid: Python does not name them for the kernel), so a
 periodic thread stands out, and every other process of each box over the same window (the
@@ -127,6 +127,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--old-prefix", type=Path, required=True)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument(  # a sandbox with a proxy listener: the controller keeps it, the proxy
+        "--internet-host",  # serves it (nothing is dialed: the sandbox only sleeps)
+        help="the idle sandbox gets [internet] hosts = [HOST]",
+    )
     args = parser.parse_args()
     with ExitStack() as stack:
         boxes = {}
@@ -140,7 +144,8 @@ def main() -> int:
         _print("no sandbox", _window(pids, args.seconds, measured))
         sleepers = []
         for box, lnk in boxes.values():
-            argv = [lnk, "sandbox", "run", "--yes", "--", "/usr/bin/sleep", "3600"]
+            net = [f"--internet-host={args.internet_host}"] if args.internet_host else []
+            argv = [lnk, "sandbox", "run", "--yes", *net, "--", "/usr/bin/sleep", "3600"]
             sleepers.append(
                 subprocess.Popen(
                     argv, env=box.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
