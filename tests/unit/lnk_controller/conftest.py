@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from host_user_kit import TEST_IDS_BASE, TEST_IDS_SPAN, NewUid, lines_naming, live_pids_of
 
 from lnk_controller.api import PeerCredProtocol
+from lnk_controller.api_server import RestingServer
 from lnk_controller.host_users import HostUser, remove_user, user_name
 from lnk_shared.errors import StateError
 from lnk_shared.unix import bind_socket
@@ -33,7 +34,7 @@ def serve_api() -> Iterator[Callable[[FastAPI], Path]]:
         folder = Path(tempfile.mkdtemp(prefix="lnks-"))  # short: a socket's path is at most 108
         path = folder / "api.sock"
         sock = bind_socket(path, mode=0o666, dir_mode=0o711)
-        server = uvicorn.Server(
+        server = RestingServer(  # the controller's own server
             uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="critical")
         )
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
