@@ -14,10 +14,14 @@ little more for the reason, which quotes the target. Files are `<dir>/<sandbox>.
 0640, opened append-only without following links.
 
 Keeping the truth under a flood (`MAX_LOG_BYTES` per sandbox, or the config's bound):
-- repeated refusals are aggregated: the first refusal of a (rule, method, target) is written at
-  once; the same ones within `AGGREGATE_WINDOW_S` are counted and written as one line with
-  `repeated` (the count) when the window ends (`flush`). Past `MAX_AGGREGATED_KEYS` keys in a
-  window, further refusals count under their rule with the target `(many targets)`;
+- repeated refusals are aggregated: the first refusal of a (rule, method, target, reason) is
+  written at once; the same ones within `AGGREGATE_WINDOW_S` are counted and written as one line
+  with `repeated` (the count) and the reason they share when the window ends (`flush`). The reason
+  is part of the key because one rule refuses for several reasons (a hosted rule's refused model,
+  tool or body spelling), and a count under the first reason would hide the others. Past
+  `MAX_AGGREGATED_KEYS` keys in a window, further refusals count under their rule with the target
+  `(many targets)` and no reason, so varying the reason buys a flood nothing more than varying
+  the target does;
 - refusals use at most three quarters of the bound: the last quarter is kept for allowed
   decisions, so a refusal flood never blinds the log to what did go out;
 - `can_admit` says whether a new exchange's line is sure to fit (`ADMIT_MARGIN_BYTES` left);
@@ -158,7 +162,7 @@ def _fixed_fields(entry: WireEntry) -> tuple[str, str]:
     return head, f',"reason":{q(cut_for_log(entry.reason, REASON_LIMIT))}'
 
 
-_Key = tuple[str, str, str]  # rule, method, target
+_Key = tuple[str, str, str, str]  # rule, method, target, reason
 
 
 class RefusalCounter:
@@ -173,7 +177,7 @@ class RefusalCounter:
         """True: write this refusal now; False: it was counted into its window."""
         counted = self._windows.get(key)
         if counted is None and len(self._windows) >= self.max_keys:
-            key = (key[0], "", MANY_TARGETS)
+            key = (key[0], "", MANY_TARGETS, "")
             counted = self._windows.get(key)
             if counted is None:
                 self._windows[key] = [now, 1]
@@ -306,7 +310,8 @@ class WireLog:
             return
         if entry.decision == "refused" and not entry.repeated:
             counter = self._counters.setdefault(entry.sandbox, RefusalCounter())
-            if not counter.admit((entry.rule, entry.method, entry.target), time.monotonic()):
+            key = (entry.rule, entry.method, entry.target, entry.reason)
+            if not counter.admit(key, time.monotonic()):
                 return  # counted: one line with the count when its window ends
         self._append(entry)
 
@@ -315,8 +320,10 @@ class WireLog:
         counter = self._counters.get(sandbox)
         if counter is None:
             return
-        for (rule, method, target), repeats in counter.due(time.monotonic(), every=every):
+        for (rule, method, target, why), repeats in counter.due(time.monotonic(), every=every):
             reason = f"{repeats} more like it within {AGGREGATE_WINDOW_S:g} s"
+            if why:
+                reason = f"{reason}: {why}"
             self._append(
                 WireEntry(sandbox, method, target, "refused", rule, reason=reason, repeated=repeats)
             )

@@ -137,15 +137,16 @@ def lines_of(path: Path) -> list[dict[str, object]]:
 
 def test_repeated_refusals_are_one_line_then_one_count_per_window() -> None:
     counter = wire_log.RefusalCounter(window_s=5, max_keys=2)
-    a, b, c = ("not-listed", "CONNECT", "a:443"), ("not-listed", "GET", "a:443"), ("x", "", "c")
+    a, b = ("not-listed", "CONNECT", "a:443", ""), ("not-listed", "GET", "a:443", "")
+    c = ("x", "", "c", "")
     assert counter.admit(a, 0.0) is True  # the first is written at once
     assert [counter.admit(a, t) for t in (1.0, 2.0, 3.0)] == [False] * 3
     assert counter.admit(b, 1.0) is True  # another method is another refusal
     assert counter.admit(c, 1.0) is False  # past max_keys: counted by rule, "many targets"
-    assert counter.admit(("x", "", "d"), 1.5) is False
+    assert counter.admit(("x", "", "d", ""), 1.5) is False
     assert counter.due(4.0) == []
     assert counter.due(5.0) == [(a, 3)]  # b had no repeats: nothing to add
-    assert counter.due(0, every=True) == [(("x", "", wire_log.MANY_TARGETS), 2)]
+    assert counter.due(0, every=True) == [(("x", "", wire_log.MANY_TARGETS, ""), 2)]
     assert counter.admit(a, 6.0) is True  # a new window
 
 
@@ -165,6 +166,29 @@ def test_a_refusal_flood_leaves_room_for_allowed_lines(tmp_path: Path) -> None:
     assert path.stat().st_size <= log.max_bytes
     allowed = [line for line in lines_of(path) if line["decision"] == "allowed"]
     assert len(allowed) == admitted
+
+
+def test_refusals_for_another_reason_are_not_hidden_in_the_first_ones_count() -> None:
+    """One rule refuses for several reasons (a hosted rule: a refused model, then a refused
+    spelling of a tool): each reason's first refusal is written at once, not counted into the
+    first reason's line, where a reader (and check) would never see it."""
+    counter = wire_log.RefusalCounter(window_s=5, max_keys=8)
+    model = ("hosted", "POST", "api:443", "model not listed")
+    spelling = ("hosted", "POST", "api:443", "a fetch key spelt with an escape")
+    assert counter.admit(model, 0.0) is True
+    assert counter.admit(model, 0.5) is False
+    assert counter.admit(spelling, 1.0) is True
+    assert counter.due(5.0) == [(model, 1)]
+
+
+def test_a_count_line_says_the_reason_it_counts(tmp_path: Path) -> None:
+    log = WireLog(tmp_path)
+    for _ in range(3):
+        log.write(entry(decision="refused", rule="not-listed", reason="not in [internet]"))
+    log.close("sbx-0123abcd")
+    _, summary = lines_of(tmp_path / "sbx-0123abcd.log")
+    assert summary["repeated"] == 2
+    assert summary["reason"] == "2 more like it within 5 s: not in [internet]"
 
 
 def test_the_counts_of_a_closed_sandbox_are_written(tmp_path: Path) -> None:
