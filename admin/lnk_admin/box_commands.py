@@ -344,8 +344,10 @@ def _denials_status(box: BoxPaths) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Each service's state; exit 0 only when every one is up. `--json`: `{"up": B, "services":
-    [{"name", "state", "pid", "user", "socket"}], "denials": TEXT}`, the same exit."""
+    """Each service's state and its log's keeper; exit 0 only when every service is up (a keeper
+    is not judged: under systemd there is none, the journal holds the output). `--json`: `{"up":
+    B, "services": [{"name", "state", "pid", "user", "socket", "log", "log_keeper"}], "denials":
+    TEXT}`, the same exit."""
     box = BoxPaths.from_env()
     services = []
     for service in SERVICES:
@@ -353,6 +355,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         answers = _answers(box, service)
         state = "up" if pid and answers else ("starting or stuck" if pid else "down")
         socket = str(box.run_dir / service.socket)
+        log_path = box.state_dir / "logs" / f"{service.name}.log"
         services.append(
             {
                 "name": service.name,
@@ -360,6 +363,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "pid": pid,
                 "user": service.user,
                 "socket": socket,
+                "log": str(log_path),
+                "log_keeper": service_logs.keeper_pid(box, service.name, log_path),
             }
         )
     up = all(s["state"] == "up" for s in services)
@@ -374,5 +379,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{s['name']:<12} {s['state']:<18} pid {s['pid'] or '-':<8} "
             f"user {s['user']:<8} {s['socket']}"
         )
+    for s in services:
+        keeper = f"keeper pid {s['log_keeper']}" if s["log_keeper"] else "no keeper"
+        print(f"{'log':<12} {s['name']:<18} {keeper:<18} {s['log']}")
     print(f"{'denials':<12} {shown(said)}")
     return EXIT_OK if up else 1

@@ -96,10 +96,21 @@ def test_a_services_log_rotates_past_its_size_keeping_the_count(private_box: Any
         assert _removed_logs_held(box_pids(box.run_dir), logs) == []
         status = box.lnk("box", "status")
         assert status.returncode == 0, status.stdout + status.stderr
+        keepers = {  # status names each log and the keeper writing it
+            line.split()[1]: line.split()
+            for line in status.stdout.splitlines()
+            if line.startswith("log ")
+        }
+        assert sorted(keepers) == sorted(SERVICES), status.stdout
+        assert sorted(int(words[4]) for words in keepers.values()) == sorted(_keepers(box.run_dir))
+        assert keepers["controller"][-1] == str(logs / "controller.log")
         down = box.lnk("box", "down")
         assert down.returncode == 0, down.stderr
         assert _keepers(box.run_dir) == []  # each ended with its service's pipe
         assert box_pids(box.run_dir) == []
+        after = box.lnk("box", "status")
+        said = [line for line in after.stdout.splitlines() if line.startswith("log ")]
+        assert len(said) == len(SERVICES) and all("no keeper" in line for line in said), said
 
 
 def _ended_within(pid: int, bound_s: float) -> float | None:
