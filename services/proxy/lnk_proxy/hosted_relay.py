@@ -8,13 +8,18 @@ held for the next one) with the key scrubbed from it and, for OpenAI, its respon
 `read_body` takes the body as the client framed it, at most `strict_json.MAX_BODY_BYTES`
 (refused before reading when a Content-Length says more); `exchange` makes one request on one
 connection (`Connection: close` both ways, never pooled), dialed at the address the policy
-vetted, with SNI and the certificate checked against the rule's host.
+vetted with fixed socket buffers (`tunnel_buffers.HOSTED`, set before connect), with SNI and the
+certificate checked against the rule's host.
+
+Memory: the body is held whole while it is judged, then the proxy's serialisation of it while
+it is sent; the caller reserves each exchange's worst case (those, the upstream socket's kernel
+buffers and the fixed user-space ones) from the sandbox's buffer budget before the body is read
+(`hosted_budget`), so a sandbox's exchanges in flight together hold at most its budget.
 
 Security limitations: this does NOT bound an answer's size or total time (only each read's and
 write's idle time), follow redirects, or look at the answer beyond the key and response ids.
-The body is held in memory whole while it is judged: a sandbox may hold up to
-`MAX_BODY_BYTES` (and its parse, a few times that) per request in flight, bounded in number
-only by the proxy's per-sandbox connection cap.
+A body's parse while it is judged (a few times the body) is charged to no sandbox: the judge
+never awaits, so the proxy holds one at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from lnk_proxy.hosted_models import HostedForward, IssuedIds, upstream_head
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
 from lnk_proxy.service_relay import HTTPS_PORT
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
+from lnk_proxy.tunnel_buffers import HOSTED
 from lnk_proxy.upstream_tls import UpstreamTls
 from lnk_shared.addresses import IPAddress
 
@@ -113,7 +119,7 @@ async def exchange(
     """One exchange with the provider at the vetted `address`; the answer, scrubbed, goes to
     `client` close-delimited. OSError, TimeoutError, ssl.SSLError or BadResponse when it
     cannot be completed (their texts never hold the key: the caller scrubs its log line)."""
-    sock = await dial(address, port, connect_timeout_s)
+    sock = await dial(address, port, connect_timeout_s, HOSTED)  # fixed: what is reserved
     upstream = await UpstreamTls.open(sock, context, host, connect_timeout_s)
     upstream.conn.timeout = io_timeout_s  # each wait's idle bound, reads and writes alike
     try:

@@ -22,21 +22,43 @@ Plain http exchanges get `PLAIN`: their origin sockets (new ones and the pool's,
 it) have fixed sizes too, and each exchange reserves `PLAIN.worst_case()` from the same budget
 while it runs (`too-much-buffer` past it).
 
+Hosted model exchanges (`hosted_relay`: the body read whole and judged, the provider dialed over
+TLS) get `HOSTED` for their upstream socket and reserve `hosted_worst_case(body)` from the same
+budget (`hosted_budget`): those kernel buffers, the body the exchange holds in user space (the
+client's bytes while they are read and judged, then the proxy's serialisation alone while it is
+sent and the answer streams) and `HOSTED_USER_SPACE`, the exchange's fixed buffers. Without it
+one sandbox's concurrent requests of up to 32 MiB each pinned the proxy's memory uncharged.
+
 Does NOT bound: the bytes a sandbox sent that wait in the proxy's unix receive queue (they are
 charged to the sandbox's own socket's send buffer, in its own cgroup, and freed with it); a
 plain http exchange's pooled 1 MiB user-space buffer per direction (`conn.BufferPool`, capped
 for the whole proxy); idle pooled origin connections (no reservation: at most
 `upstream_pool.PER_SANDBOX` per sandbox, an origin may fill each one's receive buffer, 512 KiB
 as the kernel counts, until it is taken and dropped as unusable);
-pages a spliced skb pins beyond the bytes it carries; the machine's total (sandboxes times
-`BUDGET`, with the descriptor cap of `descriptors` bounding how many tunnels exist at all).
+pages a spliced skb pins beyond the bytes it carries; a hosted body's parse while it is judged
+(a few times the body in Python objects, charged to no sandbox: the judgement never awaits, so
+the whole proxy holds one such parse at a time) and the allocator's keeping of freed memory;
+a hosted answer's size (streamed a read at a time, never held whole); the machine's total
+(sandboxes times `BUDGET`, with the descriptor cap of `descriptors` bounding how many tunnels
+and exchanges exist at all).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BUDGET", "LARGE", "LARGE_SHARE", "PLAIN", "SMALL", "TunnelBuffers", "buffers_for"]
+__all__ = [
+    "BUDGET",
+    "HOSTED",
+    "HOSTED_USER_SPACE",
+    "LARGE",
+    "LARGE_SHARE",
+    "PLAIN",
+    "SMALL",
+    "TunnelBuffers",
+    "buffers_for",
+    "hosted_worst_case",
+]
 
 KERNEL_DOUBLES = 2  # socket(7): SO_RCVBUF/SO_SNDBUF's value is doubled for the kernel's overhead
 MiB = 1024 * 1024
@@ -72,6 +94,16 @@ SMALL = TunnelBuffers("small", 64 * KiB, 64 * KiB, 64 * KiB, 64 * KiB)
 # not set, so the kernel's default send buffer is counted (wmem_default, 208 KiB as it counts
 # it). 1.2 MiB at worst.
 PLAIN = TunnelBuffers("plain", 256 * KiB, 256 * KiB, UNIX_DEFAULT_SEND // KERNEL_DOUBLES, 0)
+# A hosted model exchange's upstream TLS socket: 1 MiB to send (a body of a MiB or more goes up
+# while it is encrypted, not a window's worth at a time), 256 KiB to receive (answers are
+# streamed events, read as they come); the sandbox side as plain http's. 2.7 MiB at worst.
+HOSTED = TunnelBuffers("hosted", 256 * KiB, 1 * MiB, UNIX_DEFAULT_SEND // KERNEL_DOUBLES, 0)
+# A hosted exchange's fixed user-space buffers, rounded up: the TLS ciphertext read buffer and
+# the reused plaintext one (64 KiB each, `upstream_tls`), ciphertext waiting to be sent (under
+# two 256 KiB write slices), one read of TLS records not yet decrypted (64 KiB), the client's
+# buffer (a head and one 64 KiB read), one answer read on its way out and the scrubber's and
+# chunk decoder's carry (~128 KiB), OpenSSL's own connection state (~100 KiB).
+HOSTED_USER_SPACE = 1280 * KiB
 # A sandbox's tunnels together: 16 large ones (64 MiB) and 384 small ones could use it, more
 # than `max_tunnels_per_sandbox` (256) lets it open; ten sandboxes at their budget pin 2.5 GiB
 # where one alone pinned 8-10 GiB before.
@@ -88,3 +120,8 @@ def buffers_for(reserved_large: int, reserved: int, budget: int = BUDGET) -> Tun
     if reserved + SMALL.worst_case() <= budget:
         return SMALL
     return None
+
+
+def hosted_worst_case(body: int) -> int:
+    """What one hosted model exchange holding `body` bytes of request body reserves."""
+    return HOSTED.worst_case() + HOSTED_USER_SPACE + body

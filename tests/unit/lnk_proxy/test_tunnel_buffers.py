@@ -63,3 +63,14 @@ def test_plain_http_counts_its_fixed_origin_buffers_and_the_kernels_default_unix
     assert PLAIN.pipe == 0  # bodies go through a user-space buffer: no splice pipe
     assert PLAIN.worst_case() == 2 * (256 + 256) * 1024 + 212_992
     assert PLAIN.worst_case() < LARGE.worst_case()
+
+
+def test_a_hosted_exchange_counts_its_upstream_socket_its_fixed_buffers_and_its_body() -> None:
+    from lnk_proxy.tunnel_buffers import HOSTED, HOSTED_USER_SPACE, hosted_worst_case
+
+    # Doubled as the kernel counts: 256 KiB received, 1 MiB sent, the unix side's default.
+    assert HOSTED.worst_case() == 2 * (256 * 1024 + MiB) + 212_992
+    assert HOSTED.pipe == 0  # bodies go through user space, never splice
+    assert hosted_worst_case(0) == HOSTED.worst_case() + HOSTED_USER_SPACE
+    assert hosted_worst_case(6 * MiB) - hosted_worst_case(0) == 6 * MiB
+    assert hosted_worst_case(32 * MiB) * 7 < BUDGET  # the default budget: 7 at the largest body
