@@ -783,6 +783,7 @@ class ProxyServer:
                 issued=hosted.issued(rule),
                 keep_tools=self.config.unsafe_keep_server_tools,
                 bounded=not self.config.unsafe_unbounded_model_bodies,
+                naive_screen=self.config.unsafe_naive_content_screen,
             )
         except RequestRefused as exc:
             await self.refuse(
