@@ -3,7 +3,8 @@ one its tunnels and plain http exchanges reserve from): taken before any await, 
 the body it holds is known, given back however the exchange ends.
 
 - `reserve` (before the body is read): `tunnel_buffers.hosted_worst_case` of the body the
-  request's head announces: its Content-Length, `MAX_BODY_BYTES` for a chunked body (its size
+  request's head announces, with the upstream socket's buffers (`hosted_relay.upstream_buffers`,
+  read at the proxy's start): its Content-Length, `MAX_BODY_BYTES` for a chunked body (its size
   is known only once read), none without one. A Content-Length past `MAX_BODY_BYTES` counts as
   that much: such a body is refused before a byte of it is read.
 - `HostedReservation.settle` (once the body is judged, before the next await): the body held
@@ -30,7 +31,7 @@ from typing import Protocol
 from lnk_proxy.http_request import ProxyRequest
 from lnk_proxy.listeners import Refusal
 from lnk_proxy.strict_json import MAX_BODY_BYTES
-from lnk_proxy.tunnel_buffers import hosted_worst_case
+from lnk_proxy.tunnel_buffers import TunnelBuffers, hosted_worst_case
 
 __all__ = ["BudgetOwner", "HostedReservation", "announced_body", "reserve"]
 
@@ -56,15 +57,17 @@ def announced_body(request: ProxyRequest) -> int:
 class HostedReservation:
     """The bytes one hosted exchange holds of its sandbox's budget."""
 
-    def __init__(self, owner: BudgetOwner, held: int, budget: int, unbounded: bool) -> None:
+    def __init__(
+        self, owner: BudgetOwner, held: int, budget: int, buffers: TunnelBuffers, unbounded: bool
+    ) -> None:
         self._owner = owner
         self.held = held  # counted in owner.buffers until `release`
-        self._budget, self._unbounded = budget, unbounded
+        self._budget, self._buffers, self._unbounded = budget, buffers, unbounded
 
     def settle(self, body: int) -> Refusal | None:
         """The reservation resized to an exchange holding `body` bytes from now on; a refusal
         (and nothing changed) when the growth does not fit in the budget."""
-        wanted = hosted_worst_case(body)
+        wanted = hosted_worst_case(body, self._buffers)
         owner = self._owner
         if owner.buffers - self.held + wanted > self._budget:
             if not self._unbounded:
@@ -81,16 +84,21 @@ class HostedReservation:
 
 
 def reserve(
-    owner: BudgetOwner, request: ProxyRequest, budget: int, unbounded: bool = False
+    owner: BudgetOwner,
+    request: ProxyRequest,
+    budget: int,
+    buffers: TunnelBuffers,
+    unbounded: bool = False,
 ) -> HostedReservation | Refusal:
-    """The exchange's worst case taken from `owner`'s budget, or the refusal past it."""
-    wanted = hosted_worst_case(announced_body(request))
+    """The worst case of an exchange dialing with `buffers` taken from `owner`'s budget, or the
+    refusal past it."""
+    wanted = hosted_worst_case(announced_body(request), buffers)
     if owner.buffers + wanted > budget:
         if not unbounded:
             return _refusal(budget, f"a body of up to {announced_body(request)} B")
         _warn(owner)
     owner.buffers += wanted
-    return HostedReservation(owner, wanted, budget, unbounded)
+    return HostedReservation(owner, wanted, budget, buffers, unbounded)
 
 
 def _refusal(budget: int, what: str) -> Refusal:

@@ -82,7 +82,7 @@ from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
 from lnk_proxy.hosted_relay import exchange as exchange_hosted
-from lnk_proxy.hosted_relay import read_body
+from lnk_proxy.hosted_relay import read_body, upstream_buffers
 from lnk_proxy.hosted_tunnels import judge_tunnel
 from lnk_proxy.http_request import (
     ProxyRequest,
@@ -177,6 +177,7 @@ class ProxyServer:
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-view")
         self.service_tls = tls_context(config.unsafe_service_ca)  # service rules' upstreams
         self.shares = LoopShares()  # each sandbox's steps per turn of the loop (`fair_share`)
+        self.hosted_buffers = upstream_buffers()  # read once: the send side's autotuned maximum
 
     async def start(self) -> None:
         """Prepare the log folder, read this machine (StateError if it cannot), and read it
@@ -741,9 +742,8 @@ class ProxyServer:
         """A request to a hosted model rule: its worst case reserved from the sandbox's buffer
         budget before any await (`hosted_budget`), given back however it ends."""
         config = self.config  # the budget its tunnels and plain http exchanges share
-        held = hosted_budget.reserve(
-            listener, request, config.tunnel_buffer_budget_bytes, config.unsafe_unbounded_tunnels
-        )
+        budget, unbounded = config.tunnel_buffer_budget_bytes, config.unsafe_unbounded_tunnels
+        held = hosted_budget.reserve(listener, request, budget, self.hosted_buffers, unbounded)
         if isinstance(held, Refusal):
             await self.refuse(listener, client, request.method, target, held)
             return False
@@ -825,6 +825,7 @@ class ProxyServer:
                 context=self.service_tls,
                 connect_timeout_s=self.config.connect_timeout_s,
                 io_timeout_s=IO_TIMEOUT_S,
+                buffers=self.hosted_buffers,
                 port=rule.upstream_port,
             )
         except asyncio.CancelledError:
