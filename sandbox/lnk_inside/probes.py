@@ -213,7 +213,9 @@ def _proxy(step: dict[str, Any]) -> dict[str, Any]:
     else:  # a rule's probe names its verb, path, headers and body (`plan_services`, ...)
         verb, path = step.get("verb", "GET"), step.get("path", "/")
         extra = "".join(f"{line}\r\n" for line in step.get("headers", []))
-        sent = step.get("body", "").encode()
+        # latin-1: a probe's body whose characters are its bytes (bad UTF-8 sent as such)
+        encoding = "latin-1" if step.get("encoding") == "latin-1" else "utf-8"
+        sent = step.get("body", "").encode(encoding)
         if sent:
             extra += f"Content-Type: application/json\r\nContent-Length: {len(sent)}\r\n"
         head = (

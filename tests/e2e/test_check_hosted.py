@@ -7,7 +7,9 @@ server-tool probe is reported `leaked`, with `unsafe_hosted_tunnel_by_address` t
 probe (and the provider's host accepts its tunnel), with `unsafe_unbounded_model_bodies` the
 over-deep and over-wide body probes (parsed, then refused for another reason: still nothing
 reaches the provider), with `unsafe_per_level_nesting` the nesting's cost probe (many runs
-nested just within the bound, refused seconds after a flat body of the same size), the others
+nested just within the bound, refused seconds after a flat body of the same size), with
+`unsafe_naive_content_screen` the fast form's probes (escaped keys, a type given twice, bad
+UTF-8: let by the naive screen, then refused for the model, not for what they spell), the others
 still refused.
 
 The check looks the provider up as the caller, with this machine's resolver: the check runs in
@@ -80,12 +82,15 @@ UNSAFE = (
     "unsafe_hosted_tunnel_by_address",
     "unsafe_unbounded_model_bodies",
     "unsafe_per_level_nesting",
+    "unsafe_naive_content_screen",
 )
+FAST_FORM = ("fast-escaped-key", "fast-twice-type", "fast-bad-utf8", "fast-deep-escaped-key")
 LEAKS = {
     "unsafe_keep_server_tools": "server-tool",
     "unsafe_hosted_tunnel_by_address": "other",
     "unsafe_unbounded_model_bodies": "bodies",
     "unsafe_per_level_nesting": "nesting",
+    "unsafe_naive_content_screen": "fast",
 }
 
 
@@ -143,7 +148,13 @@ def test_check_tries_each_hosted_model_attack_with_nothing_reaching_the_provider
         f"{IDENT}:deep-body": "leaked" if leaked == "bodies" else "refused",
         f"{IDENT}:wide-body": "leaked" if leaked == "bodies" else "refused",
         f"{IDENT}:nesting-cost": "leaked" if leaked == "nesting" else "refused",
-    }, done.stderr
+        **{f"{IDENT}:{n}": "leaked" if leaked == "fast" else "refused" for n in FAST_FORM},
+    }, (done.stderr, {n: p["observed"] for n, p in probes.items() if ":fast-" in n})
+    for name in FAST_FORM:  # named: refused for the model, not for what the spelling is
+        said = probes[f"{IDENT}:{name}"]["observed"]
+        assert ("refusal does not say" in said) is (leaked == "fast"), said
+    naive_used = "unsafe_naive_content_screen: a hosted request's conversation forwarded"
+    assert (naive_used in proxy_log) is (leaked == "fast"), proxy_log[-2000:]
     nesting = probes[f"{IDENT}:nesting-cost"]["observed"]
     assert ("level by level" in nesting) is (leaked == "nesting"), nesting
     for name in ("connect-address", "connect-other-name"):  # tried, not skipped

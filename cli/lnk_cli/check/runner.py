@@ -54,6 +54,7 @@ from lnk_cli.check.path_links import path_link_findings
 from lnk_cli.check.plan import LEAKED, Probe, build_plan, folder_state, write_folders
 from lnk_cli.check.plan_bodies import body_probes
 from lnk_cli.check.plan_caps import cap_probes
+from lnk_cli.check.plan_fast_form import fast_form_probes
 from lnk_cli.check.plan_hosted import hosted_probes
 from lnk_cli.check.plan_hosted_tunnels import hosted_tunnel_probes, look_up_providers
 from lnk_cli.check.plan_left import wall_probes
@@ -241,6 +242,7 @@ def check(args: argparse.Namespace) -> int:
             probes += cap_probes(grants, tried=bool(getattr(args, "caps", False)))
             probes += hosted_probes(grants)
             probes += body_probes(grants)
+            probes += fast_form_probes(grants)
             probes += hosted_tunnel_probes(grants, look_up_providers(grants))
             probes += ssh_probes(grants)
             if confiner_dir is None:

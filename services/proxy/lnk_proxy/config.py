@@ -30,7 +30,10 @@ call sites, `hosted_models` and `model_bodies`); `unsafe_per_level_nesting` coun
 nesting by a pass per level (`json_shape.passes_within`, as without the C module: ~2 s of the
 proxy's loop for 2 MiB of runs nested just under the bound); `unsafe_uncut_model_listings`
 passes a local runtime's model listing on as it came, every model the owner keeps named
-(`model_listings`): `lnk sandbox check` shows each class leak.
+(`model_listings`); `unsafe_naive_content_screen` forwards a hosted rule's conversation as the
+client's bytes after a naive screen instead of the C pass's strict one (`unsafe_naive_screen`:
+escaped spellings, keys given twice and bad UTF-8 go through): `lnk sandbox check` shows each
+class leak.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class ProxyConfig(ServicePaths):
     unsafe_unbounded_model_bodies: bool = False  # likewise: no value or nesting bound pre-parse
     unsafe_uncut_model_listings: bool = False  # likewise: a runtime's whole model listing
     unsafe_per_level_nesting: bool = False  # likewise: the pre-parse nesting count level by level
+    unsafe_naive_content_screen: bool = False  # likewise: the fast form's screen, naive
     connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S)
     max_tunnels_per_sandbox: int = Field(default=256, ge=1, le=MAX_TUNNELS)
     max_connections_per_sandbox: int = Field(default=512, ge=1, le=MAX_CONNECTIONS)
@@ -173,6 +177,13 @@ class ProxyConfig(ServicePaths):
                 "unsafe_per_level_nesting: a model rule's body is measured for nesting by a "
                 "pass per level, so one request of many deep runs takes seconds of the proxy's "
                 "loop (a test setting; never on a real box)"
+            )
+        if self.unsafe_naive_content_screen:
+            log.warning(
+                "unsafe_naive_content_screen: a hosted model rule's conversation is forwarded "
+                "as the client's bytes after a naive screen of them as written, so escaped "
+                "spellings, keys given twice and bad UTF-8 reach the provider unjudged (a test "
+                "setting; never on a real box)"
             )
         if self.unsafe_uncut_model_listings:
             log.warning(

@@ -372,13 +372,15 @@ async def dial(
 ) -> socket.socket:
     """A TCP connection to exactly `address`:`port` (never a name: no second lookup), with
     `buffers`' fixed receive and send buffers (set before connect: the window offered in the
-    SYN is sized from them and the kernel never autotunes them) or the kernel's defaults."""
+    SYN is sized from them and the kernel never autotunes them) or the kernel's defaults; a
+    `tcp_send` of 0 leaves the send buffer to the kernel's autotuning."""
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         if buffers is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffers.tcp_receive)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.tcp_send)
+            if buffers.tcp_send:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.tcp_send)
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(timeout_s):  # not wait_for: no extra task per dial

@@ -43,7 +43,10 @@ surrogate, every escape one of the nine, no lone surrogate escape, nesting <= MA
 the same value from those bytes; a duplicate key is refused, so which one an upstream parser
 keeps cannot matter; and the bytes it parses are the very bytes the screen proved hold no judged
 name under any spelling. What it keeps: every verdict is the full parse's (the fast form is
-taken only where that parse would forward the content unchanged).
+taken only where that parse would forward the content unchanged). `lnk sandbox check` tries
+these spellings (`plan_fast_form`); the proxy's test-only `unsafe_naive_content_screen` swaps
+the strict pass for a naive screen of the bytes as written (`unsafe_naive_screen`), and check
+must then report them `leaked`.
 
 Security limitations: this does NOT look at what the prompt says (a sandbox may send the model
 whatever it can read: the seed says so), nor at a kept tool's definition, and does NOT stop the

@@ -46,6 +46,7 @@ from lnk_proxy import strict_json
 from lnk_proxy.hosted_bodies import judge_body
 from lnk_proxy.http_request import Headers, RequestRefused
 from lnk_proxy.services import CREDENTIAL_HEADERS
+from lnk_proxy.unsafe_naive_screen import naive_spans
 
 __all__ = [
     "ANTHROPIC_BETAS",
@@ -223,17 +224,22 @@ def judge_hosted(
     issued: IssuedIds,
     keep_tools: bool = False,
     bounded: bool = True,
+    naive_screen: bool = False,
 ) -> HostedForward:
     """The whole judgement of one request to a hosted model rule (see the module's docstring).
     `bounded=False` (the proxy's `unsafe_unbounded_model_bodies`, tests only) parses a body of
-    any count of values or depth of nesting, so `lnk sandbox check` can show that class leak."""
+    any count of values or depth of nesting, `naive_screen` (`unsafe_naive_content_screen`,
+    tests only) forwards the content as the client's bytes after `unsafe_naive_screen`'s screen
+    instead of the C pass's, so `lnk sandbox check` can show each class leak."""
     endpoint, path = judge_route(kind, method, target, issued)
     kept, dropped = judge_headers(kind, placeholder, headers)
     if not endpoint:
         if untrusted_body:
             raise RequestRefused("model-body", f"a body on {method} {path}")
         return HostedForward(kind, method, path, kept, b"", dropped)
-    parsed = strict_json.read(untrusted_body, bounded=bounded, content_as_bytes=True)
+    spans = naive_spans(untrusted_body) if naive_screen else None
+    naive = strict_json.content_as_written(untrusted_body, spans) if spans else None
+    parsed = naive or strict_json.read(untrusted_body, bounded=bounded, content_as_bytes=True)
     judged, removed = judge_body(
         kind,
         endpoint,

@@ -8,18 +8,25 @@ held for the next one) with the key scrubbed from it and, for OpenAI, its respon
 `read_body` takes the body as the client framed it, at most `strict_json.MAX_BODY_BYTES`
 (refused before reading when a Content-Length says more); `exchange` makes one request on one
 connection (`Connection: close` both ways, never pooled), dialed at the address the policy
-vetted, with SNI and the certificate checked against the rule's host.
+vetted with a fixed receive buffer (`tunnel_buffers.hosted_buffers`, set before connect; the send
+buffer autotuned, counted by its maximum: `upstream_buffers` reads it once, at the proxy's
+start), with SNI and the certificate checked against the rule's host.
+
+Memory: the body is held whole while it is judged, then the proxy's serialisation of it while
+it is sent; the caller reserves each exchange's worst case (those, the upstream socket's kernel
+buffers and the fixed user-space ones) from the sandbox's buffer budget before the body is read
+(`hosted_budget`), so a sandbox's exchanges in flight together hold at most its budget.
 
 Security limitations: this does NOT bound an answer's size or total time (only each read's and
 write's idle time), follow redirects, or look at the answer beyond the key and response ids.
-The body is held in memory whole while it is judged: a sandbox may hold up to
-`MAX_BODY_BYTES` (and its parse, a few times that) per request in flight, bounded in number
-only by the proxy's per-sandbox connection cap.
+A body's parse while it is judged (a few times the body) is charged to no sandbox: the judge
+never awaits, so the proxy holds one at a time.
 """
 
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import READ_CHUNK, Conn, dial
@@ -28,10 +35,27 @@ from lnk_proxy.hosted_models import HostedForward, IssuedIds, upstream_head
 from lnk_proxy.http_request import ProxyRequest, RequestRefused
 from lnk_proxy.service_relay import HTTPS_PORT
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
+from lnk_proxy.tunnel_buffers import TunnelBuffers, hosted_buffers, tcp_send_max
 from lnk_proxy.upstream_tls import UpstreamTls
 from lnk_shared.addresses import IPAddress
+from lnk_shared.errors import StateError
 
-__all__ = ["exchange", "read_body"]
+__all__ = ["TCP_WMEM", "exchange", "read_body", "upstream_buffers"]
+
+TCP_WMEM = Path("/proc/sys/net/ipv4/tcp_wmem")  # the proxy's own network namespace's
+
+
+def upstream_buffers(tcp_wmem: Path = TCP_WMEM) -> TunnelBuffers:
+    """The buffers every hosted exchange's upstream socket is dialed with and reserves by, from
+    this kernel's `tcp_wmem` (read once: call it at start). StateError when it cannot be read."""
+    try:
+        text = tcp_wmem.read_text()
+    except OSError as exc:
+        raise StateError(
+            f"cannot read {tcp_wmem} ({exc.strerror}): the proxy counts a hosted exchange's "
+            "send buffer by its maximum; start it where /proc/sys/net is readable"
+        ) from exc
+    return hosted_buffers(tcp_send_max(text))
 
 
 async def read_body(request: ProxyRequest, client: Conn) -> bytes | bytearray:
@@ -108,12 +132,13 @@ async def exchange(
     context: ssl.SSLContext,
     connect_timeout_s: float,
     io_timeout_s: float,
+    buffers: TunnelBuffers,
     port: int = HTTPS_PORT,
 ) -> None:
     """One exchange with the provider at the vetted `address`; the answer, scrubbed, goes to
     `client` close-delimited. OSError, TimeoutError, ssl.SSLError or BadResponse when it
     cannot be completed (their texts never hold the key: the caller scrubs its log line)."""
-    sock = await dial(address, port, connect_timeout_s)
+    sock = await dial(address, port, connect_timeout_s, buffers)  # what was reserved
     upstream = await UpstreamTls.open(sock, context, host, connect_timeout_s)
     upstream.conn.timeout = io_timeout_s  # each wait's idle bound, reads and writes alike
     try:

@@ -31,7 +31,8 @@ tunnel's fixed kernel buffers from its sandbox's budget (`tunnel_buffers`: large
 first, small ones after, `too-much-buffer` past the budget). A new connection is refused
 (`too-many-descriptors`) when the proxy's descriptors are taken and this sandbox already holds
 its reserved share of them (`descriptors.may_accept`). A plain http exchange reserves its origin
-socket's fixed buffers (`tunnel_buffers.PLAIN`) from the same budget while it runs.
+socket's fixed buffers (`tunnel_buffers.PLAIN`) from the same budget while it runs, a hosted
+model exchange its worst case, body included (`hosted_budget`).
 
 Wire state: `<flags_dir>/<sandbox>.stop` refuses every request (`stopped`) and, seen by a
 watcher that polls it every `FLAG_POLL_S`, closes every connection of that sandbox, open
@@ -70,7 +71,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lnk_proxy import json_shape, machine, service_relay
+from lnk_proxy import hosted_budget, json_shape, machine, service_relay
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.conn import Conn, bind_listener, dial, tunnel
 from lnk_proxy.descriptors import may_accept, usable_limit
@@ -81,7 +82,7 @@ from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
 from lnk_proxy.hosted_relay import exchange as exchange_hosted
-from lnk_proxy.hosted_relay import read_body
+from lnk_proxy.hosted_relay import read_body, upstream_buffers
 from lnk_proxy.hosted_tunnels import judge_tunnel
 from lnk_proxy.http_request import (
     ProxyRequest,
@@ -176,6 +177,7 @@ class ProxyServer:
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="machine-view")
         self.service_tls = tls_context(config.unsafe_service_ca)  # service rules' upstreams
         self.shares = LoopShares()  # each sandbox's steps per turn of the loop (`fair_share`)
+        self.hosted_buffers = upstream_buffers()  # read once: the send side's autotuned maximum
 
     async def start(self) -> None:
         """Prepare the log folder, read this machine (StateError if it cannot), and read it
@@ -737,6 +739,32 @@ class ProxyServer:
         *,
         rule: ModelRule,
     ) -> bool:
+        """A request to a hosted model rule: its worst case reserved from the sandbox's buffer
+        budget before any await (`hosted_budget`), given back however it ends."""
+        config = self.config  # the budget its tunnels and plain http exchanges share
+        budget, unbounded = config.tunnel_buffer_budget_bytes, config.unsafe_unbounded_tunnels
+        held = hosted_budget.reserve(listener, request, budget, self.hosted_buffers, unbounded)
+        if isinstance(held, Refusal):
+            await self.refuse(listener, client, request.method, target, held)
+            return False
+        try:
+            return await self._hosted_reserved(
+                listener, client, request, target, consumed, rule=rule, held=held
+            )
+        finally:
+            held.release()
+
+    async def _hosted_reserved(
+        self,
+        listener: Listener,
+        client: Conn,
+        request: ProxyRequest,
+        target: str,
+        consumed: int,
+        *,
+        rule: ModelRule,
+        held: hosted_budget.HostedReservation,
+    ) -> bool:
         """A request to a hosted model rule (`hosted_relay`): its body read whole and judged,
         the proxy's serialisation sent to the provider with the owner's key over TLS at the
         vetted address; the answer streamed back; the connection ends with it."""
@@ -755,11 +783,17 @@ class ProxyServer:
                 issued=hosted.issued(rule),
                 keep_tools=self.config.unsafe_keep_server_tools,
                 bounded=not self.config.unsafe_unbounded_model_bodies,
+                naive_screen=self.config.unsafe_naive_content_screen,
             )
         except RequestRefused as exc:
             await self.refuse(
                 listener, client, request.method, target, Refusal(exc.rule, exc.reason)
             )
+            return False
+        del untrusted  # the serialisation alone is held from here: the reservation follows it
+        grown = held.settle(len(forward.body))
+        if grown is not None:
+            await self.refuse(listener, client, request.method, target, grown)
             return False
         secret = listener.services.secret(rule.secret) if rule.secret else None
         if secret is None:
@@ -791,6 +825,7 @@ class ProxyServer:
                 context=self.service_tls,
                 connect_timeout_s=self.config.connect_timeout_s,
                 io_timeout_s=IO_TIMEOUT_S,
+                buffers=self.hosted_buffers,
                 port=rule.upstream_port,
             )
         except asyncio.CancelledError:

@@ -76,6 +76,7 @@ __all__ = [
     "MAX_VALUES",
     "BodyRefused",
     "Parsed",
+    "content_as_written",
     "dumps",
     "loads",
     "read",
@@ -164,6 +165,15 @@ def read(
         if type(value) is dict:
             return Parsed(value, _ENCODER.encode(value), fetch_seen)
     return _read_as_before(untrusted)
+
+
+def content_as_written(
+    untrusted: bytes | bytearray, spans: tuple[tuple[int, int, int], ...]
+) -> Parsed | None:
+    """UNSAFE: the body with its content members at `spans` kept as the client's bytes, the
+    rest parsed, with no pass of the C module's over them: for `unsafe_naive_screen`'s spans
+    alone (the proxy's `unsafe_naive_content_screen`, tests of `lnk sandbox check`)."""
+    return _with_content_as_bytes(untrusted, spans, True)
 
 
 def _with_content_as_bytes(

@@ -22,21 +22,51 @@ Plain http exchanges get `PLAIN`: their origin sockets (new ones and the pool's,
 it) have fixed sizes too, and each exchange reserves `PLAIN.worst_case()` from the same budget
 while it runs (`too-much-buffer` past it).
 
+Hosted model exchanges (`hosted_relay`: the body read whole and judged, the provider dialed over
+TLS) get `hosted_buffers(send_max)` for their upstream socket and reserve
+`hosted_worst_case(body, buffers)` from the same budget (`hosted_budget`): those kernel buffers,
+the body the exchange holds in user space (the client's bytes while they are read and judged,
+then the proxy's serialisation alone while it is sent and the answer streams) and
+`HOSTED_USER_SPACE`, the exchange's fixed buffers. Without it one sandbox's concurrent requests
+of up to 32 MiB each pinned the proxy's memory uncharged. Only their receive buffer is fixed:
+their send buffer is left to the kernel's autotuning (a fixed one cost ~1 ms of a 1 MiB request,
+issue 18), which grows it to at most `net.ipv4.tcp_wmem`'s maximum, counted as that
+(`tcp_send_max`, read once when the proxy starts: a later change of the sysctl is not seen).
+
 Does NOT bound: the bytes a sandbox sent that wait in the proxy's unix receive queue (they are
 charged to the sandbox's own socket's send buffer, in its own cgroup, and freed with it); a
 plain http exchange's pooled 1 MiB user-space buffer per direction (`conn.BufferPool`, capped
 for the whole proxy); idle pooled origin connections (no reservation: at most
 `upstream_pool.PER_SANDBOX` per sandbox, an origin may fill each one's receive buffer, 512 KiB
 as the kernel counts, until it is taken and dropped as unusable);
-pages a spliced skb pins beyond the bytes it carries; the machine's total (sandboxes times
-`BUDGET`, with the descriptor cap of `descriptors` bounding how many tunnels exist at all).
+pages a spliced skb pins beyond the bytes it carries; a hosted body's parse while it is judged
+(a few times the body in Python objects, charged to no sandbox: the judgement never awaits, so
+the whole proxy holds one such parse at a time) and the allocator's keeping of freed memory;
+a hosted answer's size (streamed a read at a time, never held whole); the machine's total
+(sandboxes times `BUDGET`, with the descriptor cap of `descriptors` bounding how many tunnels
+and exchanges exist at all).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BUDGET", "LARGE", "LARGE_SHARE", "PLAIN", "SMALL", "TunnelBuffers", "buffers_for"]
+from lnk_shared.errors import StateError
+
+__all__ = [
+    "BUDGET",
+    "HOSTED_RECEIVE",
+    "HOSTED_USER_SPACE",
+    "LARGE",
+    "LARGE_SHARE",
+    "PLAIN",
+    "SMALL",
+    "TunnelBuffers",
+    "buffers_for",
+    "hosted_buffers",
+    "hosted_worst_case",
+    "tcp_send_max",
+]
 
 KERNEL_DOUBLES = 2  # socket(7): SO_RCVBUF/SO_SNDBUF's value is doubled for the kernel's overhead
 MiB = 1024 * 1024
@@ -50,14 +80,17 @@ class TunnelBuffers:
 
     name: str
     tcp_receive: int  # the origin socket's SO_RCVBUF: what the origin may send ahead
-    tcp_send: int  # the origin socket's SO_SNDBUF: what waits for the origin to read
+    tcp_send: int  # the origin socket's SO_SNDBUF: what waits for the origin to read; 0: not set
     unix_send: int  # the sandbox side's SO_SNDBUF: what waits for the sandbox to read
     pipe: int  # each direction's splice pipe (F_SETPIPE_SZ)
+    # With tcp_send 0, the most the kernel's autotuning lets the origin socket's send buffer
+    # grow to, as the kernel counts it (tcp_wmem's values are not doubled).
+    tcp_send_autotuned: int = 0
 
     def worst_case(self) -> int:
         """The most the kernel holds for this tunnel on the proxy's side (see the module)."""
         sockets = self.tcp_receive + self.tcp_send + self.unix_send
-        return KERNEL_DOUBLES * sockets + 2 * self.pipe  # a pipe per direction
+        return KERNEL_DOUBLES * sockets + self.tcp_send_autotuned + 2 * self.pipe  # a pipe each way
 
 
 # 1 MiB each (2 MiB as the kernel counts): bench/proxy.py --rounds 3 on this 2-core machine
@@ -72,6 +105,16 @@ SMALL = TunnelBuffers("small", 64 * KiB, 64 * KiB, 64 * KiB, 64 * KiB)
 # not set, so the kernel's default send buffer is counted (wmem_default, 208 KiB as it counts
 # it). 1.2 MiB at worst.
 PLAIN = TunnelBuffers("plain", 256 * KiB, 256 * KiB, UNIX_DEFAULT_SEND // KERNEL_DOUBLES, 0)
+# A hosted model exchange's upstream TLS socket's receive buffer (answers are streamed events,
+# read as they come): 512 KiB as the kernel counts it, where autotuning grew it toward tcp_rmem's
+# maximum (32 MiB here); fixing it also took 0.15-0.21 ms off a 1 MiB request.
+HOSTED_RECEIVE = 256 * KiB
+# A hosted exchange's fixed user-space buffers, rounded up: the TLS ciphertext read buffer and
+# the reused plaintext one (64 KiB each, `upstream_tls`), ciphertext waiting to be sent (under
+# two 256 KiB write slices), one read of TLS records not yet decrypted (64 KiB), the client's
+# buffer (a head and one 64 KiB read), one answer read on its way out and the scrubber's and
+# chunk decoder's carry (~128 KiB), OpenSSL's own connection state (~100 KiB).
+HOSTED_USER_SPACE = 1280 * KiB
 # A sandbox's tunnels together: 16 large ones (64 MiB) and 384 small ones could use it, more
 # than `max_tunnels_per_sandbox` (256) lets it open; ten sandboxes at their budget pin 2.5 GiB
 # where one alone pinned 8-10 GiB before.
@@ -88,3 +131,30 @@ def buffers_for(reserved_large: int, reserved: int, budget: int = BUDGET) -> Tun
     if reserved + SMALL.worst_case() <= budget:
         return SMALL
     return None
+
+
+def tcp_send_max(tcp_wmem: str) -> int:
+    """The most an autotuned TCP send buffer holds, from `/proc/sys/net/ipv4/tcp_wmem`'s text
+    (min, default, max): a socket starts at the default and autotuning grows it to at most the
+    max (tcp(7)), so the larger of the two. StateError when the text is not three sizes."""
+    fields = tcp_wmem.split()
+    if len(fields) != 3 or not all(f.isdigit() for f in fields):
+        raise StateError(
+            f"net.ipv4.tcp_wmem reads {tcp_wmem.strip()!r}, not three sizes: the proxy counts a "
+            "hosted exchange's send buffer by its maximum: set it (sysctl) and start the proxy"
+        )
+    return max(int(fields[1]), int(fields[2]))
+
+
+def hosted_buffers(send_max: int) -> TunnelBuffers:
+    """A hosted exchange's upstream socket: `HOSTED_RECEIVE` fixed, its send buffer autotuned
+    up to `send_max` (`tcp_send_max`), the sandbox side as plain http's. 4.7 MiB at worst with
+    tcp_wmem's usual 4 MiB maximum."""
+    unix = UNIX_DEFAULT_SEND // KERNEL_DOUBLES
+    return TunnelBuffers("hosted", HOSTED_RECEIVE, 0, unix, 0, tcp_send_autotuned=send_max)
+
+
+def hosted_worst_case(body: int, buffers: TunnelBuffers) -> int:
+    """What one hosted model exchange holding `body` bytes of request body reserves, its
+    upstream socket dialed with `buffers` (`hosted_buffers`)."""
+    return buffers.worst_case() + HOSTED_USER_SPACE + body

@@ -144,6 +144,7 @@ def test_the_model_is_frozen() -> None:
         "unsafe_unbounded_model_bodies",
         "unsafe_uncut_model_listings",
         "unsafe_per_level_nesting",
+        "unsafe_naive_content_screen",
     ],
 )
 def test_the_test_only_switches_are_off_by_default_and_warn_when_set(

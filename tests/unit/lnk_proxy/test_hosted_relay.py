@@ -6,7 +6,9 @@ comes back, and the response id it carried is learnt for this sandbox only."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import fcntl
 import ipaddress
 import json
 import socket
@@ -19,12 +21,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from lnk_proxy.conn import Conn
+from lnk_proxy.conn import Conn, dial
 from lnk_proxy.hosted_models import IssuedIds, judge_hosted
-from lnk_proxy.hosted_relay import exchange, read_body
+from lnk_proxy.hosted_relay import TCP_WMEM, exchange, read_body, upstream_buffers
 from lnk_proxy.http_request import parse_request_head
 from lnk_proxy.service_relay import tls_context
 from lnk_proxy.strict_json import MAX_BODY_BYTES, BodyRefused
+from lnk_proxy.tunnel_buffers import HOSTED_RECEIVE, tcp_send_max
+from lnk_shared.errors import StateError
 
 HOST = "api.openai.com"
 SECRET = b"sk-proj-" + b"Q" * 40
@@ -133,6 +137,7 @@ async def _stream_through(folder: Path) -> dict[str, object]:
             context=tls_context(ca),
             connect_timeout_s=TIMEOUT_S,
             io_timeout_s=TIMEOUT_S,
+            buffers=upstream_buffers(),
             port=port,
         )
     )
@@ -259,3 +264,65 @@ def test_a_body_that_ends_early_is_an_error() -> None:
     head += "Content-Length: 100\r\n\r\n"
     with pytest.raises(EOFError):
         asyncio.run(_read_sent(head.encode(), [b"{" * 60]))
+
+
+def test_the_upstream_buffers_count_this_kernels_send_maximum(tmp_path: Path) -> None:
+    assert upstream_buffers().tcp_send_autotuned == tcp_send_max(TCP_WMEM.read_text())
+    raised = tmp_path / "tcp_wmem"
+    raised.write_text("4096\t16384\t67108864\n")
+    assert upstream_buffers(raised).tcp_send_autotuned == 64 * 1024 * 1024
+
+
+@pytest.mark.parametrize("text", [None, "4096 16384\n"], ids=["unreadable", "not-three-sizes"])
+def test_a_tcp_wmem_the_proxy_cannot_read_stops_it_at_start(
+    tmp_path: Path, text: str | None
+) -> None:
+    path = tmp_path / "tcp_wmem"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(StateError, match="tcp_wmem"):
+        upstream_buffers(path)
+
+
+SIOCOUTQ = 0x5411  # linux/sockios.h: bytes in a TCP socket's send queue not yet acknowledged
+
+
+def test_a_provider_that_never_reads_fills_no_more_send_buffer_than_is_reserved() -> None:
+    """The attack on the count: the upstream socket's send buffer is left to autotuning, so a
+    provider that reads nothing lets it grow; what the kernel then holds for it must stay
+    within what `hosted_buffers` counts (its receive buffer fixed, as asked)."""
+    buffers = upstream_buffers()
+
+    async def run() -> tuple[int, int, int]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        try:
+            sock = await dial(LOOPBACK, port, TIMEOUT_S, buffers)
+            provider, _ = listener.accept()  # never reads
+        finally:
+            listener.close()
+        try:
+            sent = 0
+            chunk = b"x" * 65536
+            with contextlib.suppress(BlockingIOError):
+                for _ in range(4096):  # 256 MiB at most: far past any send buffer
+                    sent += sock.send(chunk)
+                    if sent % (4 * 1024 * 1024) == 0:
+                        await asyncio.sleep(0.01)  # acks come: autotuning grows the buffer
+            await asyncio.sleep(0.05)
+            unacked = int.from_bytes(
+                fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4), "little", signed=True
+            )
+            send = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            receive = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            return send, unacked, receive
+        finally:
+            sock.close()
+            provider.close()
+
+    send, unacked, receive = asyncio.run(run())
+    with open("/proc/sys/net/core/rmem_max") as f:
+        rmem_max = int(f.read())
+    assert receive == 2 * min(HOSTED_RECEIVE, rmem_max)  # fixed before connect
+    assert send <= buffers.tcp_send_autotuned, (send, buffers)
+    assert unacked <= buffers.tcp_send_autotuned, (unacked, buffers)
