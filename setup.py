@@ -11,7 +11,9 @@ without a terminal; `bin/lnk-connect` beside it is ssh's ProxyCommand inside a s
 (sandbox/lnk_inside/native/lnk_connect.c). Every source is listed in lnk_shared/native_build.py.
 The proxy's strict JSON pass (services/proxy/lnk_proxy/native/json_scan.c) is a CPython
 extension module, lnk_proxy._json_scan, built against the Python that builds the wheel (Debian's
-python3-dev), so the wheel is tagged for that Python and platform (cp311-cp311-<platform>).
+python3-dev), so the wheel is tagged for that Python and platform (cp311-cp311-<platform>), as is
+the controller's, lnk_controller._placeholder_calls (lnk_controller/ext/placeholder_calls.c: a
+write grant's placeholder syscalls in batches, made with the GIL released).
 """
 
 from __future__ import annotations
@@ -81,8 +83,19 @@ JSON_SCAN = Extension(
 )
 
 
+# A write grant's placeholder syscalls in batches with the GIL released (placeholder_make.py).
+PLACEHOLDER_CALLS = Extension(
+    "lnk_controller._placeholder_calls",
+    sources=["services/controller/lnk_controller/ext/placeholder_calls.c"],
+    extra_compile_args=JSON_SCAN.extra_compile_args,
+)
+
+
 setup(
-    ext_modules=[JSON_SCAN],  # a platform wheel for this Python (bdist_wheel's own tag)
+    ext_modules=[
+        JSON_SCAN,
+        PLACEHOLDER_CALLS,
+    ],  # a platform wheel for this Python (bdist_wheel's own tag)
     cmdclass={
         "build_py": BuildPyWithNative,
         "build_scripts": BuildScriptsWithClient,

@@ -30,7 +30,7 @@ from lnk_controller import (
 )
 from lnk_controller.config import ControllerConfig
 from lnk_controller.models import SandboxRow
-from lnk_controller.placeholders import PLACEHOLDER, remove_placeholder, settle
+from lnk_controller.placeholders import PLACEHOLDER, remove_placeholders, settle
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_shared.errors import StateError
 
@@ -164,16 +164,11 @@ def _remove_staged(row: SandboxRow, cfg: ControllerConfig, *, killed: bool) -> l
 
 
 def _remove_placeholders(records: list[str]) -> list[str]:
-    """Remove the placeholders, one after another; what could not be removed. Each name is
-    gone when this returns; the wait for the freed blocks' discard (2-4 ms each on a
-    filesystem mounted with `discard`) is left to `late_close`, off the launch's reply."""
-    problems = []
-    for record in records:
-        try:
-            remove_placeholder(record)
-        except StateError as exc:
-            problems.append(str(exc))
-    return problems
+    """Remove the placeholders (in one batch: placeholders.remove_placeholders); what could not
+    be removed. Each name is gone when this returns; the wait for the freed blocks' discard
+    (2-4 ms each on a filesystem mounted with `discard`) is left to `late_close`, off the
+    launch's reply."""
+    return remove_placeholders(records)
 
 
 _GRANT_NAME = re.compile(r"g[0-9]+")  # staging.stage_sandbox's names for granted folders

@@ -6,6 +6,13 @@ Each placeholder is made under a folder walked down to from the grant's descript
 owner's once for all of them; root's fallback makes only those the owner was refused in a folder
 of the owner's own (a `.git` it made 0555, which the sandbox could chmod and write).
 
+The syscalls themselves are lnk_controller._placeholder_calls (ext/placeholder_calls.c): one call
+makes a batch, one seals it, with the GIL released, on the calling thread (so under the file ids
+`caller_credentials` gave it). In Python each of a placeholder's ~8 syscalls let the GIL go and
+waited to take it back from the launch's thread running beside: more of a write grant's start
+than the syscalls themselves (bench/README, session 12). The module is built with the package
+(setup.py) and has no fallback: a controller without it does not start.
+
 What this does NOT do: make anything in a folder of another user's (the sandbox, writing only as
 the owner, cannot make the name there either); seal on a filesystem without FS_IMMUTABLE_FL
 (`set_immutable` answers False and the wall's bind stands in the sandbox's way).
@@ -19,10 +26,21 @@ import fcntl
 import os
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
+from lnk_controller import _placeholder_calls as calls
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 
-__all__ = ["FS_IMMUTABLE_FL", "make_all_as_owner", "make_as_owner", "set_immutable"]
+__all__ = [
+    "FS_IMMUTABLE_FL",
+    "Making",
+    "Opened",
+    "make_all_as_owner",
+    "make_as_owner",
+    "make_batch_as_owner",
+    "seal_all",
+    "set_immutable",
+]
 
 Entry = tuple[str, bytes | None]  # (path under the grant, content: None for an empty folder)
 
@@ -32,23 +50,81 @@ Entry = tuple[str, bytes | None]  # (path under the grant, content: None for an 
 FS_IOC_GETFLAGS = 0x80086601
 FS_IOC_SETFLAGS = 0x40086602
 FS_IMMUTABLE_FL = 0x00000010
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _make_placeholder(parent_fd: int, name: str, content: bytes | None) -> int:
-    """Make one placeholder (an empty folder, or a file holding `content`) under `parent_fd`;
-    return it open."""
-    if content is None:
-        os.mkdir(name, 0o555, dir_fd=parent_fd)
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(name, create, 0o444, dir_fd=parent_fd)
-    try:
-        os.write(fd, content)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+@dataclass(frozen=True)
+class Opened:
+    """A placeholder made and open: its fd, its parent's, and who and what it was when made."""
+
+    fd: int
+    parent_fd: int
+    dev: int
+    ino: int
+    uid: int
+    gid: int
+
+
+@dataclass
+class Making:
+    """What one `make_batch_as_owner` made, in order (None: not made, a folder of another
+    user's on the way), and where it stopped: (entry, its error), or None once all were made."""
+
+    made: list[tuple[str, Opened | None]] = field(default_factory=list)
+    failed: tuple[str, OSError] | None = None
+
+
+def _wire(entry: str, content: bytes | None) -> calls.Entry:
+    parent, _, name = entry.rpartition("/")
+    parts = tuple(os.fsencode(part) for part in parent.split("/")) if parent else ()
+    return parts, os.fsencode(name), content
+
+
+def _make_in_c(dir_fd: int, entries: list[Entry], making: Making) -> tuple[int, list[Entry]]:
+    """Make entries (placeholder_calls.c's `make`, batch by batch) until one fails: (0, []) or
+    (its errno, the entries from it on)."""
+    for at in range(0, len(entries), calls.MAX_BATCH):
+        batch = entries[at : at + calls.MAX_BATCH]
+        opened, err = calls.make(dir_fd, tuple(_wire(*entry) for entry in batch))
+        making.made += [(e, Opened(*o)) for (e, _), o in zip(batch, opened, strict=False)]
+        if err:
+            return err, entries[at + len(opened) :]
+    return 0, []
+
+
+def make_batch_as_owner(
+    dir_fd: int, entries: list[Entry], *, caller: CallerCredentials | None, owner_uid: int
+) -> Making:
+    """Make each (entry, content) as the owner would (`make_as_owner`), in order, until one
+    fails. One switch to the owner's credentials for all of them (a dozen raw syscalls each way,
+    against ~49 placeholders for an empty folder), the syscalls in C on this thread (so under
+    these file ids) with the GIL released; then root's fallback for those the owner was refused.
+    """
+    making, refused = Making(), []
+    with caller_credentials(caller) if caller is not None else contextlib.nullcontext():
+        rest = entries
+        while rest:
+            err, rest = _make_in_c(dir_fd, rest, making)
+            if err in (errno.EACCES, errno.EPERM) and caller is not None:
+                refused.append(rest[0])  # PermissionError: root's fallback may make it
+                rest = rest[1:]
+            elif err:
+                making.failed = (rest[0][0], OSError(err, os.strerror(err)))
+                return making
+    for entry, content in refused:
+        parent = entry.rpartition("/")[0]
+        try:
+            owned = _folders_owned_by(dir_fd, parent, owner_uid)
+        except OSError as exc:
+            making.failed = (entry, exc)
+            return making
+        if not owned:
+            making.made.append((entry, None))
+            continue
+        err, _ = _make_in_c(dir_fd, [(entry, content)], making)
+        if err:
+            making.failed = (entry, OSError(err, os.strerror(err)))
+            return making
+    return making
 
 
 def make_as_owner(
@@ -78,44 +154,31 @@ def make_all_as_owner(
     caller: CallerCredentials | None,
     owner_uid: int,
 ) -> Iterator[tuple[str, tuple[int, int] | None]]:
-    """`make_as_owner` for each (entry, content), yielded as made: (entry, its fd and its
-    parent's, or None). One switch to the owner's credentials for all of them (a dozen raw
-    syscalls each way, against ~49 placeholders for an empty folder), then root's fallback for
-    those the owner was refused. The consumer runs between two yields with this thread's file
-    ids the owner's: it only records what was made."""
-    refused: list[Entry] = []
-    with caller_credentials(caller) if caller is not None else contextlib.nullcontext():
-        for entry, content in entries:
-            parent, _, name = entry.rpartition("/")
-            try:
-                opened = _make_walking(dir_fd, parent, name, content)
-            except PermissionError:
-                if caller is None:
-                    raise
-                refused.append((entry, content))
-                continue
-            yield entry, opened
-    for entry, content in refused:
-        parent, _, name = entry.rpartition("/")
-        owned = _folders_owned_by(dir_fd, parent, owner_uid)
-        yield entry, _make_walking(dir_fd, parent, name, content) if owned else None
+    """`make_batch_as_owner`, each made yielded: (entry, its fd and its parent's, or None);
+    where it stopped, its error raised (the OSError of that syscall: FileExistsError for a
+    name already there, ELOOP or ENOTDIR for a link on the way)."""
+    making = make_batch_as_owner(dir_fd, entries, caller=caller, owner_uid=owner_uid)
+    for entry, opened in making.made:
+        yield entry, None if opened is None else (opened.fd, opened.parent_fd)
+    if making.failed is not None:
+        raise making.failed[1]
 
 
-def _make_walking(dir_fd: int, parent: str, name: str, content: bytes | None) -> tuple[int, int]:
-    """Walk from `dir_fd` down to `parent`, then make the placeholder `name` there: (its fd,
-    its parent's)."""
-    parent_fd = os.dup(dir_fd)
-    for part in parent.split("/") if parent else ():  # each step O_NOFOLLOW, not only the
-        try:  # last: a `.git` swapped for a link must not lead root's fallback elsewhere
-            below = os.open(part, _DIR_FLAGS, dir_fd=parent_fd)
-        finally:
-            os.close(parent_fd)
-        parent_fd = below
-    try:
-        return _make_placeholder(parent_fd, name, content), parent_fd
-    except BaseException:
-        os.close(parent_fd)
-        raise
+def seal_all(
+    made: list[tuple[Opened, bytes]], owner_uid: int, owner_gid: int
+) -> tuple[list[bool], OSError | None]:
+    """Seal each placeholder made (placeholder_calls.c's `seal`: made the owner's, set
+    FS_IMMUTABLE_FL, then whether its name, bytes under its parent, is still that inode) until
+    one fails: (whether each done is sealed, the error of the next or None)."""
+    sealed: list[bool] = []
+    for at in range(0, len(made), calls.MAX_BATCH):
+        batch = made[at : at + calls.MAX_BATCH]
+        items = tuple((o.fd, o.parent_fd, name, o.dev, o.ino, o.uid, o.gid) for o, name in batch)
+        done, err = calls.seal(items, owner_uid, owner_gid)
+        sealed += done
+        if err:
+            return sealed, OSError(err, os.strerror(err))
+    return sealed, None
 
 
 def _folders_owned_by(dir_fd: int, parent: str, uid: int) -> bool:

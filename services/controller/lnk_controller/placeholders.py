@@ -26,7 +26,6 @@ yet written to the record (its `mkdir` and its record are two steps).
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import threading
@@ -35,9 +34,15 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lnk_controller import _placeholder_calls as calls
 from lnk_controller import late_close
 from lnk_controller.as_caller import CallerCredentials
-from lnk_controller.placeholder_make import make_all_as_owner, set_immutable
+from lnk_controller.placeholder_make import (
+    Making,
+    Opened,
+    make_batch_as_owner,
+    seal_all,
+)
 from lnk_controller.placeholder_plan import HeldPlaceholders, WriteGrant, parent_of, split_probes
 from lnk_controller.sandbox_store import SandboxStore
 from lnk_shared.errors import LaunchRefused, StateError
@@ -50,6 +55,7 @@ __all__ = [
     "make_held",
     "placeholder_entries",
     "remove_placeholder",
+    "remove_placeholders",
     "settle",
     "stage_placeholders",
 ]
@@ -131,47 +137,47 @@ def _placeholders(
     in a folder of another user's that the owner could not write. `entries` (from
     `placeholder_entries`): these only, not every missing one."""
     made: list[_Made] = []
-    sealed: Made = []
     dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=grant.source_fd)
     try:
         wanted = _entries_at(dir_fd, as_files=as_files) if entries is None else entries
-        entry = ""
+        making = Making()
         try:
-            making = make_all_as_owner(dir_fd, wanted, caller=caller, owner_uid=grant.owner_uid)
-            for entry, opened in making:
+            making = make_batch_as_owner(dir_fd, wanted, caller=caller, owner_uid=grant.owner_uid)
+            for entry, opened in making.made:
                 if opened is None:
                     continue  # a folder of another user's the sandbox cannot write either
-                made_fd, parent_fd = opened
-                info = os.fstat(made_fd)
                 path = os.path.join(grant.folder, entry)
                 # Also where it is through the grant's staged mount (`staged`): the folder may
                 # be moved or renamed on the host while the sandbox runs, but the mount holds
                 # the folder itself, so the clean-up finds the placeholder there wherever it went.
                 at = f"{SEP}{grant.staged}/{entry}" if grant.staged else ""
-                record = f"{PLACEHOLDER}{info.st_dev}:{info.st_ino}:{path}{at}"
-                made.append(_Made(made_fd, parent_fd, entry.rpartition("/")[2], path, record, info))
-        except OSError as exc:
-            raise LaunchRefused(
-                f"{grant.folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
-            ) from None
+                record = f"{PLACEHOLDER}{opened.dev}:{opened.ino}:{path}{at}"
+                made.append(_Made(opened, os.fsencode(entry.rpartition("/")[2]), path, record))
         finally:
             if made:  # recorded even when a later one failed, so clean-up removes them
                 store.add_mounts(sandbox_id, [m.record for m in made])
-        ids = (grant.owner_uid, grant.owner_gid)
-        for m in made:
-            try:
-                if (m.info.st_uid, m.info.st_gid) != ids:
-                    os.fchown(m.fd, *ids)  # root's fallback made it, or a group
-                immutable = set_immutable(m.fd, True)
-            except OSError as exc:
-                raise LaunchRefused(m.path, f"cannot keep it read-only: {exc.strerror}") from None
-            sealed.append((m.path, immutable and _sealed(m.info, m.parent_fd, m.name)))
+            recorded = {m.opened.fd for m in made}
+            for _, opened in making.made:
+                if opened is not None and opened.fd not in recorded:  # a record not built
+                    os.close(opened.fd)
+                    os.close(opened.parent_fd)
+        if making.failed is not None:
+            entry, exc = making.failed
+            raise LaunchRefused(
+                f"{grant.folder}/{entry}", f"cannot keep it read-only: {exc.strerror}"
+            )
+        sealed, failed = seal_all(
+            [(m.opened, m.name) for m in made], grant.owner_uid, grant.owner_gid
+        )
+        if failed is not None:
+            path = made[len(sealed)].path
+            raise LaunchRefused(path, f"cannot keep it read-only: {failed.strerror}")
     finally:
         for m in made:
-            os.close(m.fd)
-            os.close(m.parent_fd)
+            os.close(m.opened.fd)
+            os.close(m.opened.parent_fd)
         os.close(dir_fd)
-    return sealed
+    return [(m.path, ok) for m, ok in zip(made, sealed, strict=True)]
 
 
 def _entries_at(dir_fd: int, *, as_files: bool) -> list[tuple[str, bytes | None]]:
@@ -336,15 +342,13 @@ def make_held(
 
 @dataclass(frozen=True)
 class _Made:
-    """A placeholder made and open: its fd, its parent's, its name there, its path, its
-    record, and its fstat when made."""
+    """A placeholder made and open (its fds, inode and ids when made), its name under its
+    parent, its path and its record."""
 
-    fd: int
-    parent_fd: int
-    name: str
+    opened: Opened
+    name: bytes
     path: str
     record: str
-    info: os.stat_result
 
 
 def _sealed(made: os.stat_result, parent_fd: int, name: str) -> bool:
@@ -360,59 +364,36 @@ def _sealed(made: os.stat_result, parent_fd: int, name: str) -> bool:
     return (there.st_dev, there.st_ino) == (made.st_dev, made.st_ino)
 
 
-def _holds_only_placeholder(fd: int, info: os.stat_result) -> bool:
-    if stat.S_ISDIR(info.st_mode):
-        return True  # rmdir itself refuses a folder someone filled
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PLACEHOLDER_BYTES:
-        return False
-    return os.pread(fd, MAX_PLACEHOLDER_BYTES + 1, 0) in (b"", *GIT_PLACEHOLDER_CONTENT.values())
-
-
 def remove_placeholder(record: str) -> None:
-    """Remove a placeholder if it is still the one made here (same inode) and still holds only
-    what was put there; one that someone filled meanwhile is theirs now and stays. It is looked
-    for first through the grant's staged mount (still mounted: placeholders go first), which
-    holds the folder wherever it was moved on the host meanwhile, then at its host path (a
-    record without a staged path, or a clean-up run again after the unmount)."""
-    dev, ino, paths = record[len(PLACEHOLDER) :].split(":", 2)
-    path, _, staged = paths.partition(SEP)
-    if staged and _remove_if_ours(staged, int(dev), int(ino)):
-        return
-    _remove_if_ours(path, int(dev), int(ino))
+    """`remove_placeholders` of one record; its problem raised as StateError."""
+    problems = remove_placeholders([record])
+    if problems:
+        raise StateError(problems[0])
 
 
-def _remove_if_ours(path: str, dev: int, ino: int) -> bool:
-    """Remove the placeholder at `path` if it is inode (dev, ino) and holds only what was put
-    there; whether `path` was that inode (removed, or kept as filled by someone)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        info = os.lstat(path)
-        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-            return False
-        fd = os.open(path, flags)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError as exc:
-        raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
-    removed = False
-    try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != (dev, ino):
-            return False
-        if not _holds_only_placeholder(fd, info):
-            return True
-        set_immutable(fd, False)
-        if stat.S_ISDIR(info.st_mode):
-            os.rmdir(path)
-        else:
-            os.unlink(path)
-        removed = True
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
-            raise StateError(f"cannot remove placeholder {path}: {exc.strerror}") from exc
-    finally:
-        if removed:  # the name is gone; the inode's freeing (a discard's wait) comes later
-            late_close.close_later(fd)
-        else:
-            os.close(fd)
-    return True
+def remove_placeholders(records: list[str]) -> list[str]:
+    """Remove each placeholder if it is still the one made here (same inode) and still holds
+    only what was put there; one that someone filled meanwhile is theirs now and stays. Each is
+    looked for first through the grant's staged mount (still mounted: placeholders go first),
+    which holds the folder wherever it was moved on the host meanwhile, then at its host path (a
+    record without a staged path, or a clean-up run again after the unmount). The syscalls are
+    placeholder_calls.c's `remove`, the whole batch with the GIL released; every record is
+    tried. What could not be removed, one line each."""
+    items = []
+    for record in records:
+        dev, ino, paths = record[len(PLACEHOLDER) :].split(":", 2)
+        path, _, staged = paths.partition(SEP)
+        items.append(
+            (os.fsencode(staged) if staged else None, os.fsencode(path), int(dev), int(ino))
+        )
+    problems = []
+    contents = (b"", *GIT_PLACEHOLDER_CONTENT.values())
+    for at in range(0, len(items), calls.MAX_BATCH):
+        batch = tuple(items[at : at + calls.MAX_BATCH])
+        for item, (status, value, which) in zip(batch, calls.remove(batch, contents), strict=True):
+            if status == calls.REMOVED:  # the name is gone; the inode's freeing comes later
+                late_close.close_later(value)
+            elif status == calls.ERROR:
+                path = os.fsdecode(item[1] if which else item[0] or b"")
+                problems.append(f"cannot remove placeholder {path}: {os.strerror(value)}")
+    return problems

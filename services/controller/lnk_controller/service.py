@@ -9,6 +9,7 @@ import ctypes
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -60,6 +61,12 @@ DRAIN_TIMEOUT_S = 5.0
 
 RUN_DIR_MODE = folder_named("run", "").mode  # clients must reach the sockets in it
 SOCKET_MODE = 0o666  # any local user may ask; SO_PEERCRED says who, and each sees only its own
+# How long a thread holding the GIL runs before one waiting for it is let in (Python's default:
+# 5 ms). A write grant's start runs the launch's thread beside the placeholders' worker, each
+# giving the GIL up at every syscall and waiting for the other's interval to take it back: at
+# 5 ms the write row's `started` was 30-33 ms, at 0.5 ms 18-22 (0.1 no better); the plain and
+# read rows and the controller's idle CPU did not move (bench/README, session 12, h14c).
+GIL_SWITCH_INTERVAL_S = 0.0005
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -144,6 +151,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     if os.geteuid() != 0:
         raise StateError("the controller runs as root (it makes users and mounts)")
     os.umask(0o022)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     _prepare_dirs(cfg)
     engine = open_database(cfg.database)
     reap_wait = ReapWait()  # the reaper sleeps until a lease ends, or the store or a launch rings

@@ -98,3 +98,38 @@ def test_sweep_of_a_single_file_grant(tmp_path: Path) -> None:
     file.chmod(0o4766)
     assert sweep(file, since) == 1
     assert stat.S_IMODE(os.lstat(file).st_mode) == 0o744
+
+
+@pytest.mark.needs_root
+def test_sweep_examines_only_what_changed_since_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry older than the run is passed over on its lstat (its bits stay anyway); one the
+    run changed is still examined and stripped, also deep below untouched folders."""
+    grant = tmp_path / "grant"
+    (grant / "old" / "older").mkdir(parents=True)
+    for n in range(5):
+        (grant / "old" / f"f{n}").write_text("")
+    kept = grant / "old" / "older" / "owner-suid"
+    kept.write_text("")
+    kept.chmod(0o4755)
+    since = max(os.lstat(p).st_ctime_ns for p in grant.rglob("*"))
+    _tick_past(tmp_path, since)
+    since += 1
+    changed = grant / "old" / "older" / "f-made-set-uid"
+    changed.write_text("")
+    changed.chmod(0o4777)
+    examined: list[str] = []
+    real = examine
+
+    def counting(dir_fd: int, name: str) -> Examined:
+        examined.append(name)
+        return real(dir_fd, name)
+
+    monkeypatch.setattr("lnk_controller.leftover_modes.examine", counting)
+    assert sweep(grant, since) == 1
+    # the grant's top (examined first, as before) and the one changed: `older` itself changed
+    # too (a name was made in it), the rest are the owner's older entries
+    assert sorted(examined) == ["f-made-set-uid", "grant", "older"]
+    assert stat.S_IMODE(os.lstat(changed).st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(kept).st_mode) == 0o4755
