@@ -11,10 +11,12 @@ measuring sandbox's median 1.9 ms before, 0.61 ms with shares).
 
 Why by time too: turns shared by steps are never left idle, so a flood still took most of the
 proxy's core, which on a two-core machine the other sandbox's own client and origin need (its
-flooded p99 4-5x its quiet one, session 11). So the loop's CPU (`time.thread_time`, which a
-wait in epoll does not count) is measured per interval between two `_next_turn`s and charged
-to the sandboxes whose steps ran in it, by their steps, with their lookup threads' CPU
-(`charge`); a sandbox whose bucket is empty has its new steps held until the bucket refills
+flooded p99 4-5x its quiet one, session 11). So while sandboxes share the loop, its CPU
+(`time.thread_time`, which a wait in epoll does not count) is read where a sandbox's step
+begins (`take`, a held step's resumption, `begin`/`owns` for steps resumed otherwise) and
+charged to that sandbox up to the next such point, with its lookup threads' CPU (`charge`);
+each `_next_turn` takes the charges from the buckets, and a sandbox whose bucket is empty
+has its new steps held until the bucket refills
 (`time_share.held_for`), which may leave the loop idle while the others have had work in the
 last `RECENT_S`. Held work is the sandbox's own: its accept loop (new connections wait in its
 listener's backlog), its connections' reads (their bytes wait in the socket; the loop stops
@@ -35,10 +37,11 @@ timer when every waiting sandbox is held). A sandbox alone on the loop is never 
 Limits: this module does NOT
 - bound one step's own length: a step that parses a large head or judges a long DNS answer
   runs to its end (the heads and answers are bounded elsewhere), charged after it ran;
-- charge exactly: an interval's CPU is split by steps, so a sandbox with heavier steps than
-  another's is charged part of its cost to the other; the loop's own work in an interval (its
-  epoll call, timers, the watches' readers, the admin socket) is charged to the sandboxes
-  that stepped in it; work outside the loop and the lookup threads (the kernel's for a
+- charge exactly: the loop's work from a `_next_turn` to the next step's beginning (its epoll
+  call, readiness callbacks, timers, the watches, the admin socket) is no one's, and a task
+  resumed by a future no one marked runs on the previous owner's count until its next wait
+  (not measured apart since `begin`/`owns`); work outside the loop and
+  the lookup threads (the kernel's for a
   sandbox's sockets, other processes such as a flood's own client) is the kernel's to
   schedule (`cgroup_limits.weigh_all` weighs sandboxes below the services);
 - share the GIL: a sandbox's lookup threads (`lookup_workers`, 16 per sandbox, for the names
