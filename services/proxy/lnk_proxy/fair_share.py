@@ -27,11 +27,13 @@ How: a step is counted where a task of a sandbox wakes up (`Conn`'s readiness wa
 lookup's answer, a connection's first step, the accept loop: `take`). The first count in a
 turn schedules `_next_turn` with `call_soon`, which the loop runs in the following turn
 (callbacks scheduled during a turn never run in it), so the counts are per turn without any
-hook in the loop itself. Past `PER_TURN` in one turn, or while its bucket is empty, and only
-while another sandbox took a step in this turn or in the last `RECENT_S` (`must_wait`), the
-step waits: `take` gives a future, resolved from `_next_turn` in first-come order, `PER_TURN`
-per sandbox per turn, round-robin across sandboxes, a held sandbox's once its hold ends (a
-timer when every waiting sandbox is held). A sandbox alone on the loop is never held back
+hook in the loop itself. Past `PER_TURN` steps or `time_share.TURN_SLICE_S` of CPU in one
+turn (a flood's 8 steps of ~0.2 ms made a turn too long for another's step ready in it), or
+while its bucket is empty, and only while another sandbox took a step in this turn or in the
+last `RECENT_S` (`must_wait`), the step waits: `take` gives a future, resolved from
+`_next_turn` in first-come order, `PER_TURN` per sandbox per turn (fewer when its steps cost
+more: `time_share.wakes`), round-robin across sandboxes, a held sandbox's once its hold ends
+(a timer when every waiting sandbox is held). A sandbox alone on the loop is never held back
 (the c=64 bench rows pay no extra wake-up, no clock of the thread's CPU).
 
 Limits: this module does NOT
@@ -50,7 +52,8 @@ Limits: this module does NOT
 - hold work already running: a held sandbox's steps in flight run to their next wait, and
   its tunnels' bytes already read are sent;
 - make the turn bound exact: steps woken by `_next_turn` run one turn later, beside that
-  turn's fresh `PER_TURN`, so a busy sandbox has at most 2 x `PER_TURN` steps in one turn.
+  turn's fresh steps, so a busy sandbox has at most 2 x `PER_TURN` steps in one turn, and its
+  CPU there may reach about twice the slice and a step (a step's cost is known after it ran).
 """
 
 from __future__ import annotations
@@ -62,7 +65,17 @@ from collections import deque
 from functools import partial
 from typing import Any
 
-from lnk_proxy.time_share import BURST_S, LOOP_SHARE, charged, held_for, rate_of, refilled
+from lnk_proxy.time_share import (
+    BURST_S,
+    LOOP_SHARE,
+    TURN_SLICE_S,
+    averaged,
+    charged,
+    held_for,
+    rate_of,
+    refilled,
+    wakes,
+)
 
 __all__ = ["CURRENT", "PER_TURN", "RECENT_S", "LoopShares", "Share", "must_wait"]
 
@@ -76,10 +89,16 @@ PER_TURN = 8
 RECENT_S = 0.1
 
 
-def must_wait(used: int, per_turn: int, contended: bool) -> bool:
-    """Whether a sandbox's step, the `used`-th of this turn (counting it), waits for a later
-    turn. Pure: table-tested."""
-    return contended and used > per_turn
+def must_wait(
+    used: int,
+    per_turn: int,
+    contended: bool,
+    turn_s: float = 0.0,
+    slice_s: float = float("inf"),
+) -> bool:
+    """Whether a sandbox's step, the `used`-th of this turn (counting it), after its steps
+    took `turn_s` of CPU in this turn, waits for a later turn. Pure: table-tested."""
+    return contended and (used > per_turn or turn_s >= slice_s)
 
 
 class Share:
@@ -94,8 +113,10 @@ class Share:
         "holds",
         "last_at",
         "loop_shares",
+        "ran",
         "refilled_at",
         "spent",
+        "step_s",
         "turn",
         "used",
         "waiting",
@@ -107,6 +128,8 @@ class Share:
         self.used = 0
         self.waiting: deque[asyncio.Future[None]] = deque()
         self.spent = 0.0  # CPU seconds of its steps (and lookup threads) not yet charged
+        self.ran = 0  # its steps that ran since the last charge (`take`'s and held ones)
+        self.step_s = 0.0  # its CPU per step lately (`time_share.averaged`): 0 not known yet
         self.balance = loop_shares.burst_s  # CPU seconds it may still use (`time_share`)
         self.refilled_at = 0.0  # `time.monotonic()` of its bucket's last fill
         self.held_until = 0.0  # its new work waits until then (`time.monotonic()`)
@@ -153,8 +176,10 @@ class LoopShares:
         *,
         loop_share: float = LOOP_SHARE,
         burst_s: float = BURST_S,
+        slice_s: float = TURN_SLICE_S,
     ) -> None:
         self.per_turn = per_turn
+        self.slice_s = slice_s
         self.recent_s = recent_s
         self.loop_share = loop_share
         self.burst_s = burst_s
@@ -197,13 +222,14 @@ class LoopShares:
         if share.turn != self.turn:
             share.turn, share.used = self.turn, 0
         share.used += 1
-        if (
-            not share.waiting
-            and share.held_until <= at
-            and not must_wait(share.used, self.per_turn, contended=True)
-        ):
-            self._switch(share)  # its step runs from here
-            return None
+        if not share.waiting and share.held_until <= at:
+            turn_s = share.spent  # its CPU in this turn so far (charged at each turn's end)
+            if self._owner is share:
+                turn_s += time.thread_time() - self._mark
+            if not must_wait(share.used, self.per_turn, True, turn_s, self.slice_s):
+                self._switch(share)  # its step runs from here
+                share.ran += 1
+                return None
         future: asyncio.Future[None] = loop.create_future()
         # first of its callbacks: run just before the waiting step resumes (a task's wake-up,
         # `fast_exchange`'s callback), so that step's CPU is this share's
@@ -242,6 +268,7 @@ class LoopShares:
     def _resumed(self, share: Share, future: asyncio.Future[None]) -> None:
         if not future.cancelled():  # a held step: sharing, by how it came to wait
             self._switch(share)
+            share.ran += 1
 
     def _next_turn(self) -> None:
         self.turn += 1
@@ -257,7 +284,9 @@ class LoopShares:
             share = self._waiting.popleft()
             woken = 0
             if share.held_until <= now or busy <= 1:
-                while share.waiting and woken < self.per_turn:
+                # a slice's worth by its steps' cost, so the turn they run in stays short
+                most = wakes(share.step_s, self.slice_s, self.per_turn)
+                while share.waiting and woken < most:
                     future = share.waiting.popleft()
                     if not future.done():  # a cancelled waiter (its sandbox stopped) takes none
                         future.set_result(None)
@@ -289,7 +318,8 @@ class LoopShares:
             else:
                 share.balance = charged(share.balance, share.spent)
                 share.charged_s += share.spent
-            share.spent = 0.0
+            share.step_s = averaged(share.step_s, share.spent, share.ran)
+            share.spent, share.ran = 0.0, 0
             hold = held_for(share.balance, rate, busy)
             share.held_until = now + hold
             if hold > 0.0:

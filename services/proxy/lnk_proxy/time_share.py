@@ -19,6 +19,11 @@ p99 (bench/README.md, session 11: holding each flood lookup 20 ms took the p99 r
 ~4-5x to ~2.2x). Bounding the flood's proxy time leaves that CPU to the others, and a
 flooding client that waits for its answers sends less.
 
+Within the rate, a turn's part: a sandbox's steps in one loop turn take at most `TURN_SLICE_S`
+of CPU (its further steps wait for a later turn, `fair_share.must_wait`), and a held sandbox's
+steps are resumed a turn's slice at a time by their cost (`wakes`, on the estimate
+`averaged`), so another sandbox's step waits behind at most about one slice and one step.
+
 Limits: this does NOT
 - know what a step will cost before it runs: a step runs to its end and is charged after, so
   a sandbox may overdraw by one interval's work (held longer for it after, up to the bound);
@@ -33,10 +38,14 @@ __all__ = [
     "BURST_S",
     "LOOP_SHARE",
     "MAX_DEBT_S",
+    "STEP_WEIGHT",
+    "TURN_SLICE_S",
+    "averaged",
     "charged",
     "held_for",
     "rate_of",
     "refilled",
+    "wakes",
 ]
 
 # The part of one core's time the proxy's loop shares out among sandboxes with work, while
@@ -74,3 +83,33 @@ def held_for(balance: float, rate: float, busy: int) -> float:
     if busy <= 1 or balance >= 0.0 or rate <= 0.0:
         return 0.0
     return -balance / rate
+
+
+# The most of the proxy's time one sandbox's steps take in one turn of the loop while another
+# has work: a turn runs every step that was ready when it began, so another sandbox's step
+# ready in the same turn waits behind them all; counted in steps alone (`PER_TURN` 8 fresh
+# plus 8 woken), a flood of ~100-200 us steps made a turn 1.5-3 ms long, beyond the measured
+# sandbox's whole quiet p99 (~1 ms). A few of its steps, or one long one (run to its end).
+TURN_SLICE_S = 0.0003
+# How much the latest turn's cost per step moves a sandbox's estimate (`averaged`): a few
+# turns' memory, so one turn of odd steps does not decide how many are woken next.
+STEP_WEIGHT = 0.25
+
+
+def averaged(estimate_s: float, spent_s: float, steps: int, weight: float = STEP_WEIGHT) -> float:
+    """A sandbox's cost per step after a turn in which `steps` of its steps spent `spent_s`
+    (the first turn's cost as it is; a turn with no step counted leaves it as it was)."""
+    if steps <= 0 or spent_s < 0.0:
+        return estimate_s
+    cost = spent_s / steps
+    if estimate_s <= 0.0:
+        return cost
+    return estimate_s + weight * (cost - estimate_s)
+
+
+def wakes(step_s: float, slice_s: float, most: int) -> int:
+    """How many of a sandbox's waiting steps to resume for one turn: as many as its cost per
+    step fits in `slice_s`, never fewer than one (it is still served), never more than `most`."""
+    if step_s <= 0.0:
+        return max(most, 1)
+    return max(1, min(most, int(slice_s / step_s + 1e-9)))  # 0.0003 / 0.0001 is 2.999...

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from lnk_proxy.fair_share import PER_TURN, RECENT_S, LoopShares, Share, must_wait
+from lnk_proxy.time_share import TURN_SLICE_S
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,23 @@ from lnk_proxy.fair_share import PER_TURN, RECENT_S, LoopShares, Share, must_wai
 )
 def test_must_wait(used: int, per_turn: int, contended: bool, waits: bool) -> None:
     assert must_wait(used, per_turn, contended) is waits
+
+
+@pytest.mark.parametrize(
+    ("used", "turn_s", "slice_s", "contended", "waits"),
+    [
+        (1, 0.0, 0.0003, True, False),  # its first step of the turn runs
+        (2, 0.0002, 0.0003, True, False),
+        (2, 0.0003, 0.0003, True, True),  # its slice of this turn is used: a later turn
+        (1, 0.005, 0.0003, True, True),  # however few its steps (a lookup thread's CPU)
+        (9, 0.0, 0.0003, True, True),  # the step count still bounds cheap steps
+        (3, 0.01, 0.0003, False, False),  # alone on the loop: never held back
+    ],
+)
+def test_must_wait_by_its_time_in_the_turn(
+    used: int, turn_s: float, slice_s: float, contended: bool, waits: bool
+) -> None:
+    assert must_wait(used, 8, contended, turn_s, slice_s) is waits
 
 
 async def _step(share: Share) -> None:
@@ -290,3 +308,51 @@ def test_a_step_resumed_by_an_owned_future_is_charged_to_its_sandbox() -> None:
     flood_s, other_s = asyncio.run(_owned_step())
     assert flood_s >= 0.0019
     assert other_s < 0.001
+
+
+# -- a turn's slice of the proxy's time ---------------------------------------------------------
+
+
+async def _costly_flood_per_turn(step_cpu_s: float, seconds: float) -> dict[str, float]:
+    """48 tasks of a flooding sandbox whose every step costs `step_cpu_s` of CPU (a long head,
+    a long answer to judge), beside a c=1 sandbox, on the default shares: the flood's CPU in
+    each loop turn, the most of them, and its steps in all."""
+    shares = LoopShares()
+    flood, measured = shares.share(), shares.share()
+    turns = _Turns()
+    per_turn: dict[int, float] = {}
+    steps = {"flood": 0, "measured": 0}
+    stop_at = time.monotonic() + seconds
+    contended_from: list[int] = []  # the turn of the measured sandbox's first step
+
+    async def worker(share: Share, name: str, gap_s: float, cpu_s: float) -> None:
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(gap_s)
+            turn = share.take()
+            if turn is not None:
+                await turn
+            started = time.thread_time()
+            _spin(cpu_s)
+            if name == "measured" and not contended_from:
+                contended_from.append(turns.now)
+            elif name == "flood" and contended_from and turns.now > contended_from[0]:
+                per_turn[turns.now] = per_turn.get(turns.now, 0.0) + time.thread_time() - started
+            steps[name] += 1
+
+    flooding = [worker(flood, "flood", 0, step_cpu_s) for _ in range(48)]
+    await asyncio.gather(*flooding, worker(measured, "measured", 0.0005, 0.00005))
+    turns.stop()
+    return {"most": max(per_turn.values()), **steps, "holds": float(measured.holds)}
+
+
+def test_a_flood_of_costly_steps_takes_at_most_a_slice_of_each_turn() -> None:
+    """The attack: each flood step costs 0.5 ms, so `PER_TURN` steps alone made one turn 4 ms
+    or more (8 fresh, or 8 woken after a hold), and the other sandbox's step ready in that turn
+    waited behind all of it. With the slice a turn holds at most one slice and a step of the
+    flood's fresh steps, and as many woken ones as their cost fits (at least one)."""
+    step = 0.0005
+    seen = asyncio.run(_costly_flood_per_turn(step, seconds=1.0))
+    assert seen["most"] <= 2 * TURN_SLICE_S + 2 * step + 0.0005, seen  # 1.6 ms, a preemption
+    assert seen["flood"] > 100  # still served, slower
+    assert seen["measured"] > 100
+    assert seen["holds"] == 0

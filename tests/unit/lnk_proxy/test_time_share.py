@@ -9,10 +9,14 @@ from lnk_proxy.time_share import (
     BURST_S,
     LOOP_SHARE,
     MAX_DEBT_S,
+    STEP_WEIGHT,
+    TURN_SLICE_S,
+    averaged,
     charged,
     held_for,
     rate_of,
     refilled,
+    wakes,
 )
 
 
@@ -84,3 +88,38 @@ def test_the_longest_hold_is_far_below_the_proxys_timeouts() -> None:
     assert 0.0 < longest <= 0.5
     assert 0.0 < LOOP_SHARE <= 1.0
     assert 0.0 < BURST_S < MAX_DEBT_S
+
+
+@pytest.mark.parametrize(
+    ("estimate_s", "spent_s", "steps", "after"),
+    [
+        (0.0, 0.0004, 4, 0.0001),  # the first turn's cost as it is
+        (0.0001, 0.0005, 1, 0.0001 + STEP_WEIGHT * 0.0004),  # moved a part of the way
+        (0.0002, 0.0002, 1, 0.0002),
+        (0.0001, 0.001, 0, 0.0001),  # no step counted (a lookup thread's CPU only): unchanged
+        (0.0001, -0.001, 2, 0.0001),  # a clock's error changes nothing
+    ],
+)
+def test_averaged(estimate_s: float, spent_s: float, steps: int, after: float) -> None:
+    assert averaged(estimate_s, spent_s, steps) == pytest.approx(after)
+
+
+@pytest.mark.parametrize(
+    ("step_s", "slice_s", "most", "woken"),
+    [
+        (0.0, 0.0003, 8, 8),  # cost not known yet: as many as the step count allows
+        (0.00005, 0.0003, 8, 6),
+        (0.00001, 0.0003, 8, 8),  # cheap steps: the step count bounds them
+        (0.0001, 0.0003, 8, 3),
+        (0.0005, 0.0003, 8, 1),  # one step past the slice: still one a turn, never none
+        (0.1, 0.0003, 8, 1),
+        (0.0, 0.0003, 0, 1),
+    ],
+)
+def test_wakes(step_s: float, slice_s: float, most: int, woken: int) -> None:
+    assert wakes(step_s, slice_s, most) == woken
+
+
+def test_a_turns_slice_is_below_a_quiet_requests_tail() -> None:
+    # the measured sandbox's quiet p99 is ~1 ms through the proxy: a slice well below it
+    assert 0.0 < TURN_SLICE_S <= 0.0005
