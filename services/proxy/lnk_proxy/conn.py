@@ -385,6 +385,9 @@ async def dial(
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(timeout_s):  # not wait_for: no extra task per dial
             await loop.sock_connect(sock, (str(address), port))
+        share = CURRENT.get()
+        if share is not None:
+            share.begin()  # resumed by the connect, not by a wait that counted a step
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except BaseException:
         sock.close()

@@ -144,6 +144,8 @@ class _Connection:
         self.client = client
         self.loop = asyncio.get_running_loop()
         self.outcome: asyncio.Future[Step] = self.loop.create_future()
+        if listener.share is not None:  # the step that takes the outcome is the sandbox's
+            listener.share.owns(self.outcome)
         self.state = _HEAD
         self.deadline = 0.0  # the loop's time the current wait ends at
         self.timer: asyncio.TimerHandle | None = None

@@ -43,6 +43,7 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -151,6 +152,9 @@ class SystemResolver:
         self.timeout_s = timeout_s
         self.max_lookups = max_lookups
         self.running = 0  # lookups not yet returned, timed-out ones included
+        # Given each lookup thread's CPU for its job, on the loop (`fair_share.Share.charge`:
+        # the sandbox's share of the proxy's time counts its threads too).
+        self.charge: Callable[[float], None] | None = None
         self._pending: dict[str, asyncio.Future[_Outcome]] = {}
         self._workers = LookupWorkers(max_lookups)
 
@@ -163,20 +167,26 @@ class SystemResolver:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Outcome] = loop.create_future()
 
-        def done(infos: list[tuple[Any, ...]] | None, error: BaseException | None) -> None:
+        def done(
+            infos: list[tuple[Any, ...]] | None, error: BaseException | None, cpu_s: float
+        ) -> None:
             self.running -= 1
+            if self.charge is not None:
+                self.charge(cpu_s)
             if self._pending.get(name) is future:
                 del self._pending[name]
             if not future.done():  # an error is a result: no waiter may be left to read it
                 future.set_result((infos or [], error))
 
         def work() -> None:
+            started = time.thread_time()  # this thread's own CPU, not the lookup's wait
             try:
                 infos, error = _getaddrinfo(name), None
             except BaseException as exc:  # handed to the loop, never lost
                 infos, error = None, exc
+            cpu_s = time.thread_time() - started
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                loop.call_soon_threadsafe(done, infos, error)
+                loop.call_soon_threadsafe(done, infos, error, cpu_s)
 
         # queued for a kept thread, never started here (`lookup_workers`); RuntimeError (no
         # thread could be started) reaches the caller: nothing counted

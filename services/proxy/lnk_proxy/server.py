@@ -112,7 +112,7 @@ from lnk_proxy.policy import (
     judge_localhost,
 )
 from lnk_proxy.policy_memo import PolicyMemo
-from lnk_proxy.resolver import Resolver, ResolverBusy, make_resolver
+from lnk_proxy.resolver import Resolver, ResolverBusy, SystemResolver, make_resolver
 from lnk_proxy.route_check import RouteChecker
 from lnk_proxy.service_relay import ServiceGrant, relay, scrub_text, tls_context
 from lnk_proxy.tunnel_buffers import LARGE, PLAIN, SMALL, TunnelBuffers, buffers_for
@@ -354,13 +354,15 @@ class ProxyServer:
         if self.config.unsafe_ssh_port_by_any_entry:  # a test switch (config.py warns)
             grants = replace(grants, unsafe_listed_only_ports_open=True)
         listener = Listener(sandbox, socket_path, grants, secret, sock)
-        listener.share = self.shares.share()
+        listener.share = share = self.shares.share()
         listener.services = services or ServiceGrant()
         listener.models = models or ModelGrant()
         listener.hosted = HostedGrant(listener.models.rules)
         listener.resolver = self._shared_resolver or make_resolver(
             self.config.unsafe_dns_table, kept=self.config.unsafe_dns_table_kept
         )
+        if isinstance(listener.resolver, SystemResolver) and self._shared_resolver is None:
+            listener.resolver.charge = share.charge  # its lookup threads' CPU is its time too
         listener.flags = tuple(
             (str(self.config.flags_dir / f"{sandbox}.{name}"), name, rule)
             for name, rule in (("stop", "stopped"), ("pause", "paused"))
@@ -383,6 +385,13 @@ class ProxyServer:
         if listener is None:
             raise ValueError(f"no listener for sandbox {sandbox}")
         return listener.fast_decided
+
+    def share_stats(self, sandbox: str) -> dict[str, float]:
+        """The sandbox's share of the proxy's time in all (admin `stats`: tests, benches)."""
+        share = self._listeners[sandbox].share if sandbox in self._listeners else None
+        if share is None:
+            raise ValueError(f"no listener for sandbox {sandbox}")
+        return {"charged_s": share.charged_s, "holds": share.holds, "held_s": share.held_s}
 
     def set_service_secrets(self, sandbox: str, secrets: dict[str, bytes]) -> None:
         """The secrets' values now (one left out: its rule refuses from the next request)."""

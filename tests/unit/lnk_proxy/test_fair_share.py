@@ -1,13 +1,16 @@
 """Each sandbox's share of the event loop: a busy sandbox runs at most `per_turn` steps in a
-turn while another has work, is never held back alone, and every held step runs later."""
+turn and at most its share of the proxy's time while another has work, is never held back
+alone, and every held step runs later."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from lnk_proxy.fair_share import PER_TURN, LoopShares, Share, must_wait
+from lnk_proxy.fair_share import PER_TURN, RECENT_S, LoopShares, Share, must_wait
+from lnk_proxy.time_share import TURN_SLICE_S
 
 
 @pytest.mark.parametrize(
@@ -24,6 +27,23 @@ from lnk_proxy.fair_share import PER_TURN, LoopShares, Share, must_wait
 )
 def test_must_wait(used: int, per_turn: int, contended: bool, waits: bool) -> None:
     assert must_wait(used, per_turn, contended) is waits
+
+
+@pytest.mark.parametrize(
+    ("used", "turn_s", "slice_s", "contended", "waits"),
+    [
+        (1, 0.0, 0.0003, True, False),  # its first step of the turn runs
+        (2, 0.0002, 0.0003, True, False),
+        (2, 0.0003, 0.0003, True, True),  # its slice of this turn is used: a later turn
+        (1, 0.005, 0.0003, True, True),  # however few its steps (a lookup thread's CPU)
+        (9, 0.0, 0.0003, True, True),  # the step count still bounds cheap steps
+        (3, 0.01, 0.0003, False, False),  # alone on the loop: never held back
+    ],
+)
+def test_must_wait_by_its_time_in_the_turn(
+    used: int, turn_s: float, slice_s: float, contended: bool, waits: bool
+) -> None:
+    assert must_wait(used, 8, contended, turn_s, slice_s) is waits
 
 
 async def _step(share: Share) -> None:
@@ -138,3 +158,201 @@ def test_a_cancelled_waiter_does_not_keep_the_next_one_waiting() -> None:
 
 def test_the_default_share_is_a_few_steps() -> None:
     assert 1 <= PER_TURN <= 16
+
+
+# -- the share of the proxy's time -------------------------------------------------------------
+
+
+def _spin(cpu_s: float) -> None:
+    """A step's work: this thread's CPU, as a lookup's judging or a refusal's line costs."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+async def _flood_with_work(
+    shares: LoopShares, seconds: float, step_cpu_s: float = 0.0001
+) -> dict[str, float]:
+    """48 tasks of a flooding sandbox, each step `step_cpu_s` of CPU, beside a sandbox whose
+    one task steps every 0.5 ms (a c=1 client): each one's CPU, its steps and the wall time."""
+    flood, measured = shares.share(), shares.share()
+    seen = {"flood_cpu": 0.0, "measured_cpu": 0.0, "flood_steps": 0.0, "measured_steps": 0.0}
+    stop_at = time.monotonic() + seconds
+
+    async def worker(share: Share, name: str, gap_s: float, cpu_s: float) -> None:
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(gap_s)
+            turn = share.take()
+            if turn is not None:
+                await turn
+            started = time.thread_time()
+            _spin(cpu_s)
+            seen[f"{name}_cpu"] += time.thread_time() - started
+            seen[f"{name}_steps"] += 1
+
+    began = time.monotonic()
+    flooding = [worker(flood, "flood", 0, step_cpu_s) for _ in range(48)]
+    await asyncio.gather(*flooding, worker(measured, "measured", 0.0005, 0.00005))
+    seen["wall"] = time.monotonic() - began
+    seen["flood_holds"], seen["measured_holds"] = flood.holds, measured.holds
+    seen["flood_charged"] = flood.charged_s
+    return seen
+
+
+def test_a_flooding_sandbox_gets_at_most_its_share_of_the_proxys_time_beside_another() -> None:
+    """The attack: 48 exchanges of CPU-heavy steps from one sandbox beside a c=1 one. With two
+    sandboxes with work the flood's rate is `loop_share / 2`: its CPU over the wall time stays
+    near that (an upper bound even on a loaded machine: a preempted loop refills by the wall
+    clock), the excess held, not dropped; the light sandbox is never held."""
+    shares = LoopShares(loop_share=0.2)  # the flood's rate: 0.1 of a core
+    seen = asyncio.run(_flood_with_work(shares, seconds=1.5))
+    assert seen["flood_cpu"] / seen["wall"] <= 0.1 * 1.3 + 0.05 / seen["wall"]
+    assert seen["flood_holds"] > 0
+    assert seen["flood_charged"] >= seen["flood_cpu"] * 0.9  # its steps' CPU was charged
+    assert seen["measured_holds"] == 0
+    assert seen["flood_steps"] > 100  # still served, slower
+    assert seen["measured_steps"] > 100
+
+
+def test_without_the_time_share_the_flood_takes_most_of_the_loop() -> None:
+    """The attack's shape without the bound (a share larger than the machine): the flood's
+    steps fill every turn the other sandbox leaves, most of the loop's CPU."""
+    shares = LoopShares(loop_share=1000.0)
+    seen = asyncio.run(_flood_with_work(shares, seconds=1.0))
+    assert seen["flood_holds"] == 0
+    assert seen["flood_cpu"] > 5 * seen["measured_cpu"]
+    assert seen["flood_cpu"] / seen["wall"] > 0.1 * 1.3 + 0.05 / seen["wall"]
+
+
+async def _alone_with_work(tasks: int, seconds: float) -> Share:
+    shares = LoopShares(loop_share=0.1)
+    share = shares.share()
+    stop_at = time.monotonic() + seconds
+
+    async def worker() -> None:
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(0)
+            turn = share.take()
+            if turn is not None:
+                await turn
+            _spin(0.0001)
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return share
+
+
+def test_a_sandbox_alone_gets_the_whole_proxy_however_much_it_uses() -> None:
+    share = asyncio.run(_alone_with_work(tasks=48, seconds=0.3))
+    assert share.holds == 0
+    assert share.charged_s == 0.0  # nothing is even counted while no one else has work
+
+
+async def _held_then_alone() -> tuple[int, float]:
+    """A sandbox held for its share, whose neighbour then goes quiet: its held steps all run,
+    within the hold's bound and `RECENT_S`."""
+    shares = LoopShares(loop_share=0.2)
+    flood, other = shares.share(), shares.share()
+    assert other.take() is None
+    assert flood.take() is None  # contended from here
+    flood.charge(0.01)  # a lookup thread's 10 ms: far past its bucket
+    await asyncio.sleep(0)  # a turn: the charge is accounted, the flood held
+    held = [flood.take() for _ in range(20)]
+    assert all(turn is not None for turn in held)
+    began = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(*(t for t in held if t is not None)), timeout=5)
+    return flood.holds, time.monotonic() - began
+
+
+def test_held_steps_all_run_once_the_share_refills() -> None:
+    holds, waited = asyncio.run(_held_then_alone())
+    assert holds >= 1
+    assert waited <= 0.01 / 0.1 + RECENT_S + 0.1  # the hold (debt / rate), then at most RECENT_S
+
+
+async def _lookup_threads_charged() -> tuple[float, float]:
+    shares = LoopShares()
+    flood, other = shares.share(), shares.share()
+    assert other.take() is None
+    assert flood.take() is None
+    flood.charge(0.003)
+    await asyncio.sleep(0)
+    return flood.charged_s, flood.balance
+
+
+def test_a_lookup_threads_cpu_is_charged_to_its_sandbox() -> None:
+    charged_s, balance = asyncio.run(_lookup_threads_charged())
+    assert charged_s >= 0.003
+    assert balance < 0.0
+
+
+async def _owned_step() -> tuple[float, float]:
+    """A step resumed by a future no `take` counted (a dial's connect, the callback path's
+    hand-over): with `owns`, its CPU is its sandbox's, not the loop's own."""
+    shares = LoopShares()
+    flood, other = shares.share(), shares.share()
+    assert other.take() is None
+    assert flood.take() is None
+    await asyncio.sleep(0)  # the turn ends: the loop's own from here
+    other_before = other.charged_s
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    flood.owns(future)
+    asyncio.get_running_loop().call_soon(future.set_result, None)
+    await future
+    _spin(0.002)
+    assert other.take() is None  # the next step begins: the spin was the flood's
+    await asyncio.sleep(0)
+    return flood.charged_s, other.charged_s - other_before
+
+
+def test_a_step_resumed_by_an_owned_future_is_charged_to_its_sandbox() -> None:
+    flood_s, other_s = asyncio.run(_owned_step())
+    assert flood_s >= 0.0019
+    assert other_s < 0.001
+
+
+# -- a turn's slice of the proxy's time ---------------------------------------------------------
+
+
+async def _costly_flood_per_turn(step_cpu_s: float, seconds: float) -> dict[str, float]:
+    """48 tasks of a flooding sandbox whose every step costs `step_cpu_s` of CPU (a long head,
+    a long answer to judge), beside a c=1 sandbox, on the default shares: the flood's CPU in
+    each loop turn, the most of them, and its steps in all."""
+    shares = LoopShares()
+    flood, measured = shares.share(), shares.share()
+    turns = _Turns()
+    per_turn: dict[int, float] = {}
+    steps = {"flood": 0, "measured": 0}
+    stop_at = time.monotonic() + seconds
+    contended_from: list[int] = []  # the turn of the measured sandbox's first step
+
+    async def worker(share: Share, name: str, gap_s: float, cpu_s: float) -> None:
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(gap_s)
+            turn = share.take()
+            if turn is not None:
+                await turn
+            started = time.thread_time()
+            _spin(cpu_s)
+            if name == "measured" and not contended_from:
+                contended_from.append(turns.now)
+            elif name == "flood" and contended_from and turns.now > contended_from[0]:
+                per_turn[turns.now] = per_turn.get(turns.now, 0.0) + time.thread_time() - started
+            steps[name] += 1
+
+    flooding = [worker(flood, "flood", 0, step_cpu_s) for _ in range(48)]
+    await asyncio.gather(*flooding, worker(measured, "measured", 0.0005, 0.00005))
+    turns.stop()
+    return {"most": max(per_turn.values()), **steps, "holds": float(measured.holds)}
+
+
+def test_a_flood_of_costly_steps_takes_at_most_a_slice_of_each_turn() -> None:
+    """The attack: each flood step costs 0.5 ms, so `PER_TURN` steps alone made one turn 4 ms
+    or more (8 fresh, or 8 woken after a hold), and the other sandbox's step ready in that turn
+    waited behind all of it. With the slice a turn holds at most one slice and a step of the
+    flood's fresh steps, and as many woken ones as their cost fits (at least one)."""
+    step = 0.0005
+    seen = asyncio.run(_costly_flood_per_turn(step, seconds=1.0))
+    assert seen["most"] <= 2 * TURN_SLICE_S + 2 * step + 0.0005, seen  # 1.6 ms, a preemption
+    assert seen["flood"] > 100  # still served, slower
+    assert seen["measured"] > 100
+    assert seen["holds"] == 0
