@@ -432,7 +432,7 @@ async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -
     """Move bytes both ways until both directions end; a half-close is passed on. An error on
     either side (a reset) ends both. Cancelling this ends both too. The sandbox's side gets
     `buffers.unix_send` as its send buffer and both directions pipes of `buffers.pipe` (the
-    origin side was dialed with `buffers`)."""
+    origin side was dialed with `buffers`); `client` is the sandbox's side."""
     pipes = _PIPES_OF.get(buffers.pipe) or PipePool(size=buffers.pipe, keep=0)
 
     async def one_way(src: Conn, dst: Conn) -> None:
@@ -442,9 +442,11 @@ async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -
             await src.copy_to(dst)  # a socket that cannot splice: through a buffer
         dst.shutdown_write()
 
-    for conn in (client, upstream):
-        if conn.sock.family == socket.AF_UNIX:  # the sandbox's side, before the tunnel's bytes
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.unix_send)
+    # The sandbox's side, before the tunnel's bytes: its unix connection, or the TCP socket
+    # it handed over (`handoff`), whose receive buffer is fixed too (TCP would autotune it).
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.unix_send)
+    if client.sock.family != socket.AF_UNIX:
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffers.unix_send)
     tasks = [
         asyncio.create_task(one_way(client, upstream)),
         asyncio.create_task(one_way(upstream, client)),

@@ -62,6 +62,7 @@ class Listener:
     share: Share | None = None  # its share of the event loop's turns (`fair_share`)
     heads: HeadMemo = field(default_factory=HeadMemo)  # its parsed heads (`fast_exchange`)
     fast_decided: int = 0  # its requests decided on the callback path (admin `stats`)
+    handed: int = 0  # its connections handed over by its relay (`handoff`; admin `stats`)
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only

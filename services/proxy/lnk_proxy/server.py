@@ -78,6 +78,7 @@ from lnk_proxy.fair_share import CURRENT, LoopShares
 from lnk_proxy.fast_exchange import FastExchange
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
+from lnk_proxy.handoff import first_read, take_handed
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
 from lnk_proxy.hosted_relay import exchange as exchange_hosted
@@ -377,10 +378,17 @@ class ProxyServer:
 
     def fast_decided(self, sandbox: str) -> int:
         """The sandbox's requests decided on the callback path (admin `stats`: tests)."""
+        return self._listener_of(sandbox).fast_decided
+
+    def handed(self, sandbox: str) -> int:
+        """The sandbox's connections its relay handed over (`handoff`; admin `stats`: tests)."""
+        return self._listener_of(sandbox).handed
+
+    def _listener_of(self, sandbox: str) -> Listener:
         listener = self._listeners.get(sandbox)
         if listener is None:
             raise ValueError(f"no listener for sandbox {sandbox}")
-        return listener.fast_decided
+        return listener
 
     def set_service_secrets(self, sandbox: str, secrets: dict[str, bytes]) -> None:
         """The secrets' values now (one left out: its rule refuses from the next request)."""
@@ -491,6 +499,10 @@ class ProxyServer:
                 raise
         client = Conn(sock)
         try:
+            handed = await self._handed(listener, client)  # the relay's TCP socket, or itself
+            if handed is None:
+                return
+            client = handed
             while True:  # the callback path while it can (`fast_exchange`), else one by one
                 step = await self._fast.serve(listener, client) if self._fast else None
                 if not await (self._one_request(listener, client) if step is None else step):
@@ -499,6 +511,24 @@ class ProxyServer:
             log.debug("%s: connection ended: %s", listener.sandbox, exc)
         finally:
             client.close()
+
+    async def _handed(self, listener: Listener, client: Conn) -> Conn | None:
+        """The connection to serve: `client`, or the TCP socket the sandbox's relay handed over
+        on it (`handoff`: judged; `client` closed); None when the hand-off was refused."""
+        client.deadline = asyncio.get_running_loop().time() + HEAD_TIMEOUT_S
+        try:
+            received = await first_read(client)
+        finally:
+            client.deadline = None
+        if not received.is_handoff:
+            return client
+        taken = take_handed(received)
+        if isinstance(taken, Refusal):
+            await self.refuse(listener, client, "", "", taken)
+            return None
+        client.close()
+        listener.handed += 1
+        return taken
 
     async def _one_request(self, listener: Listener, client: Conn) -> bool:
         """Serve one request; True when the connection may carry another."""
