@@ -1,6 +1,8 @@
 """The proxy's listeners: one unix socket per sandbox, and every connection through it.
 
-Per connection, per request: read a head (bounded in size by `find_head_end`, in time by
+Per connection: its first read may be a hand-off (`handoff`: the sandbox's relay sends the
+client's own TCP socket, judged, then served in the unix connection's place); then, per
+request: read a head (bounded in size by `find_head_end`, in time by
 `HEAD_TIMEOUT_S`), parse it, the sandbox's stop and pause flags as they are now (read again
 whenever the flags folder's inotify watch says a name of this sandbox changed, and on every
 request while there is no watch: `flag_watch`; a flag that cannot be checked counts as set),
