@@ -2,6 +2,8 @@
 embedded default, no systemd needed), each under its own identity: the proxy as its own system
 user (`lnk-proxy`, made here if missing), the controller as root. The proxy starts first, since
 the controller refuses to launch a sandbox with a network while the proxy does not answer.
+Each one's stdout and stderr are a pipe to its log's keeper (`lnk_admin.service_logs`), which
+rotates `logs/<name>.log` by size; `down` waits for the keeper after the service.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lnk_admin import service_logs
 from lnk_shared.box_folders import folder_named
 from lnk_shared.display import shown
 from lnk_shared.errors import EXIT_OK, StateError, UsageError
@@ -176,6 +179,7 @@ def cmd_up(_args: argparse.Namespace) -> int:
     _require_root()
     box = BoxPaths.from_env()
     box.run_dir.mkdir(parents=True, exist_ok=True)
+    settings = service_logs.log_settings()  # controller.toml, checked before anything starts
     logs = box.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     os.chmod(logs, 0o700)
@@ -185,7 +189,7 @@ def cmd_up(_args: argparse.Namespace) -> int:
             if _running_pid(box, service) is not None:
                 print(f"{service.name}: already running")
                 continue
-            started.append((service, _start(box, service, logs)))
+            started.append((service, _start(box, service, logs, settings)))
     except BaseException:
         for service, process in reversed(started):
             _stop_started(box, service, process)
@@ -203,28 +207,17 @@ LOG_MIN_FREE = 1024 * 1024  # bytes a service's log needs to say why it failed
 LOG_TAIL_LINES = 1  # of a failed service's output, shown in the error: its last word, the why
 
 
-def _log_target(log_path: Path) -> tuple[Any, int, str | None]:
-    """The open log (its offset now), or None (stderr) and why, when it cannot be written."""
+def _unwritable(log_path: Path) -> str | None:
+    """Why the log cannot be written (its output then goes to stderr), or None."""
     try:
         free = os.statvfs(log_path.parent)
         if free.f_bavail * free.f_frsize < LOG_MIN_FREE:
-            return None, 0, f"{log_path.parent} is full"
-        log = open(log_path, "ab")  # noqa: SIM115 (closed by _start)
+            return f"{log_path.parent} is full"
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
-        return None, 0, f"{log_path}: {exc.strerror}"
-    os.fchmod(log.fileno(), 0o600)
-    return log, log.tell(), None
-
-
-def _tail(log_path: Path, offset: int) -> str:
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(offset)
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-LOG_TAIL_LINES:])
+        return f"{log_path}: {exc.strerror}"
+    os.close(fd)
+    return None
 
 
 def _below_the_sandboxes(service: Service, pid: int) -> None:
@@ -244,36 +237,42 @@ def _below_the_sandboxes(service: Service, pid: int) -> None:
         )
 
 
-def _start(box: BoxPaths, service: Service, logs: Path) -> subprocess.Popen[bytes]:
+def _start(
+    box: BoxPaths, service: Service, logs: Path, settings: service_logs.LogSettings
+) -> subprocess.Popen[bytes]:
     log_path = logs / f"{service.name}.log"
     as_user = _prepare(box, service) if service.user != "root" else []
     box.state_dir.chmod(folder_named("state", "").mode)  # the proxy reaches wire/ through it
-    log, offset, unwritable = _log_target(log_path)
+    unwritable = _unwritable(log_path)
     if unwritable:
         print(
             f"{service.name}: its log cannot be written ({unwritable}): its output goes here",
             file=sys.stderr,
         )
+    since = service_logs.since(log_path)
+    # None: this command's own stdout and stderr; else the pipe to the log's keeper
+    out = None if unwritable else service_logs.start_keeper(box, service.name, log_path, settings)
     try:
         process = subprocess.Popen(
             [*as_user, sys.executable, "-m", service.module],
             stdin=subprocess.DEVNULL,
-            stdout=log,  # None: this command's own stdout and stderr
-            stderr=log if log is not None else None,
+            stdout=out,
+            stderr=out,
             start_new_session=True,
             close_fds=True,
             cwd="/",
         )
     finally:
-        if log is not None:
-            log.close()
+        if out is not None:
+            os.close(out)  # the service holds it now: the keeper ends when the service does
     where = "the output above" if unwritable else str(log_path)
     _pidfile(box, service).write_text(f"{process.pid}\n")
     _below_the_sandboxes(service, process.pid)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _answers(box, service):
         if process.poll() is not None:
-            said = "" if unwritable else _tail(log_path, offset)
+            service_logs.end_keeper(box, service.name, log_path)  # all it said is written
+            said = "" if unwritable else service_logs.tail(log_path, since, LOG_TAIL_LINES)
             _pidfile(box, service).unlink(missing_ok=True)
             raise StateError(
                 f"{service.name} exited with status {process.returncode}"
@@ -301,6 +300,7 @@ def _stop_started(box: BoxPaths, service: Service, process: subprocess.Popen[byt
             process.wait(timeout=STOP_TIMEOUT_S)
         print(f"{service.name}: stopped again", file=sys.stderr)
     _pidfile(box, service).unlink(missing_ok=True)
+    service_logs.end_keeper(box, service.name, box.state_dir / "logs" / f"{service.name}.log")
 
 
 def cmd_down(_args: argparse.Namespace) -> int:
@@ -308,7 +308,9 @@ def cmd_down(_args: argparse.Namespace) -> int:
     box = BoxPaths.from_env()
     for service in reversed(SERVICES):
         pid = _running_pid(box, service)
+        log_path = box.state_dir / "logs" / f"{service.name}.log"
         if pid is None:
+            service_logs.end_keeper(box, service.name, log_path, wait_s=0.0)  # one left behind
             print(f"{service.name}: not running")
             continue
         os.kill(pid, signal.SIGTERM)
@@ -318,6 +320,7 @@ def cmd_down(_args: argparse.Namespace) -> int:
         if _running_pid(box, service) is not None:
             os.kill(pid, signal.SIGKILL)
         _pidfile(box, service).unlink(missing_ok=True)
+        service_logs.end_keeper(box, service.name, log_path)  # the service's last words written
         print(f"{service.name}: down")
     return EXIT_OK
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -31,6 +32,7 @@ from typing import Any
 
 from lnk_shared.errors import StateError
 from lnk_shared.unix import bind_socket, peer_cred, recv_frame, send_frame
+from lnk_shared.waking_event import WakingEvent
 
 __all__ = [
     "ADMIN_SOCKET_MODE",
@@ -55,7 +57,6 @@ ADMIN_SOCKET_NAME = "admin.sock"
 ADMIN_SOCKET_MODE = 0o600  # the service's user, and root (the controller) past every mode
 SERVICE_DIR_MODE = 0o700  # its folder likewise: host users reach neither it nor what is in it
 ADMIN_TIMEOUT_S = 10.0  # a frame from the controller comes at once; a stall is a dead peer
-ACCEPT_POLL_S = 0.2  # how soon a thread-served socket sees its stop event
 
 Reply = tuple[dict[str, Any], list[int]]  # the answer, and the descriptors sent with it
 # (untrusted frame, descriptors that came with it: the handler's to keep or close) -> Reply
@@ -151,18 +152,24 @@ async def serve_connection_async(
 
 
 def serve_admin_threads(
-    path: Path, controller_uid: int, handle: Handler, stop: threading.Event
+    path: Path, controller_uid: int, handle: Handler, stop: WakingEvent
 ) -> None:
     """Bind the admin socket and serve it until `stop` is set, each connection on a thread of
-    its own; the socket is removed at the end."""
+    its own; the socket is removed at the end. At rest it sleeps in one `select` on the socket
+    and `stop` (no timeout: nothing wakes it but a connection or the stop)."""
+    stop_fd = stop.fileno()  # before the bind: a stop it cannot wait on fails here, not later
     listening = bind_admin_socket(path)
-    listening.settimeout(ACCEPT_POLL_S)
+    listening.setblocking(False)
     try:
         while not stop.is_set():
+            ready, _, _ = select.select([listening.fileno(), stop_fd], [], [])
+            if listening.fileno() not in ready:
+                continue
             try:
                 sock, _ = listening.accept()
-            except TimeoutError:
+            except (BlockingIOError, InterruptedError):  # a client that gave up meanwhile
                 continue
+            sock.setblocking(True)
             sock.settimeout(ADMIN_TIMEOUT_S)
             threading.Thread(
                 target=serve_connection, args=(sock, controller_uid, handle), daemon=True

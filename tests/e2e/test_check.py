@@ -21,7 +21,8 @@ from typing import Any
 
 import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import lnk_argv, owner_env
+from check_run import run_check, verdicts_of
 from net import NAS, WWW
 
 from lnk_shared.protected_names import PROTECTED_NAMES
@@ -61,39 +62,10 @@ FAMILIES = (
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _owner_argv(box: RunningBox, *args: str) -> list[str]:
-    owner = box.owner
-    return as_user(owner.uid, owner.gid, LNK, *args)
-
-
-def _env(box: RunningBox, private: Any | None) -> dict[str, str]:
-    env = box.owner_env()
-    if private is not None:
-        env.update({k: v for k, v in private.env.items() if k.startswith("LNK_")})
-    return env
-
-
 def _check(
     box: RunningBox, *flags: str, private: Any | None = None
 ) -> tuple[int, dict[str, Any], str]:
-    result = subprocess.run(
-        _owner_argv(box, "sandbox", "check", "--json", *flags),
-        env=_env(box, private),
-        cwd=str(box.owner.home),
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        check=False,
-    )
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
-    return result.returncode, doc, result.stderr
-
-
-def _verdicts(doc: dict[str, Any]) -> dict[str, str]:
-    return {p["id"]: p["verdict"] for p in doc["probes"]}
+    return run_check(box, *flags, private=private, timeout=CHECK_TIMEOUT_S)
 
 
 def _not_refused(doc: dict[str, Any]) -> dict[str, str]:
@@ -156,8 +128,8 @@ def _assert_nothing_remains(box: RunningBox, before: set[str], port: int | None)
 
 def _remembered(box: RunningBox, private: Any | None = None) -> list[Any]:
     listed = subprocess.run(
-        _owner_argv(box, "spec", "list", "--json"),
-        env=_env(box, private),
+        lnk_argv(box, "spec", "list", "--json"),
+        env=owner_env(box, private),
         capture_output=True,
         text=True,
         timeout=30,
@@ -207,7 +179,7 @@ def test_check_with_no_grants_refuses_every_probe_and_leaves_nothing(
     remembered = _remembered(running_box)
     code, doc, stderr = _check(running_box)
     assert code == 0, stderr
-    verdicts = _verdicts(doc)
+    verdicts = verdicts_of(doc)
     for family in FAMILIES:  # each family was really tried, not skipped
         assert any(i.startswith(family) for i in verdicts), family
     assert _not_refused(doc) == {}  # the loader's probe too: the gap is closed
@@ -242,7 +214,7 @@ def test_check_of_an_open_sandbox_reports_exactly_its_leaks_gaps_and_grants(
     )
     assert code == 1, stderr
     assert doc["leaked"] is True
-    verdicts = _verdicts(doc)
+    verdicts = verdicts_of(doc)
     expected = {
         "read.home": "allowed",
         "list.ssh": "allowed",
@@ -312,7 +284,7 @@ def test_check_with_grants_allows_what_they_open_and_refuses_the_rest(
         f"port:{served.port}": "known gap",
         f"write.deep-dot:{out}": "known gap",  # dot entries are kept only at the top
     }
-    verdicts = _verdicts(doc)
+    verdicts = verdicts_of(doc)
     asked = [i for i in verdicts if i.startswith("proxy:")]
     assert "proxy:tunnel-1.1.1.1" in asked
     assert "proxy:unlisted" in asked
@@ -331,8 +303,8 @@ def test_check_with_grants_allows_what_they_open_and_refuses_the_rest(
     assert _remembered(running_box, netbox) == remembered
     # Not approved by the check: a run still asks (and, with no terminal, refuses).
     run = subprocess.run(
-        _owner_argv(running_box, "sandbox", "run", f"--spec={spec_file}", "--", "/bin/true"),
-        env=_env(running_box, netbox),
+        lnk_argv(running_box, "sandbox", "run", f"--spec={spec_file}", "--", "/bin/true"),
+        env=owner_env(running_box, netbox),
         cwd=str(home),
         capture_output=True,
         text=True,
@@ -346,8 +318,8 @@ def test_check_with_grants_allows_what_they_open_and_refuses_the_rest(
 def test_check_of_host_network_reports_the_bait_server_leaked(running_box: RunningBox) -> None:
     """The person's report: one line per probe, a summary, exit 1."""
     result = subprocess.run(
-        _owner_argv(running_box, "sandbox", "check", "--network-mode=host"),
-        env=_env(running_box, None),
+        lnk_argv(running_box, "sandbox", "check", "--network-mode=host"),
+        env=owner_env(running_box, None),
         capture_output=True,
         text=True,
         timeout=CHECK_TIMEOUT_S,
@@ -365,8 +337,8 @@ def test_check_of_host_network_reports_the_bait_server_leaked(running_box: Runni
 
 def _running_sandboxes(box: RunningBox, private: Any) -> list[Any]:
     listed = subprocess.run(
-        _owner_argv(box, "sandbox", "list", "--json"),
-        env=_env(box, private),
+        lnk_argv(box, "sandbox", "list", "--json"),
+        env=owner_env(box, private),
         capture_output=True,
         text=True,
         timeout=30,
@@ -384,8 +356,8 @@ def test_check_interrupted_with_sigint_leaves_nothing(
     silent = str(internet.lan_subnet.network_address + 99)
     before = _tree(home)
     check = subprocess.Popen(
-        _owner_argv(running_box, "sandbox", "check", f"--lan-host={silent}"),
-        env=_env(running_box, netbox),
+        lnk_argv(running_box, "sandbox", "check", f"--lan-host={silent}"),
+        env=owner_env(running_box, netbox),
         cwd=str(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -419,8 +391,8 @@ def test_check_interrupted_with_sigint_leaves_nothing(
 def test_check_of_a_refused_spec_is_an_error_and_sets_nothing_up(running_box: RunningBox) -> None:
     before = _tree(running_box.owner.home)
     result = subprocess.run(
-        _owner_argv(running_box, "sandbox", "check", f"--write={running_box.owner.home}/.ssh"),
-        env=_env(running_box, None),
+        lnk_argv(running_box, "sandbox", "check", f"--write={running_box.owner.home}/.ssh"),
+        env=owner_env(running_box, None),
         capture_output=True,
         text=True,
         timeout=CHECK_TIMEOUT_S,
@@ -437,8 +409,8 @@ def test_check_of_a_sandbox_the_box_cannot_build_is_an_error(
     before = _tree(running_box.owner.home)
     with private_box("unsafe_pretend_landlock_abi = 1") as box:
         result = subprocess.run(
-            _owner_argv(running_box, "sandbox", "check"),
-            env=_env(running_box, box),
+            lnk_argv(running_box, "sandbox", "check"),
+            env=owner_env(running_box, box),
             capture_output=True,
             text=True,
             timeout=CHECK_TIMEOUT_S,
@@ -457,8 +429,8 @@ def test_check_probes_a_folder_passed_open_with_with_fd(running_box: RunningBox)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         result = subprocess.run(
-            _owner_argv(running_box, "sandbox", "check", "--json", f"--with-fd={fd}:write"),
-            env=_env(running_box, None),
+            lnk_argv(running_box, "sandbox", "check", "--json", f"--with-fd={fd}:write"),
+            env=owner_env(running_box, None),
             cwd=str(home),
             capture_output=True,
             text=True,
@@ -469,7 +441,7 @@ def test_check_probes_a_folder_passed_open_with_with_fd(running_box: RunningBox)
     finally:
         os.close(fd)
     assert result.returncode == 0, result.stderr
-    verdicts = _verdicts(json.loads(result.stdout))
+    verdicts = verdicts_of(json.loads(result.stdout))
     assert verdicts[f"write.folder:{folder}"] == "allowed"
     assert verdicts[f"write.dot:{folder}/.git/hooks"] == "refused"
     assert verdicts[f"exec:write-copy:{folder}"] == "refused"

@@ -9,13 +9,11 @@ tested apart in tests/unit (launch_request, spec, sandbox_env)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import owner_env
+from check_run import run_check, verdicts_of
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -24,24 +22,10 @@ CHECK_TIMEOUT_S = 90
 
 
 def _check(box: RunningBox, private: Any | None = None) -> tuple[int, dict[str, str], str]:
-    env = {**box.owner_env(), "E2E_NAMED": "named-by-env"}
-    if private is not None:
-        env.update({k: v for k, v in private.env.items() if k.startswith("LNK_")})
-    argv = [str(install_prefix.LNK), "sandbox", "check", "--json", "--env", "E2E_NAMED"]
-    result = subprocess.run(
-        as_user(box.owner.uid, box.owner.gid, *argv),
-        env=env,
-        cwd=str(box.owner.home),
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        check=False,
-    )
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
-    return result.returncode, {p["id"]: p["verdict"] for p in doc["probes"]}, result.stderr
+    env = {**owner_env(box, private), "E2E_NAMED": "named-by-env"}
+    flags = ("--env", "E2E_NAMED")
+    code, doc, stderr = run_check(box, *flags, env=env, timeout=CHECK_TIMEOUT_S)
+    return code, verdicts_of(doc), stderr
 
 
 ENV_PROBES = {"caller-env", "env-name:LD_PRELOAD", "env-name:BASH_ENV"}

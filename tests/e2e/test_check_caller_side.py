@@ -8,15 +8,11 @@ The check runs as the real owner on a real box, its stdin a pty (so the terminal
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from check_run import run_check, verdicts_of
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 RunningBox = Any  # tests/e2e/conftest.py
@@ -25,30 +21,10 @@ CALLER_SIDE = ("terminal", "stdout:append-only", "host:hosts", "host:boot-id", "
 
 
 def _check(box: RunningBox, private: Any | None, *flags: str) -> tuple[int, dict[str, str]]:
-    env = box.owner_env()
-    if private is not None:
-        env.update({k: v for k, v in private.env.items() if k.startswith("LNK_")})
-    master, secondary = os.openpty()
-    try:
-        result = subprocess.run(
-            as_user(box.owner.uid, box.owner.gid, str(install_prefix.LNK), "sandbox", "check",
-                    "--json", *flags),
-            env=env,
-            cwd=str(box.owner.home),
-            stdin=secondary,
-            capture_output=True,
-            text=True,
-            timeout=CHECK_TIMEOUT_S,
-            check=False,
-        )  # fmt: skip
-    finally:
-        os.close(secondary)
-        os.close(master)
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
-    return result.returncode, {p["id"]: p["verdict"] for p in doc["probes"]}
+    code, doc, _ = run_check(
+        box, *flags, private=private, timeout=CHECK_TIMEOUT_S, on_terminal=True
+    )
+    return code, verdicts_of(doc)
 
 
 def _out(box: RunningBox) -> Path:

@@ -10,19 +10,17 @@ and the outside agrees: the sandbox's wire log holds a line per refusal.
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from net import WWW, TestInternet
-
-sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
-from test_check import _check
+from check_run import run_check
+from internet_box import proxy_config
+from net import WWW
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+CHECK_TIMEOUT_S = 60  # as test_check.py's
 
 SMALL_TUNNEL_WORST_CASE = 512 * 1024  # lnk_proxy.tunnel_buffers.SMALL.worst_case()
 BUDGET_TUNNELS = 4  # the box's budget: this many small tunnels
@@ -33,20 +31,11 @@ FLOOD_REFUSALS = 500  # lnk_cli.check.plan_caps.FLOOD_REFUSALS
 LIMITS = "[limits]\nopen_files = 4096\nprocesses = 1024\n"
 
 
-@pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
 def _caps_check(running_box: RunningBox, private_box: Any, internet: Any, extra: str) -> Any:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        f"tunnel_buffer_budget_bytes = {BUDGET_TUNNELS * SMALL_TUNNEL_WORST_CASE}\n{extra}"
-    )
-    with private_box(LIMITS, proxy_config=proxy_config) as box:
-        code, doc, stderr = _check(running_box, "--caps", f"--internet-host={WWW}", private=box)
+    budget = f"tunnel_buffer_budget_bytes = {BUDGET_TUNNELS * SMALL_TUNNEL_WORST_CASE}"
+    with private_box(LIMITS, proxy_config=proxy_config(internet, budget, extra)) as box:
+        flags = ("--caps", f"--internet-host={WWW}")
+        code, doc, stderr = run_check(running_box, *flags, private=box, timeout=CHECK_TIMEOUT_S)
         wire = box.state_dir / "wire" / f"{doc.get('sandbox')}.log"
         lines = [json.loads(line) for line in wire.read_text().splitlines()]
     found = {p["id"]: p for p in doc["probes"] if p["id"] in IDS}

@@ -14,18 +14,16 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
-from test_check import _check, _verdicts
+from check_run import run_check, verdicts_of
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+CHECK_TIMEOUT_S = 60  # as test_check.py's
 
 WITHIN = ipaddress.IPv4Network("10.78.0.0/16")
 TRIES = 64  # random /24s tried until one is free
@@ -64,10 +62,10 @@ def _local_route_verdicts(box: RunningBox, subnet: Any, private: Any) -> dict[st
     spec.write_text(f'[lan]\nhosts = ["{subnet}"]\n')
     os.chown(spec, box.owner.uid, box.owner.gid)
     try:
-        _, doc, stderr = _check(box, f"--spec={spec}", private=private)
+        _, doc, stderr = run_check(box, f"--spec={spec}", private=private, timeout=CHECK_TIMEOUT_S)
     finally:
         spec.unlink(missing_ok=True)
-    found = {k: v for k, v in _verdicts(doc).items() if k.startswith("proxy:local-route:")}
+    found = {k: v for k, v in verdicts_of(doc).items() if k.startswith("proxy:local-route:")}
     assert any(k.startswith(f"proxy:local-route:{subnet[2]}:") for k in found), (found, stderr)
     return found
 

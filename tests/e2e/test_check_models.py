@@ -14,19 +14,18 @@ flat body of the same size: counted a level a pass)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from check_run import run_check, verdicts_of
 from ollama_shaped import OllamaShaped
-
-sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
-from test_check import _check, _verdicts
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+CHECK_TIMEOUT_S = 60  # as test_check.py's
 
 IDENT = "model:ollama:11500"
 BAIT_MODEL = "lnk-bait-not-allowed:7b"  # listed by the runtime, not allowed by the rule
@@ -54,8 +53,10 @@ def _model_check(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The model rule's verdicts (and the exit), and what each probe observed."""
     rule = f"--model=ollama=llama3.2:3b;upstream=http://127.0.0.1:{runtime.port};port=11500"
-    code, doc, stderr = _check(box, rule, f"--port={runtime.port}", private=private)
-    verdicts = {k: v for k, v in _verdicts(doc).items() if k.startswith(IDENT)}
+    code, doc, stderr = run_check(
+        box, rule, f"--port={runtime.port}", private=private, timeout=CHECK_TIMEOUT_S
+    )
+    verdicts = {k: v for k, v in verdicts_of(doc).items() if k.startswith(IDENT)}
     observed = {p["id"]: p["observed"] for p in doc["probes"] if p["id"].startswith(IDENT)}
     assert "Traceback" not in stderr
     return {**verdicts, "exit": "ok" if code == 0 else "failed"}, observed

@@ -7,14 +7,12 @@ the sandbox wrote, and the read bait's secret came back from inside."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from typing import Any
 
 import install_prefix
 import pytest
-from as_user import as_user
+from check_run import run_check
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -25,23 +23,8 @@ CHANGED = "changed after it was judged"
 
 
 def _check(box: RunningBox, private: Any | None = None) -> tuple[int, dict[str, dict[str, str]]]:
-    env = box.owner_env()
-    if private is not None:
-        env.update({k: v for k, v in private.env.items() if k.startswith("LNK_")})
-    result = subprocess.run(
-        as_user(box.owner.uid, box.owner.gid, LNK, "sandbox", "check", "--json"),
-        env=env,
-        cwd=str(box.owner.home),
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        check=False,
-    )
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
-    return result.returncode, {p["id"]: p for p in doc["probes"]}
+    code, doc, _ = run_check(box, private=private, timeout=CHECK_TIMEOUT_S)
+    return code, {p["id"]: p for p in doc["probes"]}
 
 
 def _left(box: RunningBox) -> list[str]:

@@ -9,7 +9,6 @@ it first on PATH at the next login; the caller's PATH here lacks it).
 
 from __future__ import annotations
 
-import json
 import secrets
 import shutil
 import subprocess
@@ -17,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import install_prefix
 import pytest
-from as_user import as_user
+from check_run import run_check, verdicts_of
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -59,30 +57,10 @@ def setup(running_box: RunningBox) -> Iterator[tuple[Path, Path]]:
 
 
 def _check(box: RunningBox, private: Any, folder: Path) -> tuple[int, dict[str, str], str]:
-    owner = box.owner
-    env = {**box.owner_env(), **{k: v for k, v in private.env.items() if k.startswith("LNK_")}}
-    result = subprocess.run(
-        as_user(
-            owner.uid,
-            owner.gid,
-            str(install_prefix.LNK),
-            "sandbox",
-            "check",
-            "--json",
-            f"--write={folder}",
-        ),
-        env=env,
-        cwd=str(owner.home),
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        check=False,
+    code, doc, stderr = run_check(
+        box, f"--write={folder}", private=private, timeout=CHECK_TIMEOUT_S
     )
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
-    return result.returncode, {p["id"]: p["verdict"] for p in doc["probes"]}, result.stderr
+    return code, verdicts_of(doc), stderr
 
 
 def _leaked(verdicts: dict[str, str]) -> list[str]:

@@ -6,18 +6,16 @@ installed `lnk`, run as a real owner; the bait (files left in the write folder) 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import install_prefix
 import pytest
-from as_user import as_user
+from check_run import run_check, verdicts_of
 
 RunningBox = Any  # tests/e2e/conftest.py
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
@@ -28,23 +26,8 @@ OUT = "project/out"  # the owner's write folder (tests/e2e/conftest.py makes it)
 
 
 def _check(box: RunningBox, *flags: str, private: Any | None = None) -> tuple[int, dict[str, str]]:
-    env = box.owner_env()
-    if private is not None:
-        env.update({k: v for k, v in private.env.items() if k.startswith("LNK_")})
-    result = subprocess.run(
-        as_user(box.owner.uid, box.owner.gid, LNK, "sandbox", "check", "--json", *flags),
-        env=env,
-        cwd=str(box.owner.home),
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        check=False,
-    )
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr}")
-    return result.returncode, {p["id"]: p["verdict"] for p in doc["probes"]}
+    code, doc, _ = run_check(box, *flags, private=private, timeout=CHECK_TIMEOUT_S)
+    return code, verdicts_of(doc)
 
 
 def _classes(out: str) -> dict[str, tuple[str, ...]]:

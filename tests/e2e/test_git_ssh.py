@@ -30,13 +30,16 @@ from typing import Any
 
 import pytest
 from as_user import as_user
+from check_run import run_check
 from conftest import LNK, Owner, _make_owner, _private_box
+from internet_box import proxy_config
 from net import OTHER, WWW, TestInternet
 from on_pty import answer_on_pty
-from test_check import _check
 from test_readme_examples import usage_lines
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
+
+CHECK_TIMEOUT_S = 60  # as test_check.py's
 
 RunningBox = Any  # tests/e2e/conftest.py
 SSHD = "/usr/sbin/sshd"
@@ -66,18 +69,8 @@ class GitServer:
 
 
 @pytest.fixture(scope="module")
-def internet() -> Iterator[TestInternet]:
-    with TestInternet() as net:
-        yield net
-
-
-@pytest.fixture(scope="module")
 def box(internet: TestInternet) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"'
-    )
-    with _private_box(proxy_config=proxy_config) as private:
+    with _private_box(proxy_config=proxy_config(internet)) as private:
         yield private
 
 
@@ -311,7 +304,9 @@ def test_spec_show_names_the_connector_as_the_boxs_grant_only_with_a_proxy(
 
 
 def _ssh_check(running_box: RunningBox, box: Any) -> tuple[int, dict[str, Any], str, str]:
-    code, doc, stderr = _check(running_box, f"--internet-host={WWW}", private=box)
+    code, doc, stderr = run_check(
+        running_box, f"--internet-host={WWW}", private=box, timeout=CHECK_TIMEOUT_S
+    )
     wire = (box.state_dir / "wire" / f"{doc.get('sandbox')}.log").read_text()
     found = {p["id"]: p for p in doc["probes"] if p["id"] in (UNLISTED, BARE)}
     assert set(found) == {UNLISTED, BARE}, stderr
@@ -324,12 +319,8 @@ def test_check_refuses_ssh_off_the_list_and_leaks_it_when_the_switch_reopens_it(
     _, verdicts, wire, stderr = _ssh_check(running_box, box)
     assert verdicts == {UNLISTED: "refused", BARE: "refused"}, stderr
     assert '"rule":"port-not-listed"' in wire and f'"target":"{WWW}:22"' in wire
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        "unsafe_ssh_port_by_any_entry = true\n"
-    )
-    with _private_box(proxy_config=proxy_config) as unsafe:
+    unsafe_config = proxy_config(internet, "unsafe_ssh_port_by_any_entry = true")
+    with _private_box(proxy_config=unsafe_config) as unsafe:
         code, verdicts, wire, stderr = _ssh_check(running_box, unsafe)
         proxy_log = (unsafe.state_dir / "logs" / "proxy.log").read_text(errors="replace")
     assert verdicts == {UNLISTED: "refused", BARE: "leaked"}, stderr  # unlisted: still refused

@@ -28,9 +28,10 @@ from typing import Any
 
 import install_prefix
 import pytest
-from as_user import as_user
+from as_owner import run_as_owner
 from conftest import _private_box
-from net import ANTHROPIC, OPENAI, TestInternet
+from internet_box import proxy_config
+from net import ANTHROPIC, OPENAI
 from net_standin import extra_address, point, serve
 
 RunningBox = Any  # tests/e2e/conftest.py
@@ -55,12 +56,6 @@ CODEX_STATE = "codex-home"  # CODEX_HOME, the recipe's (not the protected ~/.cod
 
 
 @pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
-@pytest.fixture(scope="module")
 def model_api(internet: Any) -> Iterator[Path]:
     """The test upstream on an address of its own, answering the providers' real names over TLS
     (the test internet's certificate for them); its request record."""
@@ -79,34 +74,15 @@ def model_api(internet: Any) -> Iterator[Path]:
 def netbox(running_box: RunningBox, internet: Any) -> Iterator[Any]:
     """One box for the module's agents (each test's agent has its own name), trusting the test
     CA for the providers as a real box trusts the system's roots."""
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        f'unsafe_service_ca = "{internet.ca_file}"'
-    )
-    with _private_box(proxy_config=proxy_config) as box:
+    trusting = proxy_config(internet, f'unsafe_service_ca = "{internet.ca_file}"')
+    with _private_box(proxy_config=trusting) as box:
         yield box
-
-
-def _env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    lnk_dirs = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
-    return {**running_box.owner_env(), **lnk_dirs}
 
 
 def _lnk(
     running_box: RunningBox, box: Any, *args: str, stdin: str = "", timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    owner = running_box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, *args),
-        env=_env(running_box, box),
-        cwd=str(owner.home),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_as_owner(running_box, [LNK, *args], box=box, input=stdin, timeout=timeout)
 
 
 def _owner_key(running_box: RunningBox, box: Any, name: str, prefix: str) -> str:

@@ -13,14 +13,15 @@ import json
 import secrets
 import subprocess
 import sysconfig
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import install_prefix
 import pytest
+from as_owner import owner_env, run_as_owner
 from as_user import as_user
-from net import ANTHROPIC, OPENAI, OTHER, WWW, TestInternet
+from internet_box import proxy_config
+from net import ANTHROPIC, OPENAI, OTHER, WWW
 
 RunningBox = Any  # tests/e2e/conftest.py
 
@@ -167,29 +168,8 @@ print(json.dumps({"after": again.content[0].text}), flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
-def _env(running_box: RunningBox, box: Any) -> dict[str, str]:
-    lnk_dirs = {k: v for k, v in box.env.items() if k.startswith("LNK_")}
-    return {**running_box.owner_env(), **lnk_dirs}
-
-
 def _lnk(running_box: RunningBox, box: Any, *args: str, stdin: str = "") -> Any:
-    owner = running_box.owner
-    return subprocess.run(
-        as_user(owner.uid, owner.gid, LNK, *args),
-        env=_env(running_box, box),
-        cwd=str(owner.home),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    return run_as_owner(running_box, [LNK, *args], box=box, input=stdin, timeout=90)
 
 
 def _wire(box: Any) -> str:
@@ -210,15 +190,11 @@ def _line(sandbox: subprocess.Popen[str]) -> dict[str, Any]:
 def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_refused(
     running_box: RunningBox, private_box: Any, internet: Any
 ) -> None:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        f'unsafe_service_ca = "{internet.ca_file}"'
-    )
+    trusting = proxy_config(internet, f'unsafe_service_ca = "{internet.ca_file}"')
     a_key = "sk-ant-api03-" + secrets.token_urlsafe(30)
     o_key = "sk-proj-" + secrets.token_urlsafe(30)
     tag = secrets.token_hex(4)
-    with private_box(proxy_config=proxy_config) as box:
+    with private_box(proxy_config=trusting) as box:
         for name, value in (("claude", a_key), ("oai", o_key)):
             done = _lnk(running_box, box, "secret", "set", name, stdin=value + "\n")
             assert done.returncode == 0, done.stderr
@@ -240,7 +216,7 @@ def test_the_sdks_reach_the_providers_with_the_owners_key_and_every_attack_is_re
         before = len(internet.model_requests())
         sandbox = subprocess.Popen(
             as_user(owner.uid, owner.gid, LNK, *argv),
-            env=_env(running_box, box),
+            env=owner_env(running_box, box),
             cwd=str(owner.home),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -332,15 +308,11 @@ def test_a_tunnel_to_the_providers_address_or_another_name_for_it_is_refused(
     ways) or by another name answering it is refused (the name's naming the rule, with the hint
     to its plain endpoint), and the provider's host accepts no connection; a tunnel to another
     host of `*` still opens."""
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"\n'
-        f'unsafe_service_ca = "{internet.ca_file}"'
-    )
+    trusting = proxy_config(internet, f'unsafe_service_ca = "{internet.ca_file}"')
     provider = internet.other.address  # api.anthropic.com's, and other.test-public.example's
     by_address = [f"{provider}:443", f"[::ffff:{provider}]:443", f"{OTHER}:443"]
     granted = f"{WWW}:443"
-    with private_box(proxy_config=proxy_config) as box:
+    with private_box(proxy_config=trusting) as box:
         done = _lnk(running_box, box, "secret", "set", "claude", stdin="sk-ant-x\n")
         assert done.returncode == 0, done.stderr
         before = internet.accepted(internet.other)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from bridge_helpers import bridge_admin
 from sshd import gate_sshd, let_in
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest's importlib mode adds no test dir
+from internet_box import proxy_config
 from net import WWW, TestInternet
 from test_limits import _env, _lnk, _nothing_left, _other_owner, _python, _true_as_other
 
@@ -142,12 +143,6 @@ class Sampler:
         self._stop.set()
 
 
-@pytest.fixture(scope="module")
-def internet() -> Iterator[TestInternet]:
-    with TestInternet() as net:
-        yield net
-
-
 def _timed(work: Callable[[], object]) -> float:
     started = time.monotonic()
     work()
@@ -172,14 +167,10 @@ def test_one_sandbox_at_every_limit_at_once_and_nothing_else_suffers(
         f"tmp_size_mb = {TMP_MB}\n[limits]\nprocesses = {PROCESSES}\nmemory_mb = {MEMORY_MB}\n"
         f"open_files = {OPEN_FILES}\n"
     )
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"'
-    )
     sampler = Sampler()
     watching = threading.Thread(target=sampler.run, daemon=True)
     with (
-        private_box(config, proxy_config=proxy_config) as box,
+        private_box(config, proxy_config=proxy_config(internet)) as box,
         _other_owner() as other,
         gate_sshd() as sshd,
     ):

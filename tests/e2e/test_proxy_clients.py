@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from as_user import as_user
 from conftest import LNK, _private_box
-from net import WWW, TestInternet
+from internet_box import proxy_config
+from net import WWW
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
 
@@ -57,18 +58,8 @@ fetch(process.argv[1]).then(
 
 
 @pytest.fixture(scope="module")
-def internet() -> Iterator[Any]:
-    with TestInternet() as net:
-        yield net
-
-
-@pytest.fixture(scope="module")
 def netbox(running_box: Any, internet: Any) -> Iterator[Any]:
-    proxy_config = (
-        f'unsafe_public_networks = ["{internet.public_subnet}"]\n'
-        f'unsafe_dns_table = "{internet.dns_file}"'
-    )
-    with _private_box(proxy_config=proxy_config) as box:
+    with _private_box(proxy_config=proxy_config(internet)) as box:
         yield box
 
 

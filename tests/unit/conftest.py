@@ -10,6 +10,10 @@ import pytest
 
 from lnk_shared.native_build import CONFINER, SPAWNER, build_all
 
+# The helpers' asserts (tests/unit/helpers, on pytest's pythonpath) say what differed, as a test's
+# do: rewritten, which must be asked for before anything imports them.
+pytest.register_assert_rewrite("bridge_clients", "host_user_kit", "native_launch", "refusal_box")
+
 
 @pytest.fixture(scope="session")
 def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

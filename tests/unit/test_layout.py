@@ -28,6 +28,9 @@ CROSSINGS = {
     # box authorize` its key lines (one writer of the line format the gate reads at login),
     # `lnk box up` its sshd drop-in. Both run as root, as the gate's writer is meant to.
     ("lnk_admin", "lnk_ssh_gate"): {"authorize_command.py", "box_commands.py"},
+    # `lnk box up` reads the services' log settings from controller.toml with the controller's
+    # own model: one reader of that file, and a bad one refused before any service starts.
+    ("lnk_admin", "lnk_controller"): {"service_logs.py"},
     # `lnk sandbox enter` is the gate's forced command: the CLI's glue that plans the session
     # with the gate's code, then launches it with the CLI's own launch client.
     ("lnk_cli", "lnk_ssh_gate"): {"enter_command.py"},

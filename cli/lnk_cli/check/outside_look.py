@@ -1,7 +1,7 @@
 """What the check sees of its sandbox from outside while it runs, as a user other than the
 sandbox's own (the caller is one: the kernel judges it as it would any other local user).
 
-Two looks, each the answer for one probe (plan._other_users; verdicts weigh them):
+Two looks, each the answer for one probe (plan_processes.other_user_probes; verdicts weigh them):
 - staging: can the caller reach anything under the sandbox's staging folder (its granted
   folders, its /tmp, its home)? A `stat` needs only the right to traverse the folders above.
 - cmdline: does a command line of the sandbox's chain (lnk-spawn, bwrap, the confiner), which

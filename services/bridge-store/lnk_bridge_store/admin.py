@@ -29,7 +29,6 @@ import base64
 import binascii
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,7 @@ from lnk_shared.admin_socket import serve_admin_threads
 from lnk_shared.errors import LnkError
 from lnk_shared.proofs import AGENT_ID, AgentKey, AgentKeyRefused, enroll_public_key
 from lnk_shared.unix import checked_op
+from lnk_shared.waking_event import WakingEvent
 
 __all__ = [
     "CloseAgent",
@@ -149,7 +149,7 @@ def run_command(server: BridgeServer, command: Command) -> dict[str, Any]:
     return {"ok": True}
 
 
-def serve_admin(server: BridgeServer, stop: threading.Event) -> None:
+def serve_admin(server: BridgeServer, stop: WakingEvent) -> None:
     """Serve the admin socket until `stop` is set; each connection on a thread of its own."""
 
     def handle(untrusted: dict[str, Any], _fds: list[int]) -> tuple[dict[str, Any], list[int]]:

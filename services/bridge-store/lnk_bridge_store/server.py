@@ -80,7 +80,6 @@ AGENT_DIR_MODE = 0o711  # an agent's own folder: reached only through the bind i
 SOCKET_NAME = "bridge.sock"
 MAX_CONNECTIONS_PER_AGENT = 16  # a harness and its tools; more is a flood of threads
 IDLE_TIMEOUT_S = 120.0  # a connection with no frame for this long is closed
-ACCEPT_POLL_S = 0.5  # how soon a closed agent's accept thread notices
 
 
 @dataclass
@@ -120,7 +119,6 @@ class BridgeServer:
         self.agents_dir.chmod(AGENTS_DIR_MODE)
         path = self.socket_path(key.agent)
         listening = bind_socket(path, mode=AGENT_SOCKET_MODE, dir_mode=AGENT_DIR_MODE)
-        listening.settimeout(ACCEPT_POLL_S)
         entry = _Agent(key, path, listening)
         with self._lock:
             self._agents[key.agent] = entry
@@ -169,6 +167,8 @@ class BridgeServer:
             entry = self._agents.pop(agent, None)
         if entry is None:
             return
+        with contextlib.suppress(OSError):  # wakes its accept thread (EINVAL): no poll at rest
+            entry.listening.shutdown(socket.SHUT_RDWR)
         entry.listening.close()
         with contextlib.suppress(FileNotFoundError):
             entry.path.unlink()
@@ -188,10 +188,8 @@ class BridgeServer:
         while True:
             try:
                 conn, _ = entry.listening.accept()
-            except TimeoutError:
-                continue
             except OSError:
-                return  # closed by close_agent
+                return  # shut down and closed by close_agent
             with self._lock:
                 full = len(entry.connections) >= MAX_CONNECTIONS_PER_AGENT
                 if not full:

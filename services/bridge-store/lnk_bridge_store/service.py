@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 from types import FrameType
 
 from sqlalchemy import make_url
@@ -15,6 +14,7 @@ from lnk_bridge_store.config import StoreConfig
 from lnk_bridge_store.db import open_store
 from lnk_bridge_store.server import BridgeServer
 from lnk_bridge_store.store import Store
+from lnk_shared.waking_event import WakingEvent
 
 __all__ = ["run_bridge"]
 
@@ -26,7 +26,7 @@ def run_bridge(config: StoreConfig) -> None:
     where = make_url(config.database_url).render_as_string(hide_password=True)
     server = BridgeServer(config, Store(engine, where))
     server.reopen_all()
-    stop = threading.Event()
+    stop = WakingEvent()  # the admin loop sleeps on it and its socket, with no timeout
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)

@@ -111,6 +111,12 @@ class ControllerConfig(ServiceFolders):
     # The wire folder as a whole: past it the oldest ended sandboxes' logs go first. Below the
     # proxy's wire_box_max_bytes (8 GiB), which refuses running sandboxes' exchanges at it.
     wire_keep_bytes: int = Field(default=6 << 30, ge=0, le=16 << 40)
+    # The services' logs under `lnk box up` (`<state>/logs/<service>.log`, lnk_admin.log_keeper):
+    # each rotated before it passes log_max_bytes, its log_keep_count older files kept (16 MiB
+    # holds ~50,000 launches of the controller's lines; 5 files a service at most). Under
+    # systemd the journal holds the services' output and these are not used.
+    log_max_bytes: int = Field(default=16 << 20, ge=64 << 10, le=1 << 40)
+    log_keep_count: int = Field(default=4, ge=1, le=1000)
     unsafe_pretend_landlock_abi: int | None = Field(default=None, ge=1, le=64)
     # Test boxes only, each reopening one class (UNSAFE_SWITCHES says which).
     unsafe_allow_set_id_modes: bool = False

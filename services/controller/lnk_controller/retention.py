@@ -20,9 +20,11 @@ sandbox ended.
 
 What the state folder holds besides (measured with bench/state_growth.py): SQLite's WAL, which
 its auto-checkpoint (every 1000 pages) keeps near 4 MiB, filled by about 40 launches and then
-reused from its start, not grown; `logs/`, which `lnk box up` appends the services' output to.
+reused from its start, not grown; `logs/`, the services' output under `lnk box up`, each log
+rotated by size by its keeper (`lnk_admin.log_keeper`: `log_max_bytes`, `log_keep_count`; under
+systemd the journal holds the output instead).
 
-Does NOT: bound `logs/` (under systemd the journal holds the output instead); prune a live
+Does NOT: prune a live
 sandbox's record or log (only `state = 'ended'`, whatever its age); keep a copy of what it
 prunes (an admin who wants the history backs the database and the wire folder up); bound a live
 sandbox's own wire log (the proxy caps it: lnk_proxy.wire_log).

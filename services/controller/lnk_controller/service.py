@@ -30,6 +30,7 @@ from lnk_controller.accounts import Accounts
 from lnk_controller.agent_launch import reconcile_agents
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.api import PeerCredProtocol, make_app
+from lnk_controller.api_server import RestingServer
 from lnk_controller.bridge_reconcile import reconcile_every
 from lnk_controller.cleanup import clean_sandbox, reconcile
 from lnk_controller.config import ControllerConfig
@@ -49,6 +50,7 @@ from lnk_shared.box_folders import folder_named, folders_for, path_of
 from lnk_shared.errors import LaunchRefused, StateError
 from lnk_shared.kernel_features import missing_features
 from lnk_shared.unix import bind_socket
+from lnk_shared.waking_event import WakingEvent
 
 __all__ = ["run_controller"]
 
@@ -185,7 +187,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     api_sock = bind_socket(cfg.api_socket, mode=SOCKET_MODE, dir_mode=RUN_DIR_MODE)
     server = LaunchServer(launch_sock, launcher, accounts)
     threading.Thread(target=server.serve_forever, name="launch", daemon=True).start()
-    stop = threading.Event()
+    stop = WakingEvent()  # the threads that sleep on a descriptor wake at once when it is set
     reaper = _reaper(store, cfg, launcher, reap_wait)
     supervise("reaper", reaper.run, stop)
     keep = {"keep_days": cfg.ended_keep_days, "keep_count": cfg.ended_keep_count}
@@ -208,7 +210,7 @@ def run_controller(cfg: ControllerConfig) -> None:
         secrets=secrets,
     )
     config = uvicorn.Config(app, http=PeerCredProtocol, lifespan="off", log_level="warning")
-    api = uvicorn.Server(config)
+    api = RestingServer(config)  # no 0.1 s tick: it wakes for requests and its stop
     # uvicorn shuts down on SIGTERM, then raises the signal again for whoever handled it
     # before: under the default disposition that would end the process here, before the
     # sandboxes below are cleaned. Handled, it is just the end of api.run.

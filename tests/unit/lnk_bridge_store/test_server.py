@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,3 +191,29 @@ def test_a_closed_agent_has_no_socket(served: Served) -> None:
     assert not served.path.exists()
     with pytest.raises(StateError, match="cannot reach the bridge"):
         take_lease(served)
+
+
+def _accept_thread(agent: str) -> threading.Thread | None:
+    return next((t for t in threading.enumerate() if t.name == f"agent-{agent}"), None)
+
+
+def test_an_open_agents_accept_thread_sleeps_and_ends_at_its_close(served: Served) -> None:
+    """No poll for its close: a second at rest wakes the thread not once (a 0.5 s accept
+    timeout woke it twice), and closing the agent ends the thread at once."""
+    thread = _accept_thread(served.agent.name)
+    assert thread is not None and thread.native_id is not None
+    status = Path(f"/proc/self/task/{thread.native_id}/status")
+    time.sleep(0.2)
+
+    def wakes() -> int:
+        return int(status.read_text().split("voluntary_ctxt_switches:")[1].split()[0])
+
+    before = wakes()
+    time.sleep(1.0)  # at rest: nobody connects
+    woken = wakes() - before
+    t0 = time.monotonic()
+    served.server.close_agent(served.agent.name)
+    thread.join(5.0)
+    took = time.monotonic() - t0
+    assert woken == 0, f"the idle accept thread woke {woken} times in a second"
+    assert not thread.is_alive() and took < 1.0, f"it took {took:.2f} s to end"

@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from lnk_cli.check.plan import ALLOWED, REFUSED
 from lnk_cli.check.plan_left import SET_ID, SHARED_WRITE, wall_probes
-from lnk_shared.discovery import context_for, resolve_spec
 from lnk_shared.grants import Grants
-from lnk_shared.paths import BoxPaths
-from lnk_shared.refusals import judge
-from lnk_shared.spec_flags import add_spec_arguments, spec_from_arguments
 
-
-def grants_for(home: Path, *flags: str) -> Grants:
-    """The judged grants of these flags for an owner whose home is `home`."""
-    parser = argparse.ArgumentParser()
-    add_spec_arguments(parser)
-    spec = spec_from_arguments(parser.parse_args(list(flags)), cwd=str(home))
-    box = BoxPaths(home.parent / "etc", home.parent / "state", home.parent / "run")
-    ctx = context_for(os.getuid(), env={"PATH": "/usr/bin:/bin"}, box=box, home=str(home))
-    return judge(resolve_spec(spec, ctx, path_env="/usr/bin:/bin"), ctx)
+GrantsFor = Callable[..., Grants]  # conftest.judged_flags: (home, *flags) -> the judged grants
 
 
 @pytest.fixture
@@ -37,7 +24,9 @@ def home(tmp_path: Path) -> Path:
     return home
 
 
-def test_with_no_write_folder_only_dev_tmp_and_the_kernel_are_probed(home: Path) -> None:
+def test_with_no_write_folder_only_dev_tmp_and_the_kernel_are_probed(
+    home: Path, grants_for: GrantsFor
+) -> None:
     probes = wall_probes(grants_for(home), "n0nce")
     ids = {p.id: p.expected for p in probes}
     assert ids == {
@@ -49,7 +38,9 @@ def test_with_no_write_folder_only_dev_tmp_and_the_kernel_are_probed(home: Path)
     }
 
 
-def test_a_write_folder_gets_every_mode_probe_judged_outside(home: Path) -> None:
+def test_a_write_folder_gets_every_mode_probe_judged_outside(
+    home: Path, grants_for: GrantsFor
+) -> None:
     out = str(home / "project" / "out")
     probes = {p.id: p for p in wall_probes(grants_for(home, f"--write={out}"), "n0nce")}
     for kind, bits, judged in (
@@ -70,7 +61,9 @@ def test_a_write_folder_gets_every_mode_probe_judged_outside(home: Path) -> None
     assert preload.step is not None and preload.leftovers == (preload.step["copy_to"],)
 
 
-def test_command_star_lets_written_code_run_but_never_from_dev(home: Path) -> None:
+def test_command_star_lets_written_code_run_but_never_from_dev(
+    home: Path, grants_for: GrantsFor
+) -> None:
     out = str(home / "project" / "out")
     grants = grants_for(home, f"--write={out}", "--command=*")
     probes = {p.id: p.expected for p in wall_probes(grants, "n0nce")}
@@ -80,7 +73,7 @@ def test_command_star_lets_written_code_run_but_never_from_dev(home: Path) -> No
     assert probes[f"mode:set_id:{out}"] == REFUSED
 
 
-def test_host_network_tries_to_take_a_port(home: Path) -> None:
+def test_host_network_tries_to_take_a_port(home: Path, grants_for: GrantsFor) -> None:
     probes = {p.id: p for p in wall_probes(grants_for(home, "--network-mode=host"), "n0nce")}
     listen = probes["host:listen"]
     assert listen.expected == REFUSED and listen.step is not None
@@ -104,7 +97,7 @@ def _program(path: Path, source: str = "/usr/bin/true") -> Path:
 
 
 def test_a_read_grant_holding_a_granted_program_gets_the_loader_probe_on_its_neighbour(
-    home: Path, tools: Path
+    home: Path, grants_for: GrantsFor, tools: Path
 ) -> None:
     granted = _program(tools / "bin" / "granted")
     other = _program(tools / "bin" / "other", "/usr/bin/basename")
@@ -119,14 +112,16 @@ def test_a_read_grant_holding_a_granted_program_gets_the_loader_probe_on_its_nei
 
 
 def test_a_read_grant_without_a_granted_program_gets_no_loader_probe(
-    home: Path, tools: Path
+    home: Path, grants_for: GrantsFor, tools: Path
 ) -> None:
     _program(tools / "bin" / "other")
     probes = wall_probes(grants_for(home, f"--read={tools}"), "n0nce")
     assert not [p for p in probes if p.id.startswith("exec:loader-read:")]
 
 
-def test_under_command_star_there_is_no_read_grant_loader_probe(home: Path, tools: Path) -> None:
+def test_under_command_star_there_is_no_read_grant_loader_probe(
+    home: Path, grants_for: GrantsFor, tools: Path
+) -> None:
     # `allow = ["*"]` names no program (any runs): nothing is granted beside an ungranted one
     _program(tools / "bin" / "other")
     grants = grants_for(home, f"--read={tools}", "--command=*")

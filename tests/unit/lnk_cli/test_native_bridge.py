@@ -1,11 +1,13 @@
 """`lnk bridge` in the C client (lnk_cli/native/lnk_client_bridge.c, lnk_client_proof.c): what it
 sends is the Python client's proof byte for byte (Ed25519 is deterministic: the same key, nonce and
 time sign the same), the real store bridge accepts it, every answer is printed as Python prints
-it, and a key file Python refuses is refused here too, before anything is sent.
+it, and a form the C path does not take is left to the Python CLI. A key file Python refuses is
+refused before anything is sent: test_native_bridge_key_file.py.
 
 The C client runs from a folder with no Python beside it (`c_only`), so an answer cannot come
 from an exec'd Python CLI: a form the C path does not take fails there instead, naming the
-plain forms (what an agent under a finite [commands] list sees).
+plain forms (what an agent under a finite [commands] list sees). The bridges and the runner are
+tests/unit/helpers/bridge_clients.py.
 """
 
 from __future__ import annotations
@@ -15,138 +17,31 @@ import json
 import os
 import re
 import shutil
-import socket
-import stat
 import subprocess
-import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
-from cryptography.hazmat.primitives.serialization import (
-    BestAvailableEncryption,
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
+from bridge_clients import (
+    AGENT,
+    FAST,
+    TIMEOUT_S,
+    FakeBridge,
+    RealBridge,
+    answer_frame,
+    bridge_env,
+    c_answer,
+    key_pem,
+    run_words,
 )
-from hypothesis import HealthCheck, given, settings
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk_bridge_store.config import StoreConfig
-from lnk_bridge_store.db import open_store
-from lnk_bridge_store.server import BridgeServer
-from lnk_bridge_store.store import Store
-from lnk_cli.app import run
 from lnk_shared.frames import MAX_FRAME
-from lnk_shared.proof_client import KEY_FILE_MAX_BYTES, encode_body
-from lnk_shared.proofs import AgentKey, enroll_public_key, sign_call
-from lnk_shared.unix import recv_frame
-
-AGENT = "u1001-helper"
-TIMEOUT_S = 30.0  # a loaded 2-core machine
-FAST = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-
-
-@pytest.fixture(scope="module")
-def c_only(native_client: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The C client alone: no python3 beside it, so nothing it answers is Python's."""
-    folder = tmp_path_factory.mktemp("c-only")
-    return Path(shutil.copy(native_client, folder / "lnk"))
-
-
-def _key_pem(key: Ed25519PrivateKey) -> bytes:
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-
-
-def _env(key_file: Path, bridge: Path | str) -> dict[str, str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "LNK_AGENT": AGENT,
-        "LNK_AGENT_KEY": str(key_file),
-        "LNK_BRIDGE": str(bridge),
-    }
-    if "PYTHONPATH" in os.environ:  # scripts/dev-pytest: the checkout's sources
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return env
-
-
-def _run(
-    program: list[str], words: list[str], env: dict[str, str]
-) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [*program, *words],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-
-
-Result = tuple[int, bytes, bytes]
-
-
-@pytest.fixture
-def py(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The Python CLI in this process (as fast as a call gets): (status, stdout, stderr)."""
-
-    def call(words: list[str], env: dict[str, str]) -> Result:
-        for name in ("LNK_AGENT", "LNK_AGENT_KEY", "LNK_BRIDGE"):
-            if name in env:
-                monkeypatch.setenv(name, env[name])
-            else:
-                monkeypatch.delenv(name, raising=False)
-        capsys.readouterr()
-        try:
-            status = run(words)
-        except SystemExit as exc:  # argparse's --help and its errors
-            status = exc.code if isinstance(exc.code, int) else 1
-        out = capsys.readouterr()
-        return status, out.out.encode(), out.err.encode()
-
-    return call
-
-
-def _c(client: Path, words: list[str], env: dict[str, str]) -> Result:
-    ran = _run([str(client)], words, env)
-    return ran.returncode, ran.stdout, ran.stderr
-
-
-class RealBridge:
-    """The store bridge's own server, serving AGENT to this process's uid."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="lnknb", dir="/tmp"))
-        config = StoreConfig(
-            config_dir=self.root,
-            state_dir=self.root,
-            run_dir=self.root,
-            database_url=f"sqlite:///{self.root}/s.db",
-        )
-        self.engine = open_store(config.database_url)
-        self.server = BridgeServer(config, Store(self.engine, "test"))
-        self.key = Ed25519PrivateKey.generate()
-        raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        self.socket = self.server.open_agent(AgentKey(AGENT, enroll_public_key(raw), os.getuid()))
-        self.key_file = self.root / "key.pem"
-        self.key_file.write_bytes(_key_pem(self.key))
-        self.key_file.chmod(0o400)  # as agent_launch writes it inside
-
-    def env(self) -> dict[str, str]:
-        return _env(self.key_file, self.socket)
-
-    def close(self) -> None:
-        self.server.close_all()
-        self.engine.dispose()
-        shutil.rmtree(self.root, ignore_errors=True)
+from lnk_shared.proof_client import encode_body
+from lnk_shared.proofs import sign_call
 
 
 @pytest.fixture
@@ -159,66 +54,8 @@ def two_bridges() -> Iterator[tuple[RealBridge, RealBridge]]:
             bridge.close()
 
 
-class FakeBridge:
-    """A unix socket that records each call's frame and answers with the bytes it is given."""
+# --- against the real store bridge: the same answers ------------------------------------------
 
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / "bridge.sock"
-        self.listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listening.bind(str(self.path))
-        self.listening.listen(4)
-        self.listening.settimeout(TIMEOUT_S)
-        self.calls: list[dict[str, Any]] = []
-        self.thread: threading.Thread | None = None
-
-    def serve(self, answer: bytes) -> None:
-        def one() -> None:
-            try:
-                conn, _ = self.listening.accept()
-            except OSError:  # closed with no client: a call that never came
-                return
-            with conn:
-                conn.settimeout(TIMEOUT_S)
-                frame, _ = recv_frame(conn)
-                self.calls.append(frame)
-                conn.sendall(answer)
-
-        self.thread = threading.Thread(target=one, daemon=True)
-        self.thread.start()
-
-    def wait(self) -> None:
-        assert self.thread is not None
-        self.thread.join(TIMEOUT_S)
-        self.thread = None
-
-    def close(self) -> None:
-        self.listening.shutdown(socket.SHUT_RDWR)  # wakes an accept still waiting
-        self.listening.close()
-        if self.thread is not None:
-            self.thread.join(TIMEOUT_S)
-
-
-def _frame(message: Any) -> bytes:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    return len(data).to_bytes(4, "big") + data
-
-
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[tuple[FakeBridge, Path, Ed25519PrivateKey]]:
-    folder = Path(tempfile.mkdtemp(prefix="lnkfb", dir="/tmp"))
-    bridge = FakeBridge(folder)
-    key = Ed25519PrivateKey.generate()
-    key_file = tmp_path / "key.pem"
-    key_file.write_bytes(_key_pem(key))
-    key_file.chmod(0o600)
-    try:
-        yield bridge, key_file, key
-    finally:
-        bridge.close()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-# --- against the real store bridge: the same answers -----------------------------------------
 
 SESSION = [
     ["store", "lease", "acquire", "--ttl", "30", "--holder", "h-1"],
@@ -257,7 +94,7 @@ def test_a_session_of_calls_is_the_python_clients_answer_for_answer(
     what it prints and exits with is the Python client's, call for call."""
     c_bridge, py_bridge = two_bridges
     for words in SESSION:
-        c = _c(c_only, ["bridge", *words], c_bridge.env())
+        c = c_answer(c_only, ["bridge", *words], c_bridge.env())
         p = py(["bridge", *words], py_bridge.env())
         assert (c[0], _timeless(c[1]), c[2]) == (p[0], _timeless(p[1]), p[2]), words
     assert c[0] == 1 and b"nobody" in c[2]  # the last one was refused, by the bridge
@@ -267,14 +104,14 @@ def test_another_agents_key_is_refused_by_the_bridge(c_only: Path, two_bridges: 
     """A key that is not the agent's enrolled one signs a proof the bridge refuses."""
     bridge = two_bridges[0]
     other = bridge.root / "other.pem"
-    other.write_bytes(_key_pem(Ed25519PrivateKey.generate()))
+    other.write_bytes(key_pem(Ed25519PrivateKey.generate()))
     other.chmod(0o600)
-    ran = _run([str(c_only)], ["bridge", "inbox", "read"], _env(other, bridge.socket))
+    ran = run_words([str(c_only)], ["bridge", "inbox", "read"], bridge_env(other, bridge.socket))
     assert ran.returncode == 1
     assert ran.stderr == b"lnk: the bridge refused the call\n"
 
 
-# --- the proof, byte for byte ------------------------------------------------------------------
+# --- the proof, byte for byte -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -312,8 +149,8 @@ def test_the_proof_is_the_python_proof_byte_for_byte(
     args: dict[str, Any],
 ) -> None:
     bridge, key_file, key = fake
-    bridge.serve(_frame({"ok": True, "result": None}))
-    ran = _run([str(c_only)], ["bridge", *words], _env(key_file, bridge.path))
+    bridge.serve(answer_frame({"ok": True, "result": None}))
+    ran = run_words([str(c_only)], ["bridge", *words], bridge_env(key_file, bridge.path))
     bridge.wait()
     assert ran.returncode == 0, ran.stderr
     (sent,) = bridge.calls
@@ -336,16 +173,19 @@ def test_every_call_has_a_fresh_nonce(
     """A replayed nonce is refused by the bridge: the client must never repeat one."""
     bridge, key_file, _ = fake
     for _ in range(3):
-        bridge.serve(_frame({"ok": True, "result": 1}))
+        bridge.serve(answer_frame({"ok": True, "result": 1}))
         assert (
-            _run([str(c_only)], ["bridge", "inbox", "read"], _env(key_file, bridge.path)).returncode
+            run_words(
+                [str(c_only)], ["bridge", "inbox", "read"], bridge_env(key_file, bridge.path)
+            ).returncode
             == 0
         )
         bridge.wait()
     assert len({c["nonce"] for c in bridge.calls}) == 3
 
 
-# --- events: json.loads, written back as encode_body writes them -------------------------------
+# --- events: json.loads, written back as encode_body writes them ------------------------------
+
 
 EVENTS = [
     '{"b": 1, "a": [1.5, 2e3, -0, 1E400, -1e400, 0.1, 1e-7, 123456789012345678901234567890]}',
@@ -375,9 +215,9 @@ def _sent_events(
     c_only: Path, fake: tuple[FakeBridge, Path, Ed25519PrivateKey], events: list[str]
 ) -> bytes:
     bridge, key_file, _ = fake
-    bridge.serve(_frame({"ok": True, "result": {}}))
+    bridge.serve(answer_frame({"ok": True, "result": {}}))
     words = ["bridge", "store", "append", "c", *events, "--expected-seq", "0", "--token", "1"]
-    ran = _run([str(c_only)], words, _env(key_file, bridge.path))
+    ran = run_words([str(c_only)], words, bridge_env(key_file, bridge.path))
     assert ran.returncode == 0, ran.stderr
     bridge.wait()
     return base64.b64decode(bridge.calls[-1]["body"])
@@ -413,26 +253,29 @@ def test_an_event_that_is_not_json_is_a_usage_error_and_nothing_is_sent(
 ) -> None:
     bridge, key_file, _ = fake
     words = ["bridge", "store", "append", "c", event, "--expected-seq", "0", "--token", "1"]
-    ran = _run([str(c_only)], words, _env(key_file, bridge.path))
+    ran = run_words([str(c_only)], words, bridge_env(key_file, bridge.path))
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.startswith(b"lnk: event ") and b"is not JSON: " in ran.stderr
     assert bridge.calls == []
-    assert py(words, _env(key_file, bridge.path))[0] != 0 and bridge.calls == []  # Python too
+    assert py(words, bridge_env(key_file, bridge.path))[0] != 0 and bridge.calls == []  # Python too
 
 
 # --- answers: printed as bridge_commands prints them ------------------------------------------
 
+
 ANSWERS: list[bytes] = [
-    _frame({"ok": True, "result": {"events": [{"seq": 1, "event": {"a": [1.5, -0.0, 1e100]}}]}}),
-    _frame({"ok": True, "result": {"e": [], "o": {}, "n": None, "t": True, "big": 2**70}}),
-    _frame({"ok": True, "result": 'ünï\n\t\u0001\u007f\u2028 "q" \\ 🙂'}),
-    _frame({"ok": True}),  # no result: None
-    _frame({"ok": True, "result": [[[]], [{}], [1, [2, [3]]]]}),
-    _frame({"ok": True, "result": json.loads("[" * 200 + "{}" + "]" * 200)}),
-    _frame({"ok": False, "error": "at seq 2\x1b[31m\ttabbed\r"}),
-    _frame({"ok": False, "error": 5}),
-    _frame({"ok": "yes", "result": 1}),  # only true is ok
-    _frame([1, 2]),  # not an object
+    answer_frame(
+        {"ok": True, "result": {"events": [{"seq": 1, "event": {"a": [1.5, -0.0, 1e100]}}]}}
+    ),
+    answer_frame({"ok": True, "result": {"e": [], "o": {}, "n": None, "t": True, "big": 2**70}}),
+    answer_frame({"ok": True, "result": 'ünï\n\t\u0001\u007f\u2028 "q" \\ 🙂'}),
+    answer_frame({"ok": True}),  # no result: None
+    answer_frame({"ok": True, "result": [[[]], [{}], [1, [2, [3]]]]}),
+    answer_frame({"ok": True, "result": json.loads("[" * 200 + "{}" + "]" * 200)}),
+    answer_frame({"ok": False, "error": "at seq 2\x1b[31m\ttabbed\r"}),
+    answer_frame({"ok": False, "error": 5}),
+    answer_frame({"ok": "yes", "result": 1}),  # only true is ok
+    answer_frame([1, 2]),  # not an object
     b'\x00\x00\x00\x05{"a":',  # cut short
     b"\x00\x00\x00\x03abc",  # not JSON
     b"\x00\x00",  # a header cut short
@@ -446,9 +289,9 @@ def test_each_answer_is_printed_and_ends_as_python_ends(
     c_only: Path, fake: tuple[FakeBridge, Path, Ed25519PrivateKey], answer: bytes, py: Any
 ) -> None:
     bridge, key_file, _ = fake
-    env = _env(key_file, bridge.path)
+    env = bridge_env(key_file, bridge.path)
     bridge.serve(answer)
-    c = _c(c_only, ["bridge", "inbox", "read"], env)
+    c = c_answer(c_only, ["bridge", "inbox", "read"], env)
     bridge.wait()
     bridge.serve(answer)
     p = py(["bridge", "inbox", "read"], env)
@@ -466,13 +309,13 @@ def test_a_reader_gone_is_a_quiet_failure_as_in_python(
 ) -> None:
     """`lnk bridge ... | head -0`: SIGPIPE is not a death; status 1, nothing said (reported)."""
     bridge, key_file, _ = fake
-    bridge.serve(_frame({"ok": True, "result": {"messages": []}}))
+    bridge.serve(answer_frame({"ok": True, "result": {"messages": []}}))
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
         ran = subprocess.run(
             [str(c_only), "bridge", "inbox", "read"],
-            env=_env(key_file, bridge.path),
+            env=bridge_env(key_file, bridge.path),
             stdin=subprocess.DEVNULL,
             stdout=write_end,
             stderr=subprocess.PIPE,
@@ -488,109 +331,21 @@ def test_a_reader_gone_is_a_quiet_failure_as_in_python(
 def test_no_bridge_is_the_python_message(c_only: Path, fake: Any, tmp_path: Path, py: Any) -> None:
     _, key_file, _ = fake
     for bridge in (tmp_path / "none.sock", "127.0.0.1:9", "localhost:3129", "127.0.0.1:70000"):
-        c = _c(c_only, ["bridge", "inbox", "read"], _env(key_file, bridge))
-        assert c == py(["bridge", "inbox", "read"], _env(key_file, bridge)), bridge
+        c = c_answer(c_only, ["bridge", "inbox", "read"], bridge_env(key_file, bridge))
+        assert c == py(["bridge", "inbox", "read"], bridge_env(key_file, bridge)), bridge
         assert c[0] == 1
 
 
 def test_outside_an_agent_it_says_so_as_python_does(c_only: Path, fake: Any, py: Any) -> None:
     bridge, key_file, _ = fake
-    env = {k: v for k, v in _env(key_file, bridge.path).items() if k != "LNK_AGENT"}
-    c = _c(c_only, ["bridge", "inbox", "read"], env)
+    env = {k: v for k, v in bridge_env(key_file, bridge.path).items() if k != "LNK_AGENT"}
+    c = c_answer(c_only, ["bridge", "inbox", "read"], env)
     assert c == py(["bridge", "inbox", "read"], env)
     assert c[0] == 2 and bridge.calls == []
 
 
-# --- the key file: refused as Python refuses it, before anything is sent ---------------------
+# --- forms the C path leaves to the Python CLI ------------------------------------------------
 
-
-def _make_key(path: Path, how: str) -> None:
-    key = Ed25519PrivateKey.generate()
-    if how == "fifo":
-        os.mkfifo(path, 0o600)
-    elif how == "folder":
-        path.mkdir(mode=0o700)
-    elif how == "too large":
-        path.write_bytes(_key_pem(key) + b"#" * KEY_FILE_MAX_BYTES)
-    elif how == "encrypted":
-        path.write_bytes(
-            key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, BestAvailableEncryption(b"pw"))
-        )
-    elif how == "not PEM":
-        path.write_bytes(b"just some text\n")
-    elif how == "RSA":
-        rsa = generate_private_key(public_exponent=65537, key_size=1024)
-        path.write_bytes(rsa.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
-    else:
-        path.write_bytes(_key_pem(key))
-    if how.startswith("mode "):
-        path.chmod(int(how.removeprefix("mode "), 8))
-    elif how not in ("fifo", "folder"):
-        path.chmod(0o600)
-    if how == "another user's":
-        os.chown(path, 65534, 65534)
-
-
-SAME_MESSAGE = ["mode 0644", "mode 0640", "mode 0604", "mode 0610", "fifo", "folder", "too large"]
-ANOTHER_USER = ["another user's"] if os.geteuid() == 0 else []
-
-
-@pytest.mark.parametrize(
-    "how", [*SAME_MESSAGE, *ANOTHER_USER, "encrypted", "not PEM", "RSA", "missing"]
-)
-def test_a_key_file_python_refuses_is_refused_and_nothing_is_sent(
-    c_only: Path,
-    fake: tuple[FakeBridge, Path, Ed25519PrivateKey],
-    tmp_path: Path,
-    how: str,
-    py: Any,
-) -> None:
-    bridge, _, _ = fake
-    key_file = tmp_path / "bad.pem"
-    if how != "missing":
-        _make_key(key_file, how)
-    env = _env(key_file, bridge.path)
-    c = _c(c_only, ["bridge", "inbox", "read"], env)
-    p = py(["bridge", "inbox", "read"], env)
-    assert c[0] == p[0] == 1, (c, p)
-    assert bridge.calls == []  # refused before any connection
-    if how in (*SAME_MESSAGE, *ANOTHER_USER, "missing"):
-        assert c[2] == p[2]
-    else:  # cryptography's words differ from the C client's; both name the file
-        assert c[2].startswith(f"lnk: cannot read the agent's key {key_file}: ".encode())
-        assert str(key_file).encode() in p[2]
-
-
-def test_a_link_to_another_users_key_is_refused(
-    c_only: Path, fake: tuple[FakeBridge, Path, Ed25519PrivateKey], tmp_path: Path
-) -> None:
-    """The owner is judged on the file opened, through any link: a link of one's own to
-    another user's key does not make it one's own."""
-    if os.geteuid() != 0:
-        pytest.skip("chown to another user needs root")
-    bridge, _, _ = fake
-    theirs = tmp_path / "theirs.pem"
-    _make_key(theirs, "another user's")
-    mine = tmp_path / "mine.pem"
-    mine.symlink_to(theirs)
-    c = _run([str(c_only)], ["bridge", "inbox", "read"], _env(mine, bridge.path))
-    assert c.returncode == 1 and b"is owned by uid 65534" in c.stderr
-    assert bridge.calls == []
-
-
-@pytest.mark.parametrize("mode", [0o400, 0o600])
-def test_the_modes_the_box_writes_are_taken(
-    c_only: Path, fake: tuple[FakeBridge, Path, Ed25519PrivateKey], mode: int
-) -> None:
-    bridge, key_file, _ = fake
-    key_file.chmod(mode)
-    bridge.serve(_frame({"ok": True, "result": {"messages": []}}))
-    ran = _run([str(c_only)], ["bridge", "inbox", "read"], _env(key_file, bridge.path))
-    assert ran.returncode == 0, ran.stderr
-    assert stat.S_IMODE(key_file.stat().st_mode) == mode
-
-
-# --- forms the C path leaves to the Python CLI ---------------------------------------------------
 
 NOT_PLAIN = [
     ["bridge", "inbox", "read", "--lim", "3"],  # an abbreviation argparse takes
@@ -610,15 +365,15 @@ def test_a_form_that_is_not_plain_is_the_python_clis(
 ) -> None:
     """The C path declines it (alone, it cannot answer), the Python CLI beside it answers."""
     bridge, key_file, _ = fake
-    env = _env(key_file, bridge.path)
-    alone = _c(c_only, words, env)
+    env = bridge_env(key_file, bridge.path)
+    alone = c_answer(c_only, words, env)
     assert alone[0] == 1 and b"cannot run the Python CLI" in alone[2]
     assert bridge.calls == []
-    bridge.serve(_frame({"ok": True, "result": 1}))
-    with_python = _c(native_client, words, env)
+    bridge.serve(answer_frame({"ok": True, "result": 1}))
+    with_python = c_answer(native_client, words, env)
     if bridge.calls:  # that answer was taken: another for the Python CLI
         bridge.wait()
-        bridge.serve(_frame({"ok": True, "result": 1}))
+        bridge.serve(answer_frame({"ok": True, "result": 1}))
     p = py(words, env)
     assert with_python[:2] == p[:2]
 
@@ -634,7 +389,7 @@ def test_where_python_is_not_granted_the_plain_forms_are_named(
     python = folder / "python3"
     python.write_bytes(b"")
     python.chmod(0o644)  # not executable: execv's EACCES, as Landlock's refusal reads
-    ran = _run([str(client)], ["bridge", "inbox", "--help"], {"PATH": "/usr/bin:/bin"})
+    ran = run_words([str(client)], ["bridge", "inbox", "--help"], {"PATH": "/usr/bin:/bin"})
     assert ran.returncode == 2, ran.stderr
     assert b"takes its plain forms only" in ran.stderr
     assert b"lnk bridge store append CONVERSATION EVENT... --expected-seq N --token N" in ran.stderr

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from lnk_controller import bridge_link
 from lnk_shared.errors import StateError
+from lnk_shared.waking_event import WakingEvent
 
 pytestmark = pytest.mark.needs_root
 
@@ -48,7 +49,7 @@ def bridge(run_dir: Path) -> Iterator[Path]:
     )
     engine = open_store(config.database_url)
     server = BridgeServer(config, Store(engine, "test"))
-    stop = threading.Event()
+    stop = WakingEvent()  # what the bridge's admin loop sleeps on beside its socket
     thread = threading.Thread(target=serve_admin, args=(server, stop), daemon=True)
     thread.start()
     while not config.admin_socket.exists():
@@ -56,6 +57,7 @@ def bridge(run_dir: Path) -> Iterator[Path]:
     yield run_dir
     stop.set()
     thread.join(timeout=10)
+    stop.close()
     server.close_all()
     engine.dispose()
 

@@ -13,6 +13,7 @@ import stat
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from lnk_shared.admin_socket import (
 )
 from lnk_shared.errors import StateError
 from lnk_shared.unix import MAX_FRAME, recv_frame, send_frame
+from lnk_shared.waking_event import WakingEvent
 
 WAIT_S = 5.0  # a real answer comes at once; this is the bound of a hung test, not a sleep
 # A connection closed unanswered: EOF, or a reset or broken pipe when the server closed it
@@ -179,7 +181,7 @@ def test_the_thread_server_binds_0600_in_a_0700_folder_and_removes_its_socket(
 ) -> None:
     path = admin_socket_in(run_dir, "svc")
     assert path == run_dir / "svc" / "admin.sock"
-    stop = threading.Event()
+    stop = WakingEvent()
     server = threading.Thread(target=serve_admin_threads, args=(path, os.getuid(), Handled(), stop))
     server.start()
     try:
@@ -235,3 +237,34 @@ def test_a_service_that_does_not_answer_is_the_box_s_state(run_dir: Path) -> Non
     assert said.startswith(f"the store bridge does not answer at {path} (")
     assert said.endswith("`lnk box up` starts it")
     assert admin_answers(path, timeout=WAIT_S) is False
+
+
+def _wakes(thread: threading.Thread) -> int:
+    """How often `thread` has slept and been woken (the kernel's count of its voluntary
+    context switches): a loop polling on a timeout adds one per poll."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def test_the_thread_server_sleeps_at_rest_and_stops_at_once(run_dir: Path) -> None:
+    """No poll for its stop: a second at rest wakes it not once (a 0.2 s accept timeout woke
+    it five times), and a stop set meanwhile ends it at once."""
+    path = admin_socket_in(run_dir, "svc")
+    stop = WakingEvent()
+    server = threading.Thread(target=serve_admin_threads, args=(path, os.getuid(), Handled(), stop))
+    server.start()
+    try:
+        while not admin_answers(path, timeout=WAIT_S) and server.is_alive():
+            pass
+        time.sleep(0.2)  # the answer's own wake-ups end
+        before = _wakes(server)
+        time.sleep(1.0)  # at rest: nothing is asked of it
+        woken = _wakes(server) - before
+        t0 = time.monotonic()
+    finally:
+        stop.set()
+        server.join(WAIT_S)
+        stop.close()
+    took = time.monotonic() - t0
+    assert woken == 0, f"the idle accept loop woke {woken} times in a second"
+    assert not server.is_alive() and took < 1.0, f"it took {took:.2f} s to stop"
