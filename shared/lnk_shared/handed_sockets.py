@@ -8,7 +8,8 @@ descriptor a connected, non-listening TCP socket (`SOCK_STREAM`, `IPPROTO_TCP`, 
 `AF_INET6`) with both ends on loopback, of a network namespace the kernel names and that is not
 the receiver's own (`judge_socket`). Both are pure and table-tested; `socket_facts` asks the
 kernel, `take` applies both and gives the socket, non-blocking with fixed buffers, or the
-refusal with every descriptor received closed unused.
+refusal with every descriptor received closed unused. The socket is a `HandedSocket`
+(`lnk_shared.handed_socket`): the sender may have kept a copy, so none of its calls waits.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import stat
 import struct
 from dataclasses import dataclass
 from functools import cache
+
+from lnk_shared.handed_socket import HandedSocket
 
 __all__ = [
     "HANDED_BUFFER",
@@ -158,9 +161,10 @@ def receive(sock: socket.socket, size: int) -> Received:
     return Received(data, tuple(fds), bool(msg_flags & socket.MSG_CTRUNC))
 
 
-def take(received: Received) -> socket.socket | HandOffRefused:
+def take(received: Received) -> HandedSocket | HandOffRefused:
     """The handed socket, judged (every descriptor received is closed on a refusal), set
-    non-blocking, its buffers fixed (`HANDED_BUFFER`)."""
+    non-blocking, its buffers fixed (`HANDED_BUFFER`), as a `HandedSocket`: never waiting,
+    whatever a kept copy does to the file's flags."""
     refused = judge_message(received.data, len(received.fds), received.truncated)
     if refused is not None:
         received.close()
@@ -170,7 +174,7 @@ def take(received: Received) -> socket.socket | HandOffRefused:
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):
             os.close(fd)
             return HandOffRefused("handoff-not-socket", "the descriptor is not a socket")
-        sock = socket.socket(fileno=fd)
+        sock = HandedSocket(fileno=fd)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -11,28 +11,21 @@ Real sandboxes (whose relay hands every connection over): test_proxy_handoff_san
 
 from __future__ import annotations
 
-import array
 import contextlib
-import ctypes
 import os
-import secrets
 import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from handoff_senders import IO_S, fresh_connection, hand, inside, own_netns
 from net import WWW, TestInternet
-from proxy_alone import Proxy, alone_proxy, connect, connect_request, counts, get, read_response
+from proxy_alone import Proxy, alone_proxy, connect_request, counts, get, read_response
 
 from lnk_shared.handed_sockets import HEADER
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.e2e]
-
-IO_S = 10.0
-CLONE_NEWNET = 0x40000000
-_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @pytest.fixture(scope="module")
@@ -43,35 +36,8 @@ def proxy(internet: TestInternet) -> Iterator[Proxy]:
 
 @pytest.fixture(scope="module")
 def netns() -> Iterator[Path]:
-    """A network namespace of its own with loopback up: where a sandbox's relay accepts."""
-    name = f"lnkh-{secrets.token_hex(4)}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        yield Path("/run/netns") / name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], check=False)
-
-
-@contextlib.contextmanager
-def inside(namespace: Path | None) -> Iterator[None]:
-    """This thread in `namespace` (None: where it is) while the block makes its sockets."""
-    if namespace is None:
-        yield
-        return
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(namespace, os.O_RDONLY)
-    try:
-        if _LIBC.setns(target, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns")
-        try:
-            yield
-        finally:
-            if _LIBC.setns(own, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns back")
-    finally:
-        os.close(own)
-        os.close(target)
+    with own_netns() as path:
+        yield path
 
 
 @dataclass
@@ -191,18 +157,6 @@ CASES: list[tuple[str, Callable[[Path], Made], bytes, str]] = [
 ]
 
 
-def hand(path: Path, data: bytes, fds: list[int]) -> bytes:
-    """Send `data` with `fds` in one message on a new connection to `path`, as the relay does;
-    what the proxy answered there, to its close."""
-    with connect(path) as sock:
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        sock.sendmsg([data], rights)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-        return answer
-
-
 @pytest.mark.parametrize(("attack", "make", "data", "rule"), CASES, ids=[c[0] for c in CASES])
 def test_a_forged_hand_off_is_refused_and_nothing_is_dialed(
     proxy: Proxy,
@@ -243,7 +197,7 @@ def test_a_connection_of_another_namespace_is_served_as_the_sandboxs_own(
     path = proxy.open("sbx-handed", internet=[WWW])
     try:
         before = internet.accepted(internet.www)
-        listener, client, accepted = _fresh(netns)
+        listener, client, accepted = fresh_connection(netns)
         with listener, client:
             assert hand(path, HEADER, [accepted.fileno()]) == b""  # nothing on the unix side
             accepted.close()  # the sender keeps no copy
@@ -264,14 +218,3 @@ def test_a_connection_of_another_namespace_is_served_as_the_sandboxs_own(
         assert rules == [("allowed", "allowed-internet")] * 3, rules
     finally:
         proxy.admin({"op": "close", "sandbox": "sbx-handed"})
-
-
-def _fresh(namespace: Path) -> tuple[socket.socket, socket.socket, socket.socket]:
-    """A connection in `namespace` that has sent nothing yet."""
-    with inside(namespace):
-        listener = socket.create_server(("127.0.0.1", 0))
-        client = socket.socket()
-    client.settimeout(IO_S)
-    client.connect(listener.getsockname())
-    accepted, _ = listener.accept()
-    return listener, client, accepted

@@ -49,6 +49,7 @@ from lnk_proxy.fair_share import CURRENT
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.tunnel_buffers import LARGE, SMALL, TunnelBuffers
 from lnk_shared.addresses import IPAddress
+from lnk_shared.handed_socket import HandedSocket
 
 __all__ = [
     "BUFFER_SIZE",
@@ -322,7 +323,11 @@ class Conn:
         """Move every byte up to end of stream to `dst`, socket to pipe to socket in the kernel
         (`splice`): the bytes never enter this process. A pipe is held only while bytes are in
         flight, from `pipes` (the large pool by default). `_CannotSplice` when a socket cannot
-        splice, before any byte moved."""
+        splice, before any byte moved: also when either end is a `HandedSocket`, whose other
+        holder may make it blocking (a TCP socket's splice follows the file's O_NONBLOCK, not
+        `SPLICE_F_NONBLOCK`), so its bytes go through `copy_to`'s `MSG_DONTWAIT` calls."""
+        if isinstance(self.sock, HandedSocket) or isinstance(dst.sock, HandedSocket):
+            raise _CannotSplice
         pool = PIPES if pipes is None else pipes
         if self.buffer:
             await dst.send(self.buffer)
@@ -361,9 +366,14 @@ class Conn:
         with contextlib.suppress(OSError):  # already reset: the other direction sees it
             self.sock.shutdown(socket.SHUT_WR)
 
-    def close(self) -> None:
+    def detach(self) -> None:
+        """Out of the loop's selector and callbacks, the socket left open (its caller closes
+        it: `handed_close`)."""
         self.unwatch()  # before the fd is freed: a new socket may get its number
         self.on_readable = None
+
+    def close(self) -> None:
+        self.detach()
         self.sock.close()
 
 
@@ -391,7 +401,8 @@ async def dial(
 
 
 class _CannotSplice(Exception):
-    """A socket type without splice support (none the proxy makes): copy through a buffer."""
+    """A socket type without splice support (none the proxy makes), or a `HandedSocket` (never
+    spliced: see `Conn.splice_to`): copy through a buffer."""
 
 
 class PipePool:

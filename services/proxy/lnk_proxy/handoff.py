@@ -33,13 +33,21 @@ wire log gets the rule (`handoff-…`) and the reason, and the unix connection g
 The control buffer has room for `MAX_DESCRIPTORS`: at most that many are ever installed in
 the proxy by one message.
 
-Never blocking on it: the handed socket is set non-blocking before any read or write (`Conn`)
-and counts as the connection it arrived on (one task of the listener's `connections`: the
+Never blocking on it, whoever else holds it: the sender may have kept its descriptor (the
+sandbox's program can connect to its listener as the relay does and hand over a socket it
+made itself), and a kept copy shares the open file description, O_NONBLOCK included. So the
+handed socket is a `HandedSocket` (`lnk_shared.handed_socket`: every recv and send with
+`MSG_DONTWAIT`, no blocking mode, no timeout, no bind, listen, accept or connect), a tunnel
+never splices it (a TCP socket's splice follows the file's flag: `Conn.splice_to` copies
+through a pooled buffer instead), and its close, which SO_LINGER set by the other holder can
+make wait, runs in its sandbox's thread (`handed_close`). It counts as the connection it
+arrived on (one task of the listener's `connections`, until its close is done: the
 per-sandbox cap, the descriptor share of `descriptors`); its send and receive buffers get
 fixed sizes at once (`HANDED_BUFFER`: the unix socket's default, so the plain http bounds of
 `tunnel_buffers` hold; a tunnel sets its own). Bytes the sandbox sent that wait in its receive
 queue are charged to the sandbox's cgroup (the relay accepted it there), as the unix socket's
-were to the sandbox's send buffer.
+were to the sandbox's send buffer. What else a kept copy can do, and why it is harmless:
+`lnk_shared.handed_socket`.
 
 Who may send: only processes that reach the listener's path, i.e. the sandbox (its relay: the
 program itself cannot make a unix socket, and the relay is not dumpable, so its descriptors
@@ -48,11 +56,13 @@ cannot be taken with `pidfd_getfd` or /proc) and root.
 Security limitations: this does NOT
 - prove the socket is of that sandbox's own namespace, only that it is not the proxy's (the
   proxy is not told the sandbox's namespace); a root sender may hand any other namespace's;
-- stop a sender that keeps a copy of the descriptor: the open file description is shared, so
-  it could clear O_NONBLOCK, and a `splice` of a tunnel (which follows the file's flag, not
-  `SPLICE_F_NONBLOCK`, for a TCP socket) could then block the proxy's loop, or it could read
-  and write the connection beside the proxy. The relay closes its copies at once; the kernel
-  gives no way to tell whether another holder remains.
+- stop a sender that keeps a copy from using the connection beside the proxy (reading the
+  answers, writing, shutting it down, resetting or reconnecting it inside its namespace): it
+  is the sandbox's own connection; the proxy sees an error or an end and ends the exchange;
+- bound how long a close lingers when the other holder wins the race against `HandedSocket`
+  turning SO_LINGER off: that sandbox's closes wait behind it (`handed_close`), nobody else's;
+- copy a handed tunnel's bytes without Python: no splice (see above), so a handed tunnel
+  costs more CPU than a spliced one (bench/README.md, session 13).
 """
 
 from __future__ import annotations

@@ -80,6 +80,7 @@ from lnk_proxy.fair_share import CURRENT, LoopShares
 from lnk_proxy.fast_exchange import FastExchange
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
+from lnk_proxy.handed_close import close_conn
 from lnk_proxy.handoff import first_read, take_handed
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
@@ -404,6 +405,7 @@ class ProxyServer:
         listener = self._listeners.pop(sandbox, None)
         if listener is None:
             return False
+        listener.closer.abandon()  # its tasks end now, whatever a handed socket's close does
         await _cancel_all(listener)  # first: the accept loop still watches the socket
         listener.pool.close()
         if listener.watch is not None:
@@ -512,7 +514,7 @@ class ProxyServer:
         except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
             log.debug("%s: connection ended: %s", listener.sandbox, exc)
         finally:
-            client.close()
+            await close_conn(client, listener.closer)  # a handed one off the loop: it may linger
 
     async def _handed(self, listener: Listener, client: Conn) -> Conn | None:
         """The connection to serve: `client`, or the TCP socket the sandbox's relay handed over
