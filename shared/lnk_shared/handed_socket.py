@@ -11,8 +11,9 @@ proxy's one event loop, the controller's stand-in thread) with it. `MSG_DONTWAIT
 call non-blocking whatever the file's flags say (the kernel checks the flag of the call).
 
 `splice` and `sendfile` have no such flag: for a TCP socket they follow the file's O_NONBLOCK
-(`tcp_splice_read`, `splice_to_socket`), so a handed socket is never spliced (`lnk_proxy.conn`
-copies a tunnel's bytes through a buffer when either end is a `HandedSocket`).
+(`tcp_splice_read`, `splice_to_socket`), so a handed socket is never spliced on an event loop
+(`lnk_proxy.conn` copies a tunnel's bytes through a buffer when either end is a
+`HandedSocket`; `lnk_proxy.handed_splice` splices a few in threads of their own).
 
 What a kept copy can still do, and why each is harmless to the receiver:
 - read or write the connection beside the receiver, shut it down, reset it (SO_LINGER 0) or

@@ -42,7 +42,7 @@ import fcntl
 import os
 import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from lnk_proxy.fair_share import CURRENT
@@ -439,11 +439,17 @@ SMALL_PIPES = PipePool(size=SMALL.pipe)
 _PIPES_OF = {LARGE.pipe: PIPES, SMALL.pipe: SMALL_PIPES}
 
 
-async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -> None:
+async def tunnel(
+    client: Conn,
+    upstream: Conn,
+    buffers: TunnelBuffers = LARGE,
+    spliced_by: Callable[[Conn, Conn, int], Awaitable[None]] | None = None,
+) -> None:
     """Move bytes both ways until both directions end; a half-close is passed on. An error on
     either side (a reset) ends both. Cancelling this ends both too. The sandbox's side gets
     `buffers.unix_send` as its send buffer and both directions pipes of `buffers.pipe` (the
-    origin side was dialed with `buffers`); `client` is the sandbox's side."""
+    origin side was dialed with `buffers`); `client` is the sandbox's side. `spliced_by`, when
+    given, moves the bytes instead (`handed_splice.run`: a handed tunnel in threads)."""
     pipes = _PIPES_OF.get(buffers.pipe) or PipePool(size=buffers.pipe, keep=0)
 
     async def one_way(src: Conn, dst: Conn) -> None:
@@ -458,6 +464,9 @@ async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -
     client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.unix_send)
     if client.sock.family != socket.AF_UNIX:
         client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffers.unix_send)
+    if spliced_by is not None:
+        await spliced_by(client, upstream, buffers.pipe)
+        return
     tasks = [
         asyncio.create_task(one_way(client, upstream)),
         asyncio.create_task(one_way(upstream, client)),

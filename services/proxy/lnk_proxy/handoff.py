@@ -34,15 +34,16 @@ The control buffer has room for `MAX_DESCRIPTORS`: at most that many are ever in
 the proxy by one message.
 
 Never blocking on it, whoever else holds it: the sender may have kept its descriptor (the
-sandbox's program can connect to its listener as the relay does and hand over a socket it
-made itself), and a kept copy shares the open file description, O_NONBLOCK included. So the
-handed socket is a `HandedSocket` (`lnk_shared.handed_socket`: every recv and send with
-`MSG_DONTWAIT`, no blocking mode, no timeout, no bind, listen, accept or connect), a tunnel
-never splices it (a TCP socket's splice follows the file's flag: `Conn.splice_to` copies
-through a pooled buffer instead), and its close, which SO_LINGER set by the other holder can
-make wait, runs in its sandbox's thread (`handed_close`). It counts as the connection it
-arrived on (one task of the listener's `connections`, until its close is done: the
-per-sandbox cap, the descriptor share of `descriptors`); its send and receive buffers get
+sandbox's program can connect to its listener as the relay does and hand over a socket it made
+itself), and a kept copy shares the open file description, O_NONBLOCK included. So the handed
+socket is a `HandedSocket` (`lnk_shared.handed_socket`: every recv and send with
+`MSG_DONTWAIT`, no blocking mode, no timeout, no bind, listen, accept or connect), the loop
+never splices it (a TCP socket's splice follows the file's flag): a tunnel splices in two
+threads of its own while its sandbox and the box have slots (`handed_splice`), else
+`Conn.splice_to` copies through a pooled buffer; and its close, which SO_LINGER set by the
+other holder can make wait, runs in its sandbox's thread (`handed_close`). It counts as the
+connection it arrived on (one task of the listener's `connections`, until its close is done:
+the per-sandbox cap, the descriptor share of `descriptors`); its send and receive buffers get
 fixed sizes at once (`HANDED_BUFFER`: the unix socket's default, so the plain http bounds of
 `tunnel_buffers` hold; a tunnel sets its own). Bytes the sandbox sent that wait in its receive
 queue are charged to the sandbox's cgroup (the relay accepted it there), as the unix socket's
@@ -61,8 +62,8 @@ Security limitations: this does NOT
   is the sandbox's own connection; the proxy sees an error or an end and ends the exchange;
 - bound how long a close lingers when the other holder wins the race against `HandedSocket`
   turning SO_LINGER off: that sandbox's closes wait behind it (`handed_close`), nobody else's;
-- copy a handed tunnel's bytes without Python: no splice (see above), so a handed tunnel
-  costs more CPU than a spliced one (bench/README.md, session 13).
+- splice every handed tunnel: past `handed_splice`'s slots one is copied on the loop, which
+  costs the proxy more CPU (bench/README.md, session 13).
 """
 
 from __future__ import annotations

@@ -81,6 +81,8 @@ from lnk_proxy.fast_exchange import FastExchange
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
 from lnk_proxy.handed_close import close_conn
+from lnk_proxy.handed_splice import SLOTS as SPLICE_SLOTS
+from lnk_proxy.handed_splice import run as splice_run
 from lnk_proxy.handoff import first_read, take_handed
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
@@ -123,6 +125,7 @@ from lnk_proxy.upstream_pool import PoolKey
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
 from lnk_shared.errors import StateError
+from lnk_shared.handed_socket import HandedSocket
 from lnk_shared.spec_models import ModelRule
 
 __all__ = ["FLAG_POLL_S", "HEAD_TIMEOUT_S", "IO_TIMEOUT_S", "LISTENER_MODE", "ProxyServer"]
@@ -985,7 +988,15 @@ class ProxyServer:
                 return
             try:
                 await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                await tunnel(client, upstream, exchange.buffers)
+                sandbox = exchange.listener.sandbox  # a handed one spliced in threads, if room
+                threads = isinstance(client.sock, HandedSocket) and SPLICE_SLOTS.take(sandbox)
+                try:
+                    await tunnel(
+                        client, upstream, exchange.buffers, splice_run if threads else None
+                    )
+                finally:
+                    if threads:
+                        SPLICE_SLOTS.give(sandbox)
             finally:
                 upstream.close()
         except asyncio.CancelledError:
