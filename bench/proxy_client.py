@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import relay_netns
 from proxy_procs import IDLE_TUNNELS, OTHER, TUNNEL_BYTES, WWW, Cpu, TestInternet, rss_kib
 
 RECV_BUFFER = 1024 * 1024  # the transfer client's reads: large, so it is not the bottleneck
@@ -288,7 +289,8 @@ def measure(via: Via, concurrency: int, seconds: float = SMALL_S) -> Result:
 
 
 def tcp(host: str, port: int) -> Connect:
-    return lambda factory: asyncio.get_running_loop().create_connection(factory, host, port)
+    """host:port (a hand-off relay's port: in its namespace, `relay_netns`)."""
+    return relay_netns.tcp_connect(host, port)
 
 
 def unix(path: str) -> Connect:

@@ -22,6 +22,7 @@ from typing import Any
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(CHECKOUT / "tests" / "e2e"), str(CHECKOUT / "shared")]
+import relay_netns  # noqa: E402
 from net import OTHER, WWW, TestInternet  # noqa: E402
 
 from lnk_shared.unix import recv_frame, send_frame  # noqa: E402
@@ -297,12 +298,25 @@ def confiner_binary(folder: Path, sources: Path | None = None) -> Path:
 
 
 def start_relay(
-    stack: ExitStack, listener: Path, folder: Path, sources: Path | None = None
+    stack: ExitStack,
+    listener: Path,
+    folder: Path,
+    sources: Path | None = None,
+    *,
+    handoff: bool | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """The in-sandbox relay (`lnk-sandbox --relay`) on a free loopback port, serving
-    lnk_proxy's listener; built from `sources` (another tree) when given."""
+    """The in-sandbox relay on a free loopback port, serving lnk_proxy's listener; built from
+    `sources` (another tree) when given. `handoff` (the checkout's relay's default): it hands
+    each connection to the proxy (`--relay-handoff`), in a network namespace of its own as a
+    sandbox's (`relay_netns`); else it relays the bytes (`--relay`, every tree's)."""
     port = free_port()
-    argv = [str(confiner_binary(folder, sources)), "--relay", str(listener), str(port)]
+    binary = confiner_binary(folder, sources)
+    if handoff is None:
+        handoff = sources is None
+    if handoff:
+        argv = relay_netns.handoff_argv(stack, binary, listener, port)
+    else:
+        argv = [str(binary), "--relay", str(listener), str(port)]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     stack.callback(stop, process)
     wait_until(lambda: listening(port), process, "the relay")
@@ -317,7 +331,9 @@ def free_port() -> int:
 
 
 def listening(port: int) -> bool:
-    with socket.socket() as sock:
+    with relay_netns.inside(relay_netns.NAMESPACES.get(port)):
+        sock = socket.socket()
+    with sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 

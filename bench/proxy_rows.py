@@ -9,6 +9,7 @@ import statistics
 import subprocess
 from dataclasses import dataclass
 
+import relay_netns
 from proxy_client import (
     Connect,
     Dial,
@@ -112,7 +113,7 @@ def _tcp_via(port: int) -> Connect:
 
 
 def _dial(port: int) -> Dial:
-    return lambda: socket.create_connection(("127.0.0.1", port), IO_TIMEOUT_S)
+    return lambda: relay_netns.tcp_socket("127.0.0.1", port, IO_TIMEOUT_S)
 
 
 def verdict(met: bool) -> str:

@@ -10,9 +10,11 @@ machine's load:
 - `direct`: the client reads the source over TCP (two processes);
 - `proxy alone`: the client reads a CONNECT tunnel from the proxy's unix socket;
 - `relay NAME`: the client reads the tunnel over TCP from an in-sandbox relay (`lnk-sandbox
-  --relay`) in front of that proxy: `new` is built from this checkout, `old` from
-  `--baseline`'s tree (its own `native_build.py`), and each `--relay NAME=PATH` is a binary of
-  your own (a variant being tried);
+  --relay`) in front of that proxy: `new` is built from this checkout and hands each
+  connection to the proxy (`--relay-handoff`, in a network namespace of its own with the
+  client's socket, as in a sandbox: `relay_netns`), `bytes` is the same binary relaying the
+  bytes (`--relay`), `old` is built from `--baseline`'s tree (its own `native_build.py`), and
+  each `--relay NAME=PATH` is a binary of your own (a variant being tried, relaying bytes);
 - `old path` (with `--baseline`): the baseline's proxy behind the baseline's relay.
 
 For each row: MiB/s, and CPU seconds per GiB moved of each process (utime + stime of all its
@@ -42,6 +44,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import relay_netns
 from proxy_client import Dial, transfer
 from proxy_procs import (
     IO_TIMEOUT_S,
@@ -68,7 +71,7 @@ def load() -> str:
 
 
 def dial_tcp(host: str, port: int) -> socket.socket:
-    return socket.create_connection((host, port), IO_TIMEOUT_S)
+    return relay_netns.tcp_socket(host, port, IO_TIMEOUT_S)  # a hand-off relay's: its netns
 
 
 def dial_unix(path: Path) -> socket.socket:
@@ -184,20 +187,23 @@ def main() -> int:
                 Row("proxy alone", lambda: dial_unix(lnk.listener), True, proxy),
             ]
         )
-        relays: list[tuple[str, Path | None, Path | None]] = [("new", None, None)]
+        relays: list[tuple[str, Path | None, Path | None, bool]] = [
+            ("new", None, None, True),
+            ("bytes", None, None, False),
+        ]
         if arguments.baseline is not None:
-            relays.append(("old", None, arguments.baseline.resolve()))
+            relays.append(("old", None, arguments.baseline.resolve(), False))
         for spec in arguments.relay:
             name, _, path = spec.partition("=")
-            relays.append((name, Path(path), None))
-        for name, binary, sources in relays:
+            relays.append((name, Path(path), None, False))
+        for name, binary, sources, handoff in relays:
             folder = base / f"r-{name}"
             folder.mkdir()
             if binary is not None:
                 shutil.copy(binary, folder / "lnk-sandbox")
                 process, port = _start_binary(stack, folder / "lnk-sandbox", lnk.listener)
             else:
-                process, port = start_relay(stack, lnk.listener, folder, sources)
+                process, port = start_relay(stack, lnk.listener, folder, sources, handoff=handoff)
             pids = proxy | {"relay": process.pid}
             rows.append(Row(f"relay {name}", relay_dial(port), True, pids, relay=process.pid))
         if arguments.baseline is not None:

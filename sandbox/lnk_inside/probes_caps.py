@@ -52,7 +52,8 @@ def _connect(address: tuple[str, int], target: str) -> tuple[socket.socket, str]
 
 def _hold(step: dict[str, Any]) -> dict[str, Any]:
     """Hold tunnels until the proxy refuses one, or something else ends them (the sandbox's
-    own descriptor or thread limits in its relay); then ask once more, so a proxy that fell
+    own descriptor limit; or its relay's thread and descriptor limits, where the relay still
+    relays bytes: Linux < 5.14); then ask once more, so a proxy that fell
     over (every sandbox's way out) is told from one that held."""
     address = proxy_address()
     if address is None:

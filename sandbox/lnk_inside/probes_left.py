@@ -1,4 +1,5 @@
-"""Probe steps for what a sandbox leaves or runs: modes, ACLs, `/dev`, written libraries, ports.
+"""Probe steps for what a sandbox leaves or runs: modes, ACLs, `/dev`, written libraries, ports,
+and another process's descriptors.
 
 Part of the probe program (`probes.py`, which merges `STEPS` into its own table), run INSIDE
 the sandbox with the box's Python (standard library only). As there, each step reports
@@ -202,6 +203,47 @@ def _listen(step: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+# pidfd_getfd and kcmp by number (no libc wrapper): the generic table's, and x86_64's kcmp.
+_PIDFD_GETFD = 438
+_KCMP = {"x86_64": 312, "aarch64": 272}
+_KCMP_FILE = 0
+
+
+def _descriptor(step: dict[str, Any]) -> dict[str, Any]:
+    """Take (`pidfd_getfd`) or compare (`kcmp`) a descriptor of a child of its own, which the
+    kernel allows a parent of the same uid: only the filter refuses it (the relay, which is not
+    dumpable, refuses it besides)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = step["call"]
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only holds its pipe until told
+        os.close(write_end)
+        os.read(read_end, 1)
+        os._exit(0)
+    try:
+        if call == "pidfd_getfd":
+            pidfd = os.pidfd_open(child)
+            try:
+                got = libc.syscall(ctypes.c_long(_PIDFD_GETFD), pidfd, read_end, 0)
+            finally:
+                os.close(pidfd)
+            if got >= 0:
+                os.close(got)
+        else:
+            number = _KCMP[os.uname().machine]
+            args = (os.getpid(), child, _KCMP_FILE, read_end, read_end)
+            got = libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) for a in args))
+    finally:
+        os.write(write_end, b"x")
+        os.waitpid(child, 0)
+        os.close(read_end)
+        os.close(write_end)
+    if got < 0:
+        return _result([], [f"{call}: {errno.errorcode.get(ctypes.get_errno(), '?')}"])
+    return _result([f"{call} of a child of its own returned {got}"], [])
+
+
 STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "set_id": _set_id,
     "shared": _shared,
@@ -211,4 +253,5 @@ STEPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "preload": _preload,
     "maps": _maps,
     "listen": _listen,
+    "descriptor": _descriptor,
 }

@@ -183,6 +183,7 @@ def test_check_with_no_grants_refuses_every_probe_and_leaves_nothing(
     for family in FAMILIES:  # each family was really tried, not skipped
         assert any(i.startswith(family) for i in verdicts), family
     assert _not_refused(doc) == {}  # the loader's probe too: the gap is closed
+    assert {"kernel:pidfd_getfd", "kernel:kcmp"} <= set(verdicts)  # another's descriptors
     assert doc["leaked"] is False
     assert doc["summary"]["refused"] == len(verdicts)
     assert all(p["expected"] == p["verdict"] for p in doc["probes"])

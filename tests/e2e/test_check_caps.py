@@ -27,7 +27,9 @@ BUDGET_TUNNELS = 4  # the box's budget: this many small tunnels
 IDS = ("proxy:tunnel-caps", "proxy:refusal-flood")
 FLOOD_TARGET = "127.0.0.1:9"  # lnk_cli.check.plan_caps.FLOOD_TARGET
 FLOOD_REFUSALS = 500  # lnk_cli.check.plan_caps.FLOOD_REFUSALS
-# The probe's 300 tunnels: the relay's threads (one each) and descriptors (six each) fit.
+# The probe's 300 tunnels fit however the relay serves them: handed to the proxy (one descriptor
+# each, the probe's own socket), or, where the kernel cannot name namespaces (Linux < 5.14),
+# relayed (a thread and six descriptors each).
 LIMITS = "[limits]\nopen_files = 4096\nprocesses = 1024\n"
 
 

@@ -6,11 +6,16 @@ sandbox could pin in the proxy every sandbox shares, or blind the proxy's log wi
   kernel buffers in the proxy (`lnk_proxy.tunnel_buffers`: fixed sizes, a per-sandbox budget)
   and two of its descriptors; the proxy must refuse before `HOLD_TUNNELS` (its default cap is
   256 tunnels, `max_tunnels_per_sandbox`; the buffer budget refuses earlier when it is set
-  lower). With the box's default sandbox limits the sandbox's own relay (a thread and six
-  descriptors per tunnel) runs out first, near 170 tunnels: the probe says so, and asks once
-  more to tell a proxy that still answers from one that fell over (`leaked`: every sandbox's
-  way out). `leaked` too when every one was held open. The proxy's
-  `unsafe_unbounded_tunnels` setting (test boxes only) reopens the class.
+  lower). The relay hands each connection to the proxy and keeps none of it
+  (`lnk_proxy.handoff`), so a held tunnel costs the sandbox one descriptor (the probe's own
+  socket) and no thread: 300 fit a default box's 1024 open files, so the proxy's caps are
+  what refuse there too (counted, not run on a default box here). Where the
+  kernel cannot name network namespaces (no `SO_NETNS_COOKIE`, Linux < 5.14) the relay still
+  relays bytes (a thread and six descriptors per tunnel) and, with the box's default sandbox
+  limits, runs out first near 170 tunnels: the probe says so. Either way it asks once more, to
+  tell a proxy that still answers from one that fell over (`leaked`: every sandbox's way out).
+  `leaked` too when every one was held open. The proxy's `unsafe_unbounded_tunnels` setting
+  (test boxes only) reopens the class.
 - **A refusal flood** (`proxy:refusal-flood`): `FLOOD_REFUSALS` requests the proxy always
   refuses (this machine's loopback, whatever the spec lists), one connection each. The proxy
   must fold repeats into one line with a count (`lnk_proxy.wire_log`), so the flood cannot
@@ -34,8 +39,9 @@ from lnk_shared.grants import Grants
 
 __all__ = ["FLOOD_LINES", "FLOOD_REFUSALS", "FLOOD_TARGET", "HOLD_TUNNELS", "cap_probes"]
 
-# Past the proxy's default tunnel cap (256) with room; a sandbox whose limits let its relay
-# hold this many (six descriptors and a thread each) shows whether the proxy's caps hold.
+# Past the proxy's default tunnel cap (256) with room: handed over, each costs the sandbox one
+# descriptor (the probe's socket), so a default box shows whether the proxy's caps hold (a
+# relay that relays bytes, on Linux < 5.14, needs six descriptors and a thread each).
 HOLD_TUNNELS = 300
 # Enough that one line each would be plain in the log (hundreds of lines), done in seconds.
 FLOOD_REFUSALS = 500

@@ -71,6 +71,21 @@ def process_probes(c: PlanContext) -> None:
                 (Evidence("inside"),),
             )
         )
+    # Another process's descriptors (the relay's hand-offs, for one): a child of its own, which
+    # the kernel allows a parent of its uid, so only the filter refuses them.
+    for call, what in (
+        ("pidfd_getfd", "take a descriptor of a process of its own (pidfd_getfd)"),
+        ("kcmp", "compare descriptors with a process of its own (kcmp)"),
+    ):
+        c.add(
+            Probe(
+                f"kernel:{call}",
+                what,
+                REFUSED,
+                {"kind": "descriptor", "call": call},
+                (Evidence("inside"),),
+            )
+        )
 
 
 def limit_probes(c: PlanContext) -> None:

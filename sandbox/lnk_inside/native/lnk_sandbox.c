@@ -17,7 +17,7 @@
  * Usage: lnk-sandbox [--policy FILE] -- PROGRAM [ARGS...]   (--policy: tests only)
  *        lnk-sandbox [--policy FILE] [--argv FILE] [--release-fd N] --
  *                                      (the program's argv from a file; wait to be released)
- *        lnk-sandbox --relay SOCKET PORT                     (the proxy benchmark)
+ *        lnk-sandbox --relay|--relay-handoff SOCKET PORT     (the proxy benchmark)
  *
  * --release-fd N: the read end of a pipe only the controller writes. The confiner confines
  * itself as above, then waits there for the one byte RELEASE_BYTE before it starts the relays
@@ -480,7 +480,8 @@ static void start_relays(void) {
             listeners[count] = listen_on(policy.relay_localhost.items[i]);
             localhost[count++] = (int)policy.relay_localhost.items[i];
         }
-        if (relay_start(policy.relay_socket, listeners, localhost, count, RELAY_HANDSHAKE_MS) != 0)
+        if (relay_start_handing(policy.relay_socket, listeners, localhost, count,
+                                RELAY_HANDSHAKE_MS, true) != 0)
             refuse("cannot start the proxy relay: %s", errname(errno));
     }
     if (policy.bridge_socket != NULL) {
@@ -574,7 +575,7 @@ static char **load_argv(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "--relay") == 0)
+    if (argc >= 2 && (strcmp(argv[1], "--relay") == 0 || strcmp(argv[1], "--relay-handoff") == 0))
         return relay_main(argc, argv);
     const char *policy_path = POLICY_PATH, *argv_path = ARGV_PATH;
     int first = 1, release_fd = -1;

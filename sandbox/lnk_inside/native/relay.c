@@ -41,6 +41,17 @@
  *
  * When the relaying thread cannot be had (no epoll set or thread at the start, the hand-over
  * refused), a connection is relayed by its own thread with poll(2), as before.
+ *
+ * The proxy's own port hands its connections over instead (relay_start_handing, session 12):
+ * the connection's thread dials the proxy's unix socket as above, sends HANDOFF_HEADER with
+ * the accepted TCP socket (SCM_RIGHTS) in one message and closes both: the proxy serves the
+ * sandbox's client socket itself (services/proxy/lnk_proxy/handoff.py says what it accepts),
+ * and none of its bytes pass through here. Why: a 1 GiB tunnel was CPU-bound on two cores,
+ * and the relay's splices were a whole extra hop of it (bench/README.md, sessions 11-12).
+ * Where the kernel does not name a socket's namespace (SO_NETNS_COOKIE, which the proxy needs
+ * to refuse a socket of its own), or the message cannot be sent, the bytes are relayed as
+ * above. The `[localhost]` ports (their CONNECT handshake is this relay's) and the store
+ * bridge (not the proxy) are always relayed.
  */
 #define _GNU_SOURCE
 #include "relay.h"
@@ -70,6 +81,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71 /* <asm-generic/socket.h>, Linux 5.14 */
+#endif
+
 #define BACKLOG 128                /* connections waiting: a burst of parallel downloads */
 #define MAX_ANSWER 4096            /* the proxy's answer to a CONNECT: a status line, a few headers */
 #define THREAD_STACK (64 * 1024)   /* splice loops need little stack; glibc's default is 8 MiB */
@@ -80,6 +95,7 @@
 struct listener {
     const char *socket_path;
     int fd, localhost_port, handshake_ms;
+    bool hand_off; /* give each connection's socket to the proxy (see the top), not its bytes */
 };
 
 static void pause_accepting(void) {
@@ -402,6 +418,39 @@ static bool connect_localhost(int upstream, int client, int port, int handshake_
     return ok && write_all(client, end + 4, have - used);
 }
 
+/* Whether the kernel names a socket's network namespace (SO_NETNS_COOKIE, Linux 5.14): the
+   proxy refuses a handed socket whose namespace it cannot tell from its own, so without it the
+   relay moves the bytes itself, as before. */
+static bool namespaces_named(int fd) {
+    uint64_t cookie = 0;
+    socklen_t length = sizeof cookie;
+    return getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &length) == 0;
+}
+
+/* Send `client` to the proxy on `upstream`: HANDOFF_HEADER and the one descriptor, in one
+   message (the proxy's handoff.py refuses anything else). False when it did not go: nothing
+   of it reached the proxy, and the connection can still relay bytes. */
+static bool send_socket(int upstream, int client) {
+    union {
+        char space[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec header = {.iov_base = (void *)HANDOFF_HEADER, .iov_len = HANDOFF_HEADER_LEN};
+    struct msghdr message = {.msg_iov = &header, .msg_iovlen = 1,
+                             .msg_control = control.space, .msg_controllen = sizeof control.space};
+    struct cmsghdr *rights = CMSG_FIRSTHDR(&message);
+    rights->cmsg_level = SOL_SOCKET;
+    rights->cmsg_type = SCM_RIGHTS;
+    rights->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(rights), &client, sizeof client);
+    ssize_t n;
+    do
+        n = sendmsg(upstream, &message, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)HANDOFF_HEADER_LEN;
+}
+
 /* A unix stream socket connected to path; -1 with errno. */
 static int dial(const char *path) {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
@@ -436,6 +485,11 @@ static void *run_connection(void *arg) {
     int client = accepted.client, port = accepted.listener->localhost_port;
     int upstream = dial(accepted.listener->socket_path);
     int handshake_ms = accepted.listener->handshake_ms;
+    if (upstream >= 0 && accepted.listener->hand_off && send_socket(upstream, client)) {
+        close(upstream); /* the proxy's now: this process keeps no copy of it */
+        close(client);
+        return NULL;
+    }
     if (upstream >= 0 && (port == 0 || connect_localhost(upstream, client, port, handshake_ms))) {
         if (hand_over(client, upstream))
             return NULL; /* the relaying thread's now, closing included */
@@ -489,9 +543,13 @@ static void serve(const struct listener *listeners, struct pollfd *polls, size_t
 }
 
 /* What the relay process needs besides its listeners: no SIGPIPE (a write to a closed peer
-   ends that connection with EPIPE, not the relay), and room for descriptors (six per
-   connection: two sockets, two pipes). */
+   ends that connection with EPIPE, not the relay), room for descriptors (six per
+   connection: two sockets, two pipes), and not dumpable: the program runs as the same user,
+   and a dumpable relay's descriptors (its connections to the proxy, sockets not yet handed
+   over) could be taken with pidfd_getfd or /proc/PID/fd and kept, or used to send the proxy
+   descriptors of the program's choosing. */
 static void prepare_process(void) {
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     signal(SIGPIPE, SIG_IGN);
     struct rlimit files;
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -528,6 +586,12 @@ static bool is_listener(int fd, const int *listeners, size_t count) {
 
 int relay_start(const char *socket_path, const int *listeners, const int *localhost_ports,
                 size_t count, int handshake_ms) {
+    return relay_start_handing(socket_path, listeners, localhost_ports, count, handshake_ms, false);
+}
+
+int relay_start_handing(const char *socket_path, const int *listeners,
+                        const int *localhost_ports, size_t count, int handshake_ms,
+                        bool hand_off) {
     if (count == 0) {
         errno = EINVAL;
         return -1;
@@ -549,8 +613,10 @@ int relay_start(const char *socket_path, const int *listeners, const int *localh
                 close(fd);
         prepare_process();
         for (size_t i = 0; i < count; i++)
-            served[i] =
-                (struct listener){socket_path, listeners[i], localhost_ports[i], handshake_ms};
+            served[i] = (struct listener){socket_path, listeners[i], localhost_ports[i],
+                                          handshake_ms,
+                                          hand_off && localhost_ports[i] == 0 &&
+                                              namespaces_named(listeners[i])};
         serve(served, polls, count);
         _exit(1); /* not reached */
     }
@@ -573,9 +639,10 @@ int relay_start(const char *socket_path, const int *listeners, const int *localh
 int relay_main(int argc, char **argv) {
     char *end = NULL;
     long port = argc == 4 ? strtol(argv[3], &end, 10) : 0;
-    if (argc != 4 || strcmp(argv[1], "--relay") != 0 || end == argv[3] || *end != '\0' ||
-        port < 1 || port > 65535) {
-        fputs("lnk-sandbox: usage: lnk-sandbox --relay SOCKET PORT\n", stderr);
+    bool hand_off = argc >= 2 && strcmp(argv[1], "--relay-handoff") == 0;
+    if (argc != 4 || (strcmp(argv[1], "--relay") != 0 && !hand_off) || end == argv[3] ||
+        *end != '\0' || port < 1 || port > 65535) {
+        fputs("lnk-sandbox: usage: lnk-sandbox --relay|--relay-handoff SOCKET PORT\n", stderr);
         return 2;
     }
     int fd = relay_listen((int)port);
@@ -585,7 +652,8 @@ int relay_main(int argc, char **argv) {
         return 1;
     }
     prepare_process();
-    struct listener listener = {argv[2], fd, 0, RELAY_HANDSHAKE_MS};
+    struct listener listener = {argv[2], fd, 0, RELAY_HANDSHAKE_MS,
+                                hand_off && namespaces_named(fd)};
     struct pollfd poll_fd;
     serve(&listener, &poll_fd, 1);
     return 1; /* not reached */

@@ -1,6 +1,7 @@
 /* The in-sandbox relay (relay.c). */
 #ifndef LNK_RELAY_H
 #define LNK_RELAY_H
+#include <stdbool.h>
 #include <stddef.h>
 /* A TCP listener on 127.0.0.1:port of the sandbox's own network namespace; -1 with errno. */
 int relay_listen(int port);
@@ -15,7 +16,18 @@ int relay_listen(int port);
    caller's copies of the listeners are closed. 0, or -1 with errno. */
 int relay_start(const char *socket_path, const int *listeners, const int *localhost_ports,
                 size_t count, int handshake_ms);
+/* relay_start, and with `hand_off` each connection of a listener whose localhost_ports[i] is 0
+   is handed to the proxy itself (its socket sent over a new connection to socket_path with
+   SCM_RIGHTS after HANDOFF_HEADER: the proxy's handoff.py), not relayed; the `[localhost]`
+   ports are relayed as before. The confiner uses it for the proxy's listener. */
+int relay_start_handing(const char *socket_path, const int *listeners,
+                        const int *localhost_ports, size_t count, int handshake_ms,
+                        bool hand_off);
+/* The bytes before the handed socket: the proxy's handoff.HEADER (NUL first: never HTTP). */
+#define HANDOFF_HEADER "\0lnk-fd1"
+#define HANDOFF_HEADER_LEN 8
 /* `lnk-sandbox --relay SOCKET PORT`: serve 127.0.0.1:PORT in the foreground until killed
-   (the proxy benchmark runs the relay this way). Returns an exit status. */
+   (the proxy benchmark runs the relay this way); `--relay-handoff` hands each connection to
+   the proxy as relay_start_handing does. Returns an exit status. */
 int relay_main(int argc, char **argv);
 #endif

@@ -13,6 +13,10 @@ lose the answer) for at most `LINGER_S` and `MAX_DRAIN` bytes, and closes it; th
 nowhere. `proxy_link.keep_listeners` calls it only while the proxy does not
 answer, and stops once the proxy is back, before it hands the listeners back.
 
+A connection the sandbox's relay hands over (its client's TCP socket sent with `SCM_RIGHTS`:
+`lnk_shared.handed_sockets`, as the proxy receives it) is judged as the proxy judges it, and
+the 503 goes to that socket, read and closed as above; a refused hand-off is closed unanswered.
+
 Does NOT: judge or forward anything (every request gets the 503, whatever it asks), nor write
 the wire log (nothing was decided or sent; the controller's log counts the 503s); tell a
 sandbox apart from another (each held listener is its own sandbox's); keep a connection past
@@ -30,6 +34,8 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from lnk_shared.handed_sockets import Received, receive, take
 
 __all__ = ["ANSWER", "HEAD_TIMEOUT_S", "MAX_PENDING", "StandIn"]
 
@@ -58,6 +64,7 @@ class _Pending:
     head: bytearray = field(default_factory=bytearray)
     answered: bool = False
     drained: int = 0
+    first: bool = True  # nothing read yet: the read that may carry a hand-off
 
 
 def head_complete(head: bytes | bytearray) -> bool:
@@ -125,11 +132,13 @@ class StandIn:
     def _read(self, fd: int) -> None:
         pending = self._pending[fd]
         try:
-            data = pending.sock.recv(_CHUNK)
+            data = self._first(fd, pending) if pending.first else pending.sock.recv(_CHUNK)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             data = b""
+        if data is None:
+            return  # handed over (or refused): the handed socket is read from now on
         if pending.answered:
             pending.drained += len(data)
             if not data or pending.drained >= MAX_DRAIN:
@@ -141,6 +150,21 @@ class StandIn:
             self._close(fd)
         elif head_complete(pending.head):
             self._answer(fd)
+
+    def _first(self, fd: int, pending: _Pending) -> bytes | None:
+        """The first read, with any descriptors: its bytes, or None for a hand-off (the handed
+        socket, judged, takes the connection's place; a refused one is closed)."""
+        received: Received = receive(pending.sock, _CHUNK)
+        pending.first = False
+        if not received.is_handoff:
+            return received.data
+        taken = take(received)
+        self._close(fd)
+        if isinstance(taken, socket.socket):
+            self._pending[taken.fileno()] = _Pending(taken, pending.deadline, first=False)
+        else:
+            log.info("a hand-off refused while the proxy is down: %s", taken.reason)
+        return None
 
     def _answer(self, fd: int) -> None:
         pending = self._pending[fd]

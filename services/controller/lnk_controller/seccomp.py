@@ -8,7 +8,8 @@ writes them into the confiner's policy; the confiner (`lnk_inside/native/lnk_san
 them, after no_new_privs and Landlock, so it needs neither libseccomp nor Python inside the sandbox.
 The first program (`compile_filter`) has the default ALLOW and makes each call in
 `DENIED_SYSCALLS` fail (EPERM unless noted) before the kernel acts on it: kernel keyrings, BPF,
-perf, userfaultfd, ptrace and cross-process memory access, new namespaces (`unshare`, `setns`,
+perf, userfaultfd, ptrace and cross-process memory access, taking or comparing another
+process's descriptors (`pidfd_getfd`, `kcmp`), new namespaces (`unshare`, `setns`,
 `clone` with any `CLONE_NEW*` flag), every mount call, io_uring (its ring runs syscalls the
 filter never sees), personality changes, module and kexec loading, swap, reboot, accounting,
 quotas, file handles, chroot, the kernel log, `TIOCSTI`/`TIOCLINUX` (typing into a terminal),
@@ -109,6 +110,10 @@ _BLANKET: tuple[tuple[str, str], ...] = (
     ("ptrace", "inspects and drives other processes"),
     ("process_vm_readv", "reads another process's memory"),
     ("process_vm_writev", "writes another process's memory"),
+    # Beside the relay being non-dumpable (relay.c): its descriptors are the hand-offs to the
+    # proxy and its unix connections; a copy kept by the program would share their flags.
+    ("pidfd_getfd", "copies another process's descriptor (the relay's, for one)"),
+    ("kcmp", "compares other processes' descriptors and memory: learns what they hold"),
     ("unshare", "new namespaces: the sandbox must not make its own user or mount namespace"),
     ("setns", "joins another namespace"),
     ("mount", "changes the filesystem view"),

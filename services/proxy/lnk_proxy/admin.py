@@ -25,10 +25,10 @@ or log line holds a value. The reply is `{"ok": true}` or `{"ok": false, "error"
 reply to `open` carries the new listener's descriptor (SCM_RIGHTS): the controller keeps it, so
 the listening socket outlives this process; after a restart the controller hands each one back
 with `adopt` (`list` answers `{"ok": true, "sandboxes": [ID, ...]}`, the listeners open now),
-`stats` answers `{"ok": true, "fast_decided": N, "charged_s": S, "holds": N, "held_s": S}`
-(the sandbox's requests the callback path decided: how the e2e tests see which path served
-them; the proxy's CPU charged to it while sandboxes shared the proxy, its holds and their
-seconds: `fair_share`),
+`stats` answers `{"ok": true, "fast_decided": N, "handed": M, "charged_s": S, "holds": N,
+"held_s": S}` (the sandbox's requests the callback path decided, its connections its relay
+handed over: how the e2e tests see which path served them; the proxy's CPU charged to it while
+sandboxes shared the proxy, its holds and their seconds: `fair_share`),
 and the connections a sandbox made meanwhile wait in its backlog and are served then. Every
 field is checked as if hostile (`parse_command`, pure): unknown keys, wrong types, a bad id, a
 socket path outside the run dir or too long for a unix socket, a short secret, grants the spec
@@ -278,8 +278,9 @@ async def _run_command(
         elif isinstance(command, ListCommand):
             return {"ok": True, "sandboxes": server.sandboxes()}, []
         elif isinstance(command, StatsCommand):
-            stats = {"fast_decided": server.fast_decided(command.sandbox)}
-            return {"ok": True, **stats, **server.share_stats(command.sandbox)}, []
+            sandbox = command.sandbox
+            stats = {"fast_decided": server.fast_decided(sandbox), "handed": server.handed(sandbox)}
+            return {"ok": True, **stats, **server.share_stats(sandbox)}, []
     except (OSError, ValueError) as exc:
         return {"ok": False, "error": str(exc)}, []
     finally:

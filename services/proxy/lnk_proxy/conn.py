@@ -42,13 +42,14 @@ import fcntl
 import os
 import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from lnk_proxy.fair_share import CURRENT
 from lnk_proxy.http_request import RequestRefused
 from lnk_proxy.tunnel_buffers import LARGE, SMALL, TunnelBuffers
 from lnk_shared.addresses import IPAddress
+from lnk_shared.handed_socket import HandedSocket
 
 __all__ = [
     "BUFFER_SIZE",
@@ -322,7 +323,11 @@ class Conn:
         """Move every byte up to end of stream to `dst`, socket to pipe to socket in the kernel
         (`splice`): the bytes never enter this process. A pipe is held only while bytes are in
         flight, from `pipes` (the large pool by default). `_CannotSplice` when a socket cannot
-        splice, before any byte moved."""
+        splice, before any byte moved: also when either end is a `HandedSocket`, whose other
+        holder may make it blocking (a TCP socket's splice follows the file's O_NONBLOCK, not
+        `SPLICE_F_NONBLOCK`), so its bytes go through `copy_to`'s `MSG_DONTWAIT` calls."""
+        if isinstance(self.sock, HandedSocket) or isinstance(dst.sock, HandedSocket):
+            raise _CannotSplice
         pool = PIPES if pipes is None else pipes
         if self.buffer:
             await dst.send(self.buffer)
@@ -361,9 +366,14 @@ class Conn:
         with contextlib.suppress(OSError):  # already reset: the other direction sees it
             self.sock.shutdown(socket.SHUT_WR)
 
-    def close(self) -> None:
+    def detach(self) -> None:
+        """Out of the loop's selector and callbacks, the socket left open (its caller closes
+        it: `handed_close`)."""
         self.unwatch()  # before the fd is freed: a new socket may get its number
         self.on_readable = None
+
+    def close(self) -> None:
+        self.detach()
         self.sock.close()
 
 
@@ -396,7 +406,8 @@ async def dial(
 
 
 class _CannotSplice(Exception):
-    """A socket type without splice support (none the proxy makes): copy through a buffer."""
+    """A socket type without splice support (none the proxy makes), or a `HandedSocket` (never
+    spliced: see `Conn.splice_to`): copy through a buffer."""
 
 
 class PipePool:
@@ -433,11 +444,17 @@ SMALL_PIPES = PipePool(size=SMALL.pipe)
 _PIPES_OF = {LARGE.pipe: PIPES, SMALL.pipe: SMALL_PIPES}
 
 
-async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -> None:
+async def tunnel(
+    client: Conn,
+    upstream: Conn,
+    buffers: TunnelBuffers = LARGE,
+    spliced_by: Callable[[Conn, Conn, int], Awaitable[None]] | None = None,
+) -> None:
     """Move bytes both ways until both directions end; a half-close is passed on. An error on
     either side (a reset) ends both. Cancelling this ends both too. The sandbox's side gets
     `buffers.unix_send` as its send buffer and both directions pipes of `buffers.pipe` (the
-    origin side was dialed with `buffers`)."""
+    origin side was dialed with `buffers`); `client` is the sandbox's side. `spliced_by`, when
+    given, moves the bytes instead (`handed_splice.run`: a handed tunnel in threads)."""
     pipes = _PIPES_OF.get(buffers.pipe) or PipePool(size=buffers.pipe, keep=0)
 
     async def one_way(src: Conn, dst: Conn) -> None:
@@ -447,9 +464,14 @@ async def tunnel(client: Conn, upstream: Conn, buffers: TunnelBuffers = LARGE) -
             await src.copy_to(dst)  # a socket that cannot splice: through a buffer
         dst.shutdown_write()
 
-    for conn in (client, upstream):
-        if conn.sock.family == socket.AF_UNIX:  # the sandbox's side, before the tunnel's bytes
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.unix_send)
+    # The sandbox's side, before the tunnel's bytes: its unix connection, or the TCP socket
+    # it handed over (`handoff`), whose receive buffer is fixed too (TCP would autotune it).
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffers.unix_send)
+    if client.sock.family != socket.AF_UNIX:
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffers.unix_send)
+    if spliced_by is not None:
+        await spliced_by(client, upstream, buffers.pipe)
+        return
     tasks = [
         asyncio.create_task(one_way(client, upstream)),
         asyncio.create_task(one_way(upstream, client)),

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from lnk_proxy.conn import Conn
 from lnk_proxy.fair_share import Share
+from lnk_proxy.handed_close import HandedCloser
 from lnk_proxy.head_memo import HeadMemo
 from lnk_proxy.hosted_grant import HostedGrant
 from lnk_proxy.http_request import ProxyRequest, refusal_response
@@ -62,6 +63,8 @@ class Listener:
     share: Share | None = None  # its share of the event loop's turns (`fair_share`)
     heads: HeadMemo = field(default_factory=HeadMemo)  # its parsed heads (`fast_exchange`)
     fast_decided: int = 0  # its requests decided on the callback path (admin `stats`)
+    handed: int = 0  # its connections handed over by its relay (`handoff`; admin `stats`)
+    closer: HandedCloser = field(default_factory=HandedCloser)  # its handed sockets' closes
 
     def __post_init__(self) -> None:
         self.memo = PolicyMemo(self.grants)  # this sandbox's only

@@ -1,6 +1,8 @@
 """The proxy's listeners: one unix socket per sandbox, and every connection through it.
 
-Per connection, per request: read a head (bounded in size by `find_head_end`, in time by
+Per connection: its first read may be a hand-off (`handoff`: the sandbox's relay sends the
+client's own TCP socket, judged, then served in the unix connection's place); then, per
+request: read a head (bounded in size by `find_head_end`, in time by
 `HEAD_TIMEOUT_S`), parse it, the sandbox's stop and pause flags as they are now (read again
 whenever the flags folder's inotify watch says a name of this sandbox changed, and on every
 request while there is no watch: `flag_watch`; a flag that cannot be checked counts as set),
@@ -79,6 +81,10 @@ from lnk_proxy.fair_share import CURRENT, LoopShares
 from lnk_proxy.fast_exchange import FastExchange
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.forward import BAD_GATEWAY, BadResponse, forward_http
+from lnk_proxy.handed_close import close_conn
+from lnk_proxy.handed_splice import SLOTS as SPLICE_SLOTS
+from lnk_proxy.handed_splice import run as splice_run
+from lnk_proxy.handoff import first_read, take_handed
 from lnk_proxy.hosted_grant import HostedGrant, hosted_placeholder
 from lnk_proxy.hosted_models import judge_hosted
 from lnk_proxy.hosted_relay import exchange as exchange_hosted
@@ -120,6 +126,7 @@ from lnk_proxy.upstream_pool import PoolKey
 from lnk_proxy.wire_log import SANDBOX_ID, WireEntry, WireLog
 from lnk_shared.addresses import IPAddress
 from lnk_shared.errors import StateError
+from lnk_shared.handed_socket import HandedSocket
 from lnk_shared.spec_models import ModelRule
 
 __all__ = ["FLAG_POLL_S", "HEAD_TIMEOUT_S", "IO_TIMEOUT_S", "LISTENER_MODE", "ProxyServer"]
@@ -381,10 +388,17 @@ class ProxyServer:
 
     def fast_decided(self, sandbox: str) -> int:
         """The sandbox's requests decided on the callback path (admin `stats`: tests)."""
+        return self._listener_of(sandbox).fast_decided
+
+    def handed(self, sandbox: str) -> int:
+        """The sandbox's connections its relay handed over (`handoff`; admin `stats`: tests)."""
+        return self._listener_of(sandbox).handed
+
+    def _listener_of(self, sandbox: str) -> Listener:
         listener = self._listeners.get(sandbox)
         if listener is None:
             raise ValueError(f"no listener for sandbox {sandbox}")
-        return listener.fast_decided
+        return listener
 
     def share_stats(self, sandbox: str) -> dict[str, float]:
         """The sandbox's share of the proxy's time in all (admin `stats`: tests, benches)."""
@@ -405,6 +419,7 @@ class ProxyServer:
         listener = self._listeners.pop(sandbox, None)
         if listener is None:
             return False
+        listener.closer.abandon()  # its tasks end now, whatever a handed socket's close does
         await _cancel_all(listener)  # first: the accept loop still watches the socket
         listener.pool.close()
         if listener.watch is not None:
@@ -502,6 +517,10 @@ class ProxyServer:
                 raise
         client = Conn(sock)
         try:
+            handed = await self._handed(listener, client)  # the relay's TCP socket, or itself
+            if handed is None:
+                return
+            client = handed
             while True:  # the callback path while it can (`fast_exchange`), else one by one
                 step = await self._fast.serve(listener, client) if self._fast else None
                 if not await (self._one_request(listener, client) if step is None else step):
@@ -509,7 +528,25 @@ class ProxyServer:
         except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
             log.debug("%s: connection ended: %s", listener.sandbox, exc)
         finally:
-            client.close()
+            await close_conn(client, listener.closer)  # a handed one off the loop: it may linger
+
+    async def _handed(self, listener: Listener, client: Conn) -> Conn | None:
+        """The connection to serve: `client`, or the TCP socket the sandbox's relay handed over
+        on it (`handoff`: judged; `client` closed); None when the hand-off was refused."""
+        client.deadline = asyncio.get_running_loop().time() + HEAD_TIMEOUT_S
+        try:
+            received = await first_read(client)
+        finally:
+            client.deadline = None
+        if not received.is_handoff:
+            return client
+        taken = take_handed(received)
+        if isinstance(taken, Refusal):
+            await self.refuse(listener, client, "", "", taken)
+            return None
+        client.close()
+        listener.handed += 1
+        return taken
 
     async def _one_request(self, listener: Listener, client: Conn) -> bool:
         """Serve one request; True when the connection may carry another."""
@@ -995,7 +1032,15 @@ class ProxyServer:
                 return
             try:
                 await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                await tunnel(client, upstream, exchange.buffers)
+                sandbox = exchange.listener.sandbox  # a handed one spliced in threads, if room
+                threads = isinstance(client.sock, HandedSocket) and SPLICE_SLOTS.take(sandbox)
+                try:
+                    await tunnel(
+                        client, upstream, exchange.buffers, splice_run if threads else None
+                    )
+                finally:
+                    if threads:
+                        SPLICE_SLOTS.give(sandbox)
             finally:
                 upstream.close()
         except asyncio.CancelledError:

@@ -348,7 +348,9 @@ def test_a_wrong_command_line_runs_nothing(lnk_sandbox: Path, argv: list[str]) -
 
 @pytest.fixture
 def echo_socket(tmp_path: Path) -> Iterator[str]:
-    """A unix socket answering each connection with b"echo:" and what it read, then closing."""
+    """A unix socket answering each connection with b"echo:" and what it read, then closing; a
+    connection handed over on it (the proxy's port's relay hands each one over, as to the
+    proxy: `lnk_proxy.handoff`) is answered on the handed socket."""
     path = str(tmp_path / "bridge.sock")
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
@@ -359,7 +361,12 @@ def echo_socket(tmp_path: Path) -> Iterator[str]:
             while True:
                 conn, _ = server.accept()
                 with conn:
-                    conn.sendall(b"echo:" + conn.recv(100))
+                    data, fds, _, _ = socket.recv_fds(conn, 100, 1)
+                    if not fds:
+                        conn.sendall(b"echo:" + data)
+                        continue
+                    with socket.socket(fileno=fds[0]) as handed:
+                        handed.sendall(b"echo:" + handed.recv(100))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

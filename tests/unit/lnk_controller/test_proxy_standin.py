@@ -3,6 +3,7 @@ gets the 503 saying so (real unix sockets; the proxy is a missing admin socket).
 
 from __future__ import annotations
 
+import array
 import os
 import shutil
 import socket
@@ -16,6 +17,8 @@ import pytest
 from lnk_controller import proxy_link
 from lnk_controller.config import ControllerConfig
 from lnk_controller.proxy_standin import ANSWER, MAX_HEAD, StandIn, head_complete
+from lnk_shared import handed_sockets
+from lnk_shared.handed_sockets import HEADER
 
 WAIT_S = 10.0  # a client's read: the stand-in answers within a second
 
@@ -126,3 +129,88 @@ def test_a_connection_made_once_the_proxy_is_back_waits_for_it(base: Path) -> No
             accepted.settimeout(WAIT_S)
             assert accepted.recv(100).startswith(b"GET http://a/")
     listener.close()
+
+
+def _hand(path: Path, fd: int) -> bytes:
+    """A hand-off as the relay sends it (`lnk_shared.handed_sockets`): what the unix side got."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sender:
+        sender.settimeout(WAIT_S)
+        sender.connect(str(path))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+        sender.sendmsg([HEADER], rights)
+        answer = b""
+        while chunk := sender.recv(65536):
+            answer += chunk
+        return answer
+
+
+def _serve_until(stand_in: StandIn, listener: socket.socket, done: threading.Thread) -> None:
+    while done.is_alive():
+        assert stand_in.serve([listener.fileno()], 0.2, lambda: False) is False
+
+
+def test_a_handed_connection_gets_the_503_on_its_own_socket(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox's client reads the 503 from the TCP socket its relay handed over (another
+    namespace's in a sandbox: here this process's, the namespace rule told it differs)."""
+    cookie = handed_sockets.own_netns_cookie()
+    assert cookie is not None
+    monkeypatch.setattr(handed_sockets, "own_netns_cookie", lambda: cookie + 1)
+    listener = _listener(base / "h.sock")
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname(), WAIT_S)
+    accepted, _ = server.accept()
+    got: list[bytes] = []
+
+    def relay_and_read() -> None:
+        client.sendall(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n")
+        got.append(_hand(base / "h.sock", accepted.fileno()))
+        accepted.close()  # the relay keeps no copy
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        got.append(answer)
+
+    stand_in = StandIn()
+    thread = threading.Thread(target=relay_and_read)
+    thread.start()
+    try:
+        _serve_until(stand_in, listener, thread)
+    finally:
+        thread.join(WAIT_S)
+        stand_in.finish()  # closes what it still holds (the handed socket lingers for its rest)
+        for sock in (listener, server, client):
+            sock.close()
+    assert got == [b"", ANSWER]  # nothing on the unix side: the answer went to the client
+
+
+def test_a_refused_hand_off_is_closed_unanswered(base: Path) -> None:
+    """A socket of the stand-in's own namespace (the host's) is refused as the proxy refuses it."""
+    listener = _listener(base / "r.sock")
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname(), WAIT_S)
+    accepted, _ = server.accept()
+    got: list[bytes] = []
+
+    def relay_and_read() -> None:
+        client.sendall(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n")
+        got.append(_hand(base / "r.sock", accepted.fileno()))
+        accepted.close()
+        try:
+            got.append(client.recv(65536))
+        except ConnectionResetError:  # closed with the request unread: the kernel's reset
+            got.append(b"")
+
+    stand_in = StandIn()
+    thread = threading.Thread(target=relay_and_read)
+    thread.start()
+    try:
+        _serve_until(stand_in, listener, thread)
+    finally:
+        thread.join(WAIT_S)
+        stand_in.finish()  # closes what it still holds (the handed socket lingers for its rest)
+        for sock in (listener, server, client):
+            sock.close()
+    assert got == [b"", b""]
+    assert stand_in.answered == 0

@@ -61,6 +61,37 @@ def thread():
     t.start()
     t.join()
 
+def of_a_child(take):
+    # a child of its own that holds a pipe's read end (same uid, dumpable: the kernel lets
+    # its parent take and compare its descriptors); `take(pid, fd)` tries
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    try:
+        return take(pid, r)
+    finally:
+        os.write(w, b"x")
+        os.waitpid(pid, 0)
+        os.close(r)
+        os.close(w)
+
+def pidfd_getfd(pid, fd):
+    pidfd = os.pidfd_open(pid)
+    try:
+        os.close(sys_call(438, pidfd, fd, 0))
+    finally:
+        os.close(pidfd)
+
+KCMP = {"x86_64": 312, "aarch64": 272}[os.uname().machine]
+KCMP_FILE = 0
+VM_READV = {"x86_64": 310, "aarch64": 270}[os.uname().machine]
+
+def kcmp(pid, fd):
+    call(KCMP, os.getpid(), pid, KCMP_FILE, fd, fd)
+
 def fork():
     pid = os.fork()
     if pid == 0:
@@ -79,6 +110,9 @@ attempt("keyctl", lambda: call(250, 0, -3, 0))
 attempt("bpf", lambda: sys_call(321, 0, 0, 0))
 attempt("io_uring_setup", lambda: sys_call(425, 1, 0))
 attempt("ptrace attach", ptrace_attach)
+attempt("pidfd_getfd of a child", lambda: of_a_child(pidfd_getfd))
+attempt("kcmp of a child", lambda: of_a_child(kcmp))
+attempt("process_vm_readv of itself", lambda: call(VM_READV, os.getpid(), 0, 0, 0, 0, 0))
 attempt("ioctl TIOCSTI", lambda: tiocsti(0x5412))
 attempt("ioctl TIOCSTI with a high bit", lambda: tiocsti(HIGH_BIT | 0x5412))
 attempt("socket AF_VSOCK", lambda: make_socket(40, socket.SOCK_STREAM))
@@ -105,6 +139,9 @@ EXPECTED = {
     "bpf": ("EINVAL", "EPERM"),
     "io_uring_setup": ("EFAULT", "EPERM"),
     "ptrace attach": ("OK", "EPERM"),
+    "pidfd_getfd of a child": ("OK", "EPERM"),  # the relay is not dumpable too (relay.c)
+    "kcmp of a child": ("OK", "EPERM"),
+    "process_vm_readv of itself": ("OK", "EPERM"),
     "ioctl TIOCSTI": ("OK", "EPERM"),
     "ioctl TIOCSTI with a high bit": ("OK", "EPERM"),
     "socket AF_VSOCK": ("OK", "EAFNOSUPPORT"),
@@ -213,6 +250,8 @@ REQUIRED = [
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
     "unshare",
     "setns",
     "mount",

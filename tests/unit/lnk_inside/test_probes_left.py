@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from seccomp_child import results_of, run_child
 
 from lnk_cli.check.plan_left import LIBRARY_CANDIDATES
+from lnk_controller import seccomp
+from lnk_inside import probes_left
 from lnk_inside.probes import run_step
 
 IN_CHILD = (
@@ -127,3 +130,35 @@ def test_listen_gets_through_on_an_open_network() -> None:
     result = run_step({"id": "l", "kind": "listen", "udp_port": port})
     assert result["outcome"] == "through"
     assert result["detail"].startswith("listen on an unbound TCP socket, bind a TCP port")
+
+
+DESCRIPTOR_STEPS = """
+if ARGS["confined"]:
+    load_filter()
+import sys
+sys.path.insert(0, ARGS["path"])  # the child runs isolated (-I): the installed package's folder
+from lnk_inside.probes import run_step
+for call in ("pidfd_getfd", "kcmp"):
+    step = {"id": "d", "kind": "descriptor", "call": call}
+    attempt(call, lambda: run_step(step)["outcome"])
+"""
+
+
+@pytest.mark.parametrize("confined", [False, True], ids=["open", "filtered"])
+def test_a_childs_descriptor_is_taken_and_compared_unless_the_filter_refuses(
+    confined: bool,
+) -> None:
+    """The kernel lets a parent of the same uid take and compare its child's descriptors, so
+    `check`'s probe gets through unconfined and is stopped only by the sandbox's filter."""
+    deny_list, unix_block = seccomp.programs()
+    results = results_of(
+        run_child(
+            DESCRIPTOR_STEPS,
+            filter=deny_list.hex(),
+            unix=unix_block.hex(),
+            confined=confined,
+            path=str(Path(probes_left.__file__).parents[1]),
+        )
+    )
+    expected = "stopped" if confined else "through"
+    assert results == {"pidfd_getfd": expected, "kcmp": expected}, results

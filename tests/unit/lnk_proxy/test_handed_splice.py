@@ -1,0 +1,90 @@
+"""`lnk_proxy.handed_splice`: a handed tunnel spliced in threads: every byte both ways with the
+half-closes passed on; a kept copy made blocking while the client never reads holds no part of
+the loop, and cancelling ends the threads at once; the slots are bounded per sandbox and box."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from kept_copy import kept_copy, make_blocking
+from loop_stall import MAX_GAP_S, longest_stall
+
+from lnk_proxy.conn import Conn, tunnel
+from lnk_proxy.handed_splice import SpliceSlots, run
+from lnk_shared import handed_sockets
+
+PIPE = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def another_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handed_sockets, "own_netns_cookie", lambda: -1)
+
+
+def test_every_byte_goes_both_ways_and_half_closes_pass() -> None:
+    async def run_it() -> None:
+        with kept_copy() as (taken, kept, client):
+            kept.close()
+            origin_near, origin_far = socket.socketpair()
+            with origin_near, origin_far:
+                for sock in (client, origin_far):
+                    sock.settimeout(10)
+                work = asyncio.ensure_future(tunnel(Conn(taken), Conn(origin_near), spliced_by=run))
+
+                def send(sock: socket.socket, payload: bytes) -> None:
+                    sock.sendall(payload)
+                    sock.shutdown(socket.SHUT_WR)
+
+                def receive(sock: socket.socket) -> bytes:
+                    data = b""
+                    while chunk := sock.recv(1 << 20):
+                        data += chunk
+                    return data
+
+                _, _, down, up = await asyncio.gather(
+                    asyncio.to_thread(send, client, b"u" * 1_000_000),
+                    asyncio.to_thread(send, origin_far, b"d" * 3_000_000),
+                    asyncio.to_thread(receive, client),
+                    asyncio.to_thread(receive, origin_far),
+                )
+                await asyncio.wait_for(work, 5)
+                assert down == b"d" * 3_000_000 and up == b"u" * 1_000_000
+
+    asyncio.run(run_it())
+
+
+def test_a_kept_copy_made_blocking_holds_only_the_threads_and_cancelling_ends_them() -> None:
+    async def run_it() -> None:
+        with kept_copy() as (taken, kept, _client):
+            client_side = Conn(taken)
+            make_blocking(kept, taken)
+            origin_near, origin_far = socket.socketpair()
+            origin_far.setblocking(False)
+            with origin_near, origin_far:
+                try:
+                    while True:
+                        origin_far.send(b"d" * 65536)
+                except BlockingIOError:
+                    pass
+                work = asyncio.ensure_future(run(client_side, Conn(origin_near), PIPE))
+                stall = await longest_stall(asyncio.shield(work), 1.0)
+                assert stall < MAX_GAP_S, f"the loop stalled {stall:.2f} s"
+                assert not work.done()
+                work.cancel()
+                await asyncio.wait([work], timeout=2.0)
+                assert work.done(), "cancelling did not end the threads"
+
+    asyncio.run(run_it())
+
+
+def test_the_slots_are_bounded_per_sandbox_and_box_wide() -> None:
+    slots = SpliceSlots(box_wide=3, per_sandbox=2)
+    assert slots.take("a") and slots.take("a") and not slots.take("a")
+    assert slots.take("b") and not slots.take("c")  # the box's three are out
+    slots.give("a")
+    assert slots.take("c") and not slots.take("b")
+    for sandbox in ("a", "b", "c"):
+        slots.give(sandbox)
+    assert slots.used == 0
