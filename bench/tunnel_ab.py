@@ -15,7 +15,10 @@ machine's load:
   client's socket, as in a sandbox: `relay_netns`), `bytes` is the same binary relaying the
   bytes (`--relay`), `old` is built from `--baseline`'s tree (its own `native_build.py`), and
   each `--relay NAME=PATH` is a binary of your own (a variant being tried, relaying bytes);
-- `old path` (with `--baseline`): the baseline's proxy behind the baseline's relay.
+- `old path` (with `--baseline`): the baseline's proxy behind the baseline's relay;
+- `path NAME` (each `--path NAME=TREE`): that tree's proxy behind that tree's relay handing
+  each connection over (`--relay-handoff`, in a namespace of its own): two hand-off proxies
+  (say one splicing on its loop, one copying) paired with this checkout's `relay new`.
 
 For each row: MiB/s, and CPU seconds per GiB moved of each process (utime + stime of all its
 threads) and of the whole machine (`/proc/stat`: everything not idle, softirq included: the
@@ -163,6 +166,9 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="an earlier tree with sandbox/ and C")
     parser.add_argument("--relay", action="append", default=[], help="NAME=PATH of a relay")
     parser.add_argument("--perf", type=Path, help="a folder for perf records of relay rows")
+    parser.add_argument(
+        "--path", action="append", default=[], help="NAME=TREE: that tree's hand-off path"
+    )
     parser.add_argument("--no-direct", action="store_true", help="skip direct and proxy alone")
     arguments = parser.parse_args()
     if os.geteuid() != 0:
@@ -213,7 +219,19 @@ def main() -> int:
             )
             pids = {"proxy": old.process.pid, "relay": process.pid}
             rows.append(Row("old path", relay_dial(port), True, pids, relay=process.pid))
+        for spec in arguments.path:
+            name, _, tree = spec.partition("=")
+            sources = Path(tree).resolve()
+            folder = base / f"p-{name}"
+            folder.mkdir()
+            other = start_lnk(stack, folder, binds, sources=sources)
+            process, port = start_relay(stack, other.listener, folder, sources, handoff=True)
+            pids = {"proxy": other.process.pid, "relay": process.pid}
+            rows.append(Row(f"path {name}", relay_dial(port), True, pids, relay=process.pid))
         print(f"tunnel A/B: {os.cpu_count()} CPUs, load {load()}")
+        for row in rows:  # to read a `perf record -a` beside the run by pid (`perf script`)
+            if row.pids:
+                print(f"  {row.name}: " + " ".join(f"{n} {p}" for n, p in row.pids.items()))
         for number in range(arguments.rounds):
             print(f"round {number + 1}", flush=True)
             shift = number % len(rows)
