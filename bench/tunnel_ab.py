@@ -22,9 +22,10 @@ machine's load:
 
 For each row: MiB/s, and CPU seconds per GiB moved of each process (utime + stime of all its
 threads) and of the whole machine (`/proc/stat`: everything not idle, softirq included: the
-kernel's TCP receive work is softirq time, which no process's utime or stime holds), plus the
-proxy's context switches per GiB (voluntary: its loop waited; involuntary: it was preempted). The
-medians over rounds, then each relay row's rate and CPU against `relay old`'s in the same run.
+kernel's TCP receive work is softirq time, which no process's utime or stime holds) and of
+it softirq alone, plus the proxy's context switches per GiB (voluntary: its loop waited;
+involuntary: it was preempted). The medians over rounds, then each relay row's rate and CPU
+against `relay old`'s in the same run.
 
 `--perf DIR` runs `perf record -g -p` on a relay row's proxy and relay during its transfer
 (TUNNEL_AB_STRACE=1: `strace -c` instead). Either sees only the threads there when it starts:
@@ -88,10 +89,11 @@ def relay_dial(port: int) -> Dial:
     return lambda: dial_tcp("127.0.0.1", port)
 
 
-def machine_busy_s() -> float:
-    """CPU seconds of every core not idle nor waiting for I/O, since boot."""
+def machine_busy_s() -> tuple[float, float]:
+    """CPU seconds of every core not idle nor waiting for I/O since boot, and of them in
+    softirq (the kernel's TCP receive work, whoever it interrupted)."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS, fields[6] / TICKS
 
 
 def switches(pid: int) -> tuple[int, int]:
@@ -99,7 +101,11 @@ def switches(pid: int) -> tuple[int, int]:
     ended took its counts with it: the relay's are not shown, its threads come and go)."""
     voluntary = involuntary = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for line in (task / "status").read_text().splitlines():
+        try:
+            status = (task / "status").read_text()
+        except FileNotFoundError:  # it ended since the listing (a tunnel's splice thread)
+            continue
+        for line in status.splitlines():
             if line.startswith("voluntary_ctxt_switches:"):
                 voluntary += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches:"):
@@ -147,7 +153,8 @@ class Row:
         times = os.times()
         used = {"client": times.user + times.system - client}
         used |= {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
-        used["machine"] = machine_busy_s() - busy
+        now = machine_busy_s()
+        used["machine"], used["softirq"] = now[0] - busy[0], now[1] - busy[1]
         if proxy:
             after = switches(proxy)
             used["proxy vcsw"] = after[0] - moved_switches[0]
