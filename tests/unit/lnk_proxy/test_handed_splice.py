@@ -57,6 +57,43 @@ def test_every_byte_goes_both_ways_and_half_closes_pass() -> None:
     asyncio.run(run_it())
 
 
+def test_a_download_the_client_never_reads_leaves_its_upload_moving() -> None:
+    """One thread moves both ways: the way down waiting for room in the client's socket must
+    not hold the way up."""
+
+    async def run_it() -> None:
+        with kept_copy() as (taken, kept, client):
+            kept.close()
+            origin_near, origin_far = socket.socketpair()
+            with origin_near, origin_far:
+                origin_far.setblocking(False)
+                work = asyncio.ensure_future(run(Conn(taken), Conn(origin_near), PIPE))
+                flood = b"d" * 65536
+                for _ in range(50):  # until every buffer on the way down is full
+                    try:
+                        while True:
+                            origin_far.send(flood)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+                client.settimeout(5)
+                upload = b"u" * 2_000_000
+                sending = asyncio.ensure_future(asyncio.to_thread(client.sendall, upload))
+                got = b""
+                deadline = asyncio.get_running_loop().time() + 5
+                while len(got) < len(upload) and asyncio.get_running_loop().time() < deadline:
+                    try:
+                        got += origin_far.recv(1 << 20)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+                await asyncio.wait_for(sending, 5)
+                assert got == upload, f"the way up moved {len(got)} of {len(upload)} bytes"
+                work.cancel()
+                await asyncio.wait([work], timeout=2.0)
+                assert work.done()
+
+    asyncio.run(run_it())
+
+
 def test_a_kept_copy_made_blocking_holds_only_the_thread_and_cancelling_ends_it() -> None:
     async def run_it() -> None:
         with kept_copy() as (taken, kept, _client):
