@@ -116,6 +116,12 @@ def main() -> int:
         help="another source tree (an earlier commit's `git archive`): its lnk_proxy behind "
         "its own relay is the `old relay` row of (b), measured in turn with the others",
     )
+    parser.add_argument(
+        "--baseline-handoff",
+        action="store_true",
+        help="the baseline's relay hands each connection over (`--relay-handoff`: a tree "
+        "since session 12), so `old relay` is that tree's hand-off path, not its byte relay",
+    )
     parser.add_argument("--rows", help="(b)'s rows to measure, comma-separated (default: all)")
     arguments = parser.parse_args()
     rounds, only_small = max(1, arguments.rounds), arguments.only_small
@@ -157,7 +163,11 @@ def main() -> int:
             ).is_file()
             old_folder = base / "o"
             old_relay, old_port = start_relay(
-                stack, old.listener, old_folder, old_sources if has_c else None
+                stack,
+                old.listener,
+                old_folder,
+                old_sources if has_c else None,
+                handoff=True if arguments.baseline_handoff else None,
             )
             bench.baseline = (old_port, old.process.pid, old_relay.pid)
         if arguments.rows:

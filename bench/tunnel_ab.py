@@ -15,13 +15,17 @@ machine's load:
   client's socket, as in a sandbox: `relay_netns`), `bytes` is the same binary relaying the
   bytes (`--relay`), `old` is built from `--baseline`'s tree (its own `native_build.py`), and
   each `--relay NAME=PATH` is a binary of your own (a variant being tried, relaying bytes);
-- `old path` (with `--baseline`): the baseline's proxy behind the baseline's relay.
+- `old path` (with `--baseline`): the baseline's proxy behind the baseline's relay;
+- `path NAME` (each `--path NAME=TREE`): that tree's proxy behind that tree's relay handing
+  each connection over (`--relay-handoff`, in a namespace of its own): two hand-off proxies
+  (say one splicing on its loop, one copying) paired with this checkout's `relay new`.
 
 For each row: MiB/s, and CPU seconds per GiB moved of each process (utime + stime of all its
 threads) and of the whole machine (`/proc/stat`: everything not idle, softirq included: the
-kernel's TCP receive work is softirq time, which no process's utime or stime holds), plus the
-proxy's context switches per GiB (voluntary: its loop waited; involuntary: it was preempted). The
-medians over rounds, then each relay row's rate and CPU against `relay old`'s in the same run.
+kernel's TCP receive work is softirq time, which no process's utime or stime holds) and of
+it softirq alone, plus the proxy's context switches per GiB (voluntary: its loop waited;
+involuntary: it was preempted). The medians over rounds, then each relay row's rate and CPU
+against `relay old`'s in the same run.
 
 `--perf DIR` runs `perf record -g -p` on a relay row's proxy and relay during its transfer
 (TUNNEL_AB_STRACE=1: `strace -c` instead). Either sees only the threads there when it starts:
@@ -85,10 +89,11 @@ def relay_dial(port: int) -> Dial:
     return lambda: dial_tcp("127.0.0.1", port)
 
 
-def machine_busy_s() -> float:
-    """CPU seconds of every core not idle nor waiting for I/O, since boot."""
+def machine_busy_s() -> tuple[float, float]:
+    """CPU seconds of every core not idle nor waiting for I/O since boot, and of them in
+    softirq (the kernel's TCP receive work, whoever it interrupted)."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS, fields[6] / TICKS
 
 
 def switches(pid: int) -> tuple[int, int]:
@@ -96,7 +101,11 @@ def switches(pid: int) -> tuple[int, int]:
     ended took its counts with it: the relay's are not shown, its threads come and go)."""
     voluntary = involuntary = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for line in (task / "status").read_text().splitlines():
+        try:
+            status = (task / "status").read_text()
+        except FileNotFoundError:  # it ended since the listing (a tunnel's splice thread)
+            continue
+        for line in status.splitlines():
             if line.startswith("voluntary_ctxt_switches:"):
                 voluntary += int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches:"):
@@ -144,7 +153,8 @@ class Row:
         times = os.times()
         used = {"client": times.user + times.system - client}
         used |= {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
-        used["machine"] = machine_busy_s() - busy
+        now = machine_busy_s()
+        used["machine"], used["softirq"] = now[0] - busy[0], now[1] - busy[1]
         if proxy:
             after = switches(proxy)
             used["proxy vcsw"] = after[0] - moved_switches[0]
@@ -163,6 +173,9 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="an earlier tree with sandbox/ and C")
     parser.add_argument("--relay", action="append", default=[], help="NAME=PATH of a relay")
     parser.add_argument("--perf", type=Path, help="a folder for perf records of relay rows")
+    parser.add_argument(
+        "--path", action="append", default=[], help="NAME=TREE: that tree's hand-off path"
+    )
     parser.add_argument("--no-direct", action="store_true", help="skip direct and proxy alone")
     arguments = parser.parse_args()
     if os.geteuid() != 0:
@@ -213,7 +226,19 @@ def main() -> int:
             )
             pids = {"proxy": old.process.pid, "relay": process.pid}
             rows.append(Row("old path", relay_dial(port), True, pids, relay=process.pid))
+        for spec in arguments.path:
+            name, _, tree = spec.partition("=")
+            sources = Path(tree).resolve()
+            folder = base / f"p-{name}"
+            folder.mkdir()
+            other = start_lnk(stack, folder, binds, sources=sources)
+            process, port = start_relay(stack, other.listener, folder, sources, handoff=True)
+            pids = {"proxy": other.process.pid, "relay": process.pid}
+            rows.append(Row(f"path {name}", relay_dial(port), True, pids, relay=process.pid))
         print(f"tunnel A/B: {os.cpu_count()} CPUs, load {load()}")
+        for row in rows:  # to read a `perf record -a` beside the run by pid (`perf script`)
+            if row.pids:
+                print(f"  {row.name}: " + " ".join(f"{n} {p}" for n, p in row.pids.items()))
         for number in range(arguments.rounds):
             print(f"round {number + 1}", flush=True)
             shift = number % len(rows)

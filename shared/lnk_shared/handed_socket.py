@@ -13,7 +13,7 @@ call non-blocking whatever the file's flags say (the kernel checks the flag of t
 `splice` and `sendfile` have no such flag: for a TCP socket they follow the file's O_NONBLOCK
 (`tcp_splice_read`, `splice_to_socket`), so a handed socket is never spliced on an event loop
 (`lnk_proxy.conn` copies a tunnel's bytes through a buffer when either end is a
-`HandedSocket`; `lnk_proxy.handed_splice` splices a few in threads of their own).
+`HandedSocket`; `lnk_proxy.handed_splice` splices a few in a thread each).
 
 What a kept copy can still do, and why each is harmless to the receiver:
 - read or write the connection beside the receiver, shut it down, reset it (SO_LINGER 0) or

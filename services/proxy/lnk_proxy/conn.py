@@ -454,7 +454,7 @@ async def tunnel(
     either side (a reset) ends both. Cancelling this ends both too. The sandbox's side gets
     `buffers.unix_send` as its send buffer and both directions pipes of `buffers.pipe` (the
     origin side was dialed with `buffers`); `client` is the sandbox's side. `spliced_by`, when
-    given, moves the bytes instead (`handed_splice.run`: a handed tunnel in threads)."""
+    given, moves the bytes instead (`handed_splice.run`: a handed tunnel in a thread)."""
     pipes = _PIPES_OF.get(buffers.pipe) or PipePool(size=buffers.pipe, keep=0)
 
     async def one_way(src: Conn, dst: Conn) -> None:

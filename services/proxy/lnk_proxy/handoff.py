@@ -38,8 +38,8 @@ sandbox's program can connect to its listener as the relay does and hand over a 
 itself), and a kept copy shares the open file description, O_NONBLOCK included. So the handed
 socket is a `HandedSocket` (`lnk_shared.handed_socket`: every recv and send with
 `MSG_DONTWAIT`, no blocking mode, no timeout, no bind, listen, accept or connect), the loop
-never splices it (a TCP socket's splice follows the file's flag): a tunnel splices in two
-threads of its own while its sandbox and the box have slots (`handed_splice`), else
+never splices it (a TCP socket's splice follows the file's flag): a tunnel splices in
+a thread of its own while its sandbox and the box have slots (`handed_splice`), else
 `Conn.splice_to` copies through a pooled buffer; and its close, which SO_LINGER set by the
 other holder can make wait, runs in its sandbox's thread (`handed_close`). It counts as the
 connection it arrived on (one task of the listener's `connections`, until its close is done:

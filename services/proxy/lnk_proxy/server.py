@@ -1032,7 +1032,7 @@ class ProxyServer:
                 return
             try:
                 await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                sandbox = exchange.listener.sandbox  # a handed one spliced in threads, if room
+                sandbox = exchange.listener.sandbox  # a handed one spliced in a thread, if room
                 threads = isinstance(client.sock, HandedSocket) and SPLICE_SLOTS.take(sandbox)
                 try:
                     await tunnel(

@@ -1,11 +1,13 @@
-"""`lnk_proxy.handed_splice`: a handed tunnel spliced in threads: every byte both ways with the
-half-closes passed on; a kept copy made blocking while the client never reads holds no part of
-the loop, and cancelling ends the threads at once; the slots are bounded per sandbox and box."""
+"""`lnk_proxy.handed_splice`: a handed tunnel spliced in a thread of its own: every byte both
+ways with the half-closes passed on; a kept copy made blocking while the client never reads
+holds no part of the loop, and cancelling ends the thread at once; the slots are bounded per
+sandbox and box."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import pytest
 from kept_copy import kept_copy, make_blocking
@@ -55,7 +57,44 @@ def test_every_byte_goes_both_ways_and_half_closes_pass() -> None:
     asyncio.run(run_it())
 
 
-def test_a_kept_copy_made_blocking_holds_only_the_threads_and_cancelling_ends_them() -> None:
+def test_a_download_the_client_never_reads_leaves_its_upload_moving() -> None:
+    """One thread moves both ways: the way down waiting for room in the client's socket must
+    not hold the way up."""
+
+    async def run_it() -> None:
+        with kept_copy() as (taken, kept, client):
+            kept.close()
+            origin_near, origin_far = socket.socketpair()
+            with origin_near, origin_far:
+                origin_far.setblocking(False)
+                work = asyncio.ensure_future(run(Conn(taken), Conn(origin_near), PIPE))
+                flood = b"d" * 65536
+                for _ in range(50):  # until every buffer on the way down is full
+                    try:
+                        while True:
+                            origin_far.send(flood)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+                client.settimeout(5)
+                upload = b"u" * 2_000_000
+                sending = asyncio.ensure_future(asyncio.to_thread(client.sendall, upload))
+                got = b""
+                deadline = asyncio.get_running_loop().time() + 5
+                while len(got) < len(upload) and asyncio.get_running_loop().time() < deadline:
+                    try:
+                        got += origin_far.recv(1 << 20)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+                await asyncio.wait_for(sending, 5)
+                assert got == upload, f"the way up moved {len(got)} of {len(upload)} bytes"
+                work.cancel()
+                await asyncio.wait([work], timeout=2.0)
+                assert work.done()
+
+    asyncio.run(run_it())
+
+
+def test_a_kept_copy_made_blocking_holds_only_the_thread_and_cancelling_ends_it() -> None:
     async def run_it() -> None:
         with kept_copy() as (taken, kept, _client):
             client_side = Conn(taken)
@@ -72,9 +111,11 @@ def test_a_kept_copy_made_blocking_holds_only_the_threads_and_cancelling_ends_th
                 stall = await longest_stall(asyncio.shield(work), 1.0)
                 assert stall < MAX_GAP_S, f"the loop stalled {stall:.2f} s"
                 assert not work.done()
+                splicing = [t for t in threading.enumerate() if t.name == "lnk-splice"]
+                assert len(splicing) == 1, "a tunnel's threads are what BOX_WIDE bounds: one"
                 work.cancel()
                 await asyncio.wait([work], timeout=2.0)
-                assert work.done(), "cancelling did not end the threads"
+                assert work.done(), "cancelling did not end the thread"
 
     asyncio.run(run_it())
 
