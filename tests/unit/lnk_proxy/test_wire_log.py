@@ -181,6 +181,16 @@ def test_refusals_for_another_reason_are_not_hidden_in_the_first_ones_count() ->
     assert counter.due(5.0) == [(model, 1)]
 
 
+def test_a_second_reason_of_one_rule_and_target_is_written_at_once(tmp_path: Path) -> None:
+    """Through the log itself: the key the log builds holds the reason (it once held only the
+    rule, method and target, so the second reason was counted into the first's line)."""
+    log = WireLog(tmp_path)
+    log.write(entry(decision="refused", rule="hosted", reason="model not listed"))
+    log.write(entry(decision="refused", rule="hosted", reason="a fetch key spelt with an escape"))
+    reasons = [line["reason"] for line in lines_of(tmp_path / "sbx-0123abcd.log")]
+    assert reasons == ["model not listed", "a fetch key spelt with an escape"]
+
+
 def test_a_count_line_says_the_reason_it_counts(tmp_path: Path) -> None:
     log = WireLog(tmp_path)
     for _ in range(3):
