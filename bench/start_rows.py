@@ -20,6 +20,17 @@ each box's paired ratio to the first (the median of each round's ratio, one roun
 box's launch of a row back to back) and its controller phases for each row (judged, started,
 ran, cleaned: its log's line per launch, in launch order, so the n-th line is the n-th launch
 of that box).
+
+The projects (and every box's state) live under $TMPDIR (tempfile's folder). The header names
+its filesystem and, for ext4, whether it keeps a journal: a journal-less ext4 (this machine's
+root) looks, for each new inode, past every inode its group freed in the last 30 s
+(`recently_deleted` in `find_inode_bit`), and a write grant makes and removes ~49 placeholders
+a launch, so its `started` phase grows with the bench's own rate of launches. To see the rows
+on a journaled ext4, as Debian's installer makes it:
+
+    truncate -s 2G /var/tmp/j.img && mkfs.ext4 -q /var/tmp/j.img && mkdir -p /mnt/j
+    mount -o loop /var/tmp/j.img /mnt/j && chmod 1777 /mnt/j
+    TMPDIR=/mnt/j sudo -E /opt/lnk/venv/bin/python bench/sandbox_start.py --rows ...
 """
 
 from __future__ import annotations
@@ -95,10 +106,32 @@ def boxes_for(protections: bool, old_prefix: Path | None) -> list[tuple[str, Pat
     return [*old, ("limits off", PREFIX, LIMITS_OFF), ("limits on", PREFIX, "[limits]\n")]
 
 
+def filesystem(path: Path) -> str:
+    """The filesystem holding path: its type and source, and for ext4 whether it has a journal
+    (jbd2 lists a journaled ext4 device as /proc/fs/jbd2/<device>-<journal inode>)."""
+    found = subprocess.run(
+        ["findmnt", "--noheadings", "--output", "FSTYPE,SOURCE", "--target", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()[-1:]  # the last: the mount on top where one is mounted over another
+    found = found[0].split() if found else []
+    if len(found) != 2:
+        return "unknown filesystem"
+    fstype, source = found
+    if fstype != "ext4":
+        return f"{fstype} on {source}"
+    device = Path(source).name
+    jbd2 = Path("/proc/fs/jbd2")
+    journaled = jbd2.is_dir() and any(e.name.startswith(f"{device}-") for e in jbd2.iterdir())
+    return f"ext4 on {source}, {'with a journal' if journaled else 'no journal'}"
+
+
 def rows_main(
     runs: int, boxes_wanted: list[tuple[str, Path, str]], bare: list[str], uid_base: int
 ) -> int:
     work = Path(tempfile.mkdtemp(prefix="lnk-bench-rows-"))
+    print(f"projects in {work.parent}: {filesystem(work)}")
     read_dir, write_dir = project(work, "read"), project(work, "write")
     # spec files, not flags: a box keeps one approval for the flags' spec, one for each file
     (work / "read.toml").write_text(f'[folders]\nread = ["{read_dir}"]\n')
