@@ -38,6 +38,7 @@ def _classes(out: str) -> dict[str, tuple[str, ...]]:
         "unsafe_allow_host_listen": ("host:listen",),
         "unsafe_skip_mode_sweep": (f"mode:umask:{out}",),
         "unsafe_loader_maps_anything": ("exec:loader",),
+        "unsafe_allow_descriptor_peek": ("kernel:pidfd_getfd", "kernel:kcmp"),
     }
 
 
@@ -68,6 +69,7 @@ def test_check_on_the_closed_wall_refuses_every_class(running_box: RunningBox) -
         "unsafe_allow_host_listen",
         "unsafe_skip_mode_sweep",
         "unsafe_loader_maps_anything",
+        "unsafe_allow_descriptor_peek",
     ],
 )
 def test_each_unsafe_switch_makes_check_fail_naming_its_class(

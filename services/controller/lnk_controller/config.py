@@ -41,6 +41,10 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
         "shared_modes",
     ),
     "unsafe_allow_host_listen": ("listening and datagram sockets in host mode", "host_listen"),
+    "unsafe_allow_descriptor_peek": (
+        "pidfd_getfd and kcmp: a sandbox copies or compares another process's descriptors",
+        "descriptor_peek",
+    ),
     "unsafe_writable_dev": ("a writable /dev", None),
     "unsafe_host_identity": ("sandboxes see the host's /etc/hosts and boot id", None),
     "unsafe_host_clock": ("sandboxes see when the host booted (/proc/uptime, btime)", None),
@@ -122,6 +126,7 @@ class ControllerConfig(ServiceFolders):
     unsafe_allow_set_id_modes: bool = False
     unsafe_allow_shared_modes: bool = False
     unsafe_allow_host_listen: bool = False
+    unsafe_allow_descriptor_peek: bool = False
     unsafe_writable_dev: bool = False
     unsafe_host_identity: bool = False
     unsafe_host_clock: bool = False

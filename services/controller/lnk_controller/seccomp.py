@@ -79,7 +79,9 @@ _NR_SCMP_ERROR = -1  # seccomp_syscall_resolve_name: no syscall of that name at 
 # the generic table (the same on x86_64 and aarch64): a deny-list must not miss them.
 _BY_NUMBER = {**seccomp_modes.BY_NUMBER, "open_tree_attr": 467}
 # The `unsafe_…` controller switches that turn a group of rules off (tests of `check` only).
-UNSAFE_RELAXATIONS = frozenset({"set_id_modes", "shared_modes", "host_listen"})
+UNSAFE_RELAXATIONS = frozenset({"set_id_modes", "shared_modes", "host_listen", "descriptor_peek"})
+# The rows of _BLANKET that "descriptor_peek" leaves out.
+_DESCRIPTOR_PEEK = frozenset({"pidfd_getfd", "kcmp"})
 _LOW32 = 0xFFFFFFFF  # the kernel reads int/unsigned-int arguments from the low 32 bits only
 
 # clone() flags that make a namespace: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
@@ -313,7 +315,12 @@ def compile_filter(
         raise LaunchRefused(
             "seccomp", f"seccomp filter: libseccomp's native arch {native:#x} is not {machine}"
         )
-    entries = [(name, errno.EPERM, _ALWAYS) for name, _why in _BLANKET]
+    peek = "descriptor_peek" in unsafe
+    entries = [
+        (name, errno.EPERM, _ALWAYS)
+        for name, _why in _BLANKET
+        if not (peek and name in _DESCRIPTOR_PEEK)
+    ]
     entries += [(name, number, rules) for name, _why, number, rules in _ARG_RULES]
     entries += seccomp_modes.mode_rules(
         set_id="set_id_modes" not in unsafe, shared="shared_modes" not in unsafe

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lnk_controller.config import CONFIG_FILE, load_config
+from lnk_controller.config import CONFIG_FILE, UNSAFE_SWITCHES, load_config
+from lnk_controller.seccomp import UNSAFE_RELAXATIONS
 from lnk_shared.errors import ConfigError
 
 
@@ -305,3 +306,16 @@ def test_each_unsafe_staging_switch_warns_each_time_it_is_asked(
 
 def test_no_unsafe_switch_by_default(env: dict[str, str]) -> None:
     assert load_config(env).unsafe_switches == ()
+
+
+def test_each_unsafe_switch_is_set_by_a_check_test() -> None:
+    # A switch no check test sets shows nothing: check's probe of its class could report
+    # `refused` whatever the wall did, and no test would see it (tests/e2e/test_check*.py).
+    e2e = Path(__file__).resolve().parents[2] / "e2e"
+    tests = "".join(p.read_text() for p in sorted(e2e.glob("test_check*.py")))
+    assert [s for s in UNSAFE_SWITCHES if f'"{s}' not in tests] == []
+
+
+def test_each_seccomp_relaxation_has_its_switch() -> None:
+    groups = {group for _what, group in UNSAFE_SWITCHES.values() if group is not None}
+    assert groups == UNSAFE_RELAXATIONS

@@ -223,6 +223,22 @@ def test_the_unix_socket_block_refuses_unix_sockets_but_not_pairs() -> None:
     assert results == {"socket AF_UNIX": "EPERM", "socketpair": "OK", "socket AF_INET": "OK"}
 
 
+def test_the_descriptor_peek_relaxation_reopens_only_pidfd_getfd_and_kcmp() -> None:
+    # unsafe_allow_descriptor_peek's group (a test switch, so check can be seen to report the
+    # class leaked): both calls work on a child of its own, every other attack stays refused
+    deny_list, unix_block = seccomp.programs(unsafe=frozenset({"descriptor_peek"}))
+    results = results_of(
+        seccomp_child.run_child(
+            ATTACKS, filter=deny_list.hex(), unix=unix_block.hex(), confined=True
+        )
+    )
+    reopened = {"pidfd_getfd of a child", "kcmp of a child"}
+    assert {attack: results[attack] for attack in reopened} == dict.fromkeys(reopened, "OK")
+    assert {a: r for a, r in results.items() if a not in reopened} == {
+        attack: confined for attack, (_, confined) in EXPECTED.items() if attack not in reopened
+    }
+
+
 def test_the_programs_are_compiled_once_per_process() -> None:
     assert seccomp.programs() is seccomp.programs()
 
