@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import fcntl
 import os
-import secrets
 import socket
-import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 from proxy_alone import connect
 
+# The benches' namespace helpers (bench/relay_netns.py): one copy of the setns dance.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from relay_netns import inside, new_namespace
+
 IO_S = 10.0
-CLONE_NEWNET = 0x40000000
-_LIBC = ctypes.CDLL(None, use_errno=True)
 
 __all__ = ["IO_S", "fresh_connection", "hand", "inside", "make_blocking", "own_netns"]
 
@@ -27,34 +28,8 @@ __all__ = ["IO_S", "fresh_connection", "hand", "inside", "make_blocking", "own_n
 @contextlib.contextmanager
 def own_netns() -> Iterator[Path]:
     """A network namespace of its own with loopback up: where a sandbox's relay accepts."""
-    name = f"lnkh-{secrets.token_hex(4)}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        yield Path("/run/netns") / name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], check=False)
-
-
-@contextlib.contextmanager
-def inside(namespace: Path | None) -> Iterator[None]:
-    """This thread in `namespace` (None: where it is) while the block makes its sockets."""
-    if namespace is None:
-        yield
-        return
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(namespace, os.O_RDONLY)
-    try:
-        if _LIBC.setns(target, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns")
-        try:
-            yield
-        finally:
-            if _LIBC.setns(own, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns back")
-    finally:
-        os.close(own)
-        os.close(target)
+    with ExitStack() as stack:
+        yield new_namespace(stack)
 
 
 def fresh_connection(namespace: Path) -> tuple[socket.socket, socket.socket, socket.socket]:
