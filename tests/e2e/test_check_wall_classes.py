@@ -38,7 +38,6 @@ def _classes(out: str) -> dict[str, tuple[str, ...]]:
         "unsafe_allow_host_listen": ("host:listen",),
         "unsafe_skip_mode_sweep": (f"mode:umask:{out}",),
         "unsafe_loader_maps_anything": ("exec:loader",),
-        "unsafe_allow_descriptor_peek": ("kernel:pidfd_getfd", "kernel:kcmp"),
     }
 
 
@@ -69,7 +68,6 @@ def test_check_on_the_closed_wall_refuses_every_class(running_box: RunningBox) -
         "unsafe_allow_host_listen",
         "unsafe_skip_mode_sweep",
         "unsafe_loader_maps_anything",
-        "unsafe_allow_descriptor_peek",
     ],
 )
 def test_each_unsafe_switch_makes_check_fail_naming_its_class(
@@ -117,3 +115,26 @@ def test_the_loader_beside_a_granted_program_in_a_read_grant_is_refused_then_lea
         status, verdicts = _check(running_box, *flags, private=box)
     assert status == 1
     assert verdicts[probe] == verdicts["exec:loader"] == "leaked"
+
+
+# check's kernel probes whose call this kernel answers for an unprivileged process once the
+# deny-list leaves it out. Its other kernel probes stay refused with their row left out too (seen
+# on this Debian 12 kernel: bpf without CAP_BPF, perf_event_paranoid 2, unprivileged
+# userfaultfd 0, and no new namespace or mount inside bwrap's), so no switch can show them.
+REOPENED_CALLS = ("keyctl", "ptrace", "io_uring_setup", "pidfd_getfd", "kcmp")
+
+
+@pytest.mark.parametrize("call", REOPENED_CALLS)
+def test_each_deny_list_row_left_out_makes_check_report_its_call_leaked(
+    running_box: RunningBox, private_box: Any, call: str
+) -> None:
+    _status, closed = _check(running_box)
+    assert closed[f"kernel:{call}"] == "refused"
+    with private_box(f'unsafe_allow_syscalls = ["{call}"]') as box:
+        status, verdicts = _check(running_box, private=box)
+        log = (box.state_dir / "logs" / "controller.log").read_text()
+    leaked = {ident for ident, verdict in verdicts.items() if verdict == "leaked"}
+    leaked_closed = {ident for ident, verdict in closed.items() if verdict == "leaked"}
+    assert status == 1
+    assert leaked == leaked_closed | {f"kernel:{call}"}  # that call, nothing else
+    assert log.count(f"unsafe_allow_syscalls is on: the seccomp deny-list leaves out {call}") >= 2

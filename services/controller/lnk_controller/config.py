@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from lnk_controller.limits import BoxLimits
+from lnk_controller.seccomp import ALLOW_PREFIX, BLANKET_NAMES
 from lnk_shared.admin_socket import admin_socket_in
 from lnk_shared.launch_protocol import LAUNCH_SOCKET
 from lnk_shared.paths import BoxPaths
@@ -41,10 +42,6 @@ UNSAFE_SWITCHES: dict[str, tuple[str, str | None]] = {
         "shared_modes",
     ),
     "unsafe_allow_host_listen": ("listening and datagram sockets in host mode", "host_listen"),
-    "unsafe_allow_descriptor_peek": (
-        "pidfd_getfd and kcmp: a sandbox copies or compares another process's descriptors",
-        "descriptor_peek",
-    ),
     "unsafe_writable_dev": ("a writable /dev", None),
     "unsafe_host_identity": ("sandboxes see the host's /etc/hosts and boot id", None),
     "unsafe_host_clock": ("sandboxes see when the host booted (/proc/uptime, btime)", None),
@@ -126,7 +123,9 @@ class ControllerConfig(ServiceFolders):
     unsafe_allow_set_id_modes: bool = False
     unsafe_allow_shared_modes: bool = False
     unsafe_allow_host_listen: bool = False
-    unsafe_allow_descriptor_peek: bool = False
+    # Test boxes only: rows of the seccomp deny-list (seccomp.BLANKET_NAMES: keyctl, bpf, ptrace,
+    # pidfd_getfd...) left out, so check's probe of each can be seen to report it leaked.
+    unsafe_allow_syscalls: list[str] = Field(default_factory=list, max_length=64)
     unsafe_writable_dev: bool = False
     unsafe_host_identity: bool = False
     unsafe_host_clock: bool = False
@@ -155,6 +154,12 @@ class ControllerConfig(ServiceFolders):
 
     @model_validator(mode="after")
     def _check(self) -> ControllerConfig:
+        unknown = sorted(set(self.unsafe_allow_syscalls) - BLANKET_NAMES)
+        if unknown:
+            raise ValueError(
+                f"unsafe_allow_syscalls: {', '.join(unknown)} is not a row of the deny-list; "
+                f"name calls among {', '.join(sorted(BLANKET_NAMES))}"
+            )
         if self.uid_last < self.uid_first:
             raise ValueError("uid_last must not be below uid_first")
         if self.lease_seconds > self.max_lease_seconds:
@@ -179,7 +184,7 @@ class ControllerConfig(ServiceFolders):
                 "limits.unsafe_allow_unlimited: sandboxes start even where no cgroup limit "
                 "can be applied"
             )
-        if self.unsafe_switches:
+        if self.unsafe_switches or self.unsafe_allow_syscalls:
             self.warn_unsafe()
         if self.unsafe_test_reaper_crash_every is not None:
             log.warning(
@@ -192,7 +197,13 @@ class ControllerConfig(ServiceFolders):
 
     def unsafe_wall_switches(self) -> list[str]:
         """The `unsafe_…` switches that are on, each with what it reopens, as logged."""
-        return [f"{name} is on: {UNSAFE_SWITCHES[name][0]}" for name in self.unsafe_switches]
+        said = [f"{name} is on: {UNSAFE_SWITCHES[name][0]}" for name in self.unsafe_switches]
+        if self.unsafe_allow_syscalls:
+            said.append(
+                "unsafe_allow_syscalls is on: the seccomp deny-list leaves out "
+                + ", ".join(self.unsafe_allow_syscalls)
+            )
+        return said
 
     @property
     def unsafe_switches(self) -> tuple[str, ...]:
@@ -203,7 +214,8 @@ class ControllerConfig(ServiceFolders):
     def unsafe_seccomp(self) -> frozenset[str]:
         """The seccomp rule groups the switches turn off (`seccomp.UNSAFE_RELAXATIONS`)."""
         groups = (UNSAFE_SWITCHES[name][1] for name in self.unsafe_switches)
-        return frozenset(group for group in groups if group is not None)
+        rows = (f"{ALLOW_PREFIX}{name}" for name in self.unsafe_allow_syscalls)
+        return frozenset(group for group in groups if group is not None) | frozenset(rows)
 
     def warn_unsafe(self) -> None:
         """Logged when the config loads while a class switch is on (each launch logs its own)."""

@@ -51,6 +51,8 @@ from lnk_controller import seccomp_host_net, seccomp_modes
 from lnk_shared.errors import LaunchRefused
 
 __all__ = [
+    "ALLOW_PREFIX",
+    "BLANKET_NAMES",
     "DENIED_SYSCALLS",
     "SUPPORTED_MACHINES",
     "UNSAFE_RELAXATIONS",
@@ -79,9 +81,10 @@ _NR_SCMP_ERROR = -1  # seccomp_syscall_resolve_name: no syscall of that name at 
 # the generic table (the same on x86_64 and aarch64): a deny-list must not miss them.
 _BY_NUMBER = {**seccomp_modes.BY_NUMBER, "open_tree_attr": 467}
 # The `unsafe_…` controller switches that turn a group of rules off (tests of `check` only).
-UNSAFE_RELAXATIONS = frozenset({"set_id_modes", "shared_modes", "host_listen", "descriptor_peek"})
-# The rows of _BLANKET that "descriptor_peek" leaves out.
-_DESCRIPTOR_PEEK = frozenset({"pidfd_getfd", "kcmp"})
+UNSAFE_RELAXATIONS = frozenset({"set_id_modes", "shared_modes", "host_listen"})
+# A relaxation naming one row of _BLANKET to leave out ("allow:keyctl"): config's
+# unsafe_allow_syscalls, one for each call named there.
+ALLOW_PREFIX = "allow:"
 _LOW32 = 0xFFFFFFFF  # the kernel reads int/unsigned-int arguments from the low 32 bits only
 
 # clone() flags that make a namespace: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
@@ -207,6 +210,8 @@ _ARG_RULES: tuple[tuple[str, str, int, _Rules], ...] = (
     ),
 )
 
+BLANKET_NAMES = frozenset(name for name, _why in _BLANKET)
+
 DENIED_SYSCALLS: tuple[tuple[str, str], ...] = _BLANKET + tuple(
     (name, why) for name, why, _errno, _rules in _ARG_RULES
 )
@@ -304,7 +309,8 @@ def compile_filter(
     """The deny-list filter as BPF for this machine; raise rather than return a weaker one.
 
     `pretend_machine` (tests only) stands in for `os.uname().machine` to see the refusal;
-    `unsafe` names rule groups of `UNSAFE_RELAXATIONS` to leave out (the `unsafe_…` switches).
+    `unsafe` names rule groups of `UNSAFE_RELAXATIONS` to leave out (the `unsafe_…` switches),
+    and `allow:<call>` each row of the blanket deny-list to leave out (unsafe_allow_syscalls).
     """
     machine = os.uname().machine if pretend_machine is None else pretend_machine
     if machine not in SUPPORTED_MACHINES:
@@ -315,11 +321,10 @@ def compile_filter(
         raise LaunchRefused(
             "seccomp", f"seccomp filter: libseccomp's native arch {native:#x} is not {machine}"
         )
-    peek = "descriptor_peek" in unsafe
     entries = [
         (name, errno.EPERM, _ALWAYS)
         for name, _why in _BLANKET
-        if not (peek and name in _DESCRIPTOR_PEEK)
+        if f"{ALLOW_PREFIX}{name}" not in unsafe
     ]
     entries += [(name, number, rules) for name, _why, number, rules in _ARG_RULES]
     entries += seccomp_modes.mode_rules(
@@ -355,7 +360,7 @@ def programs(
     *, network_host: bool = False, unsafe: frozenset[str] = frozenset()
 ) -> tuple[bytes, bytes]:
     """(the deny-list, the last filter): compiled once per controller process and variant."""
-    unknown = unsafe - UNSAFE_RELAXATIONS
+    unknown = unsafe - UNSAFE_RELAXATIONS - {f"{ALLOW_PREFIX}{name}" for name in BLANKET_NAMES}
     if unknown:
         raise LaunchRefused("seccomp", f"seccomp filter: unknown relaxations {sorted(unknown)}")
     return (

@@ -319,3 +319,17 @@ def test_each_unsafe_switch_is_set_by_a_check_test() -> None:
 def test_each_seccomp_relaxation_has_its_switch() -> None:
     groups = {group for _what, group in UNSAFE_SWITCHES.values() if group is not None}
     assert groups == UNSAFE_RELAXATIONS
+
+
+def test_allowed_syscalls_are_rows_of_the_deny_list_and_warned(
+    env: dict[str, str], config_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(config_dir, 'unsafe_allow_syscalls = ["kcmp", "pidfd_getfd"]\n')
+    with caplog.at_level(logging.WARNING, logger="lnk_controller.config"):
+        cfg = load_config(env)
+    assert cfg.unsafe_seccomp == {"allow:kcmp", "allow:pidfd_getfd"}
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(m.startswith("unsafe_allow_syscalls is on: ") and "kcmp" in m for m in said)
+    write(config_dir, 'unsafe_allow_syscalls = ["getpid"]\n')
+    with pytest.raises(ConfigError, match="getpid is not a row of the deny-list"):
+        load_config(env)

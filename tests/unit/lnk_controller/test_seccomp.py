@@ -223,20 +223,35 @@ def test_the_unix_socket_block_refuses_unix_sockets_but_not_pairs() -> None:
     assert results == {"socket AF_UNIX": "EPERM", "socketpair": "OK", "socket AF_INET": "OK"}
 
 
-def test_the_descriptor_peek_relaxation_reopens_only_pidfd_getfd_and_kcmp() -> None:
-    # unsafe_allow_descriptor_peek's group (a test switch, so check can be seen to report the
-    # class leaked): both calls work on a child of its own, every other attack stays refused
-    deny_list, unix_block = seccomp.programs(unsafe=frozenset({"descriptor_peek"}))
+# attack -> the deny-list row that refuses it (each left out alone by unsafe_allow_syscalls)
+REOPENED_BY = {
+    "keyctl": "keyctl",
+    "ptrace attach": "ptrace",
+    "pidfd_getfd of a child": "pidfd_getfd",
+    "kcmp of a child": "kcmp",
+    "process_vm_readv of itself": "process_vm_readv",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(REOPENED_BY))
+def test_an_allowed_row_reopens_its_call_only(attack: str) -> None:
+    # unsafe_allow_syscalls (a test switch, so check can be seen to report the class leaked)
+    allowed = frozenset({f"{seccomp.ALLOW_PREFIX}{REOPENED_BY[attack]}"})
+    deny_list, unix_block = seccomp.programs(unsafe=allowed)
     results = results_of(
         seccomp_child.run_child(
             ATTACKS, filter=deny_list.hex(), unix=unix_block.hex(), confined=True
         )
     )
-    reopened = {"pidfd_getfd of a child", "kcmp of a child"}
-    assert {attack: results[attack] for attack in reopened} == dict.fromkeys(reopened, "OK")
-    assert {a: r for a, r in results.items() if a not in reopened} == {
-        attack: confined for attack, (_, confined) in EXPECTED.items() if attack not in reopened
+    assert results[attack] == EXPECTED[attack][0]  # as unconfined
+    assert {a: r for a, r in results.items() if a != attack} == {
+        a: confined for a, (_, confined) in EXPECTED.items() if a != attack
     }
+
+
+def test_an_unknown_relaxation_is_refused() -> None:
+    with pytest.raises(LaunchRefused, match=r"unknown relaxations \['allow:getpid'\]"):
+        seccomp.programs(unsafe=frozenset({"allow:getpid"}))
 
 
 def test_the_programs_are_compiled_once_per_process() -> None:
