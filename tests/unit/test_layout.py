@@ -68,15 +68,7 @@ UNTESTED_ALONE = {
         "specs_api.py",
         "spawn.py",
     },
-    # connections, one_request, rule_exchange: server.py's coroutine path until session 14,
-    # tested through the server in-process (test_server, test_model_relay, test_upstream_reuse)
-    "lnk_proxy": {
-        "connections.py",
-        "machine_watch.py",
-        "one_request.py",
-        "policy_memo.py",
-        "rule_exchange.py",
-    },
+    "lnk_proxy": {"machine_watch.py", "policy_memo.py"},
     "lnk_bridge_store": {"db.py", "limits.py", "models.py"},
     "lnk_ssh_gate": {"authorize.py", "gate_paths.py"},
     "lnk_admin": {"authorize_command.py", "box_commands.py"},
