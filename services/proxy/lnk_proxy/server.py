@@ -15,12 +15,13 @@ is forwarded (`forward`) on an idle keep-alive connection of this sandbox's `Ups
 that same host, port and judged address, or one dialed for it; its connection may carry the
 next request, judged anew. Each refusal is `refusal_response`
 (403, the rule id) and one wire-log line with the reason; each allowed exchange one line when
-it ends. A request naming a service rule's host goes to `_service` (`service_relay`), one naming
-a model rule's loopback port inside the sandbox to `_model` (`model_relay`: the relay's CONNECT
-to that port is answered 200 and its one request read; the runtime is dialed at the rule's own
-address only); a hosted kind's (anthropic, openai) and an `http://` request naming its
-provider's host go on to `_hosted` (`hosted_relay`: the body judged, the owner's key added, TLS
-to the provider), and a CONNECT to that host is refused.
+it ends. A request naming a service rule's host goes to `rule_exchange.service_exchange`
+(`service_relay`), one naming a model rule's loopback port inside the sandbox to
+`model_exchange` (`model_relay`: the relay's CONNECT to that port is answered 200 and its one
+request read; the runtime is dialed at the rule's own address only); a hosted kind's
+(anthropic, openai) and an `http://` request naming its provider's host go on to
+`hosted_exchange` (`hosted_relay`: the body judged, the owner's key added, TLS to the
+provider), and a CONNECT to that host is refused.
 
 Fairness: a CONNECT takes one of its sandbox's `max_tunnels_per_sandbox` slots as soon as its
 head is read, before any await (lookup, dial), so concurrent CONNECTs cannot pass the cap
@@ -127,7 +128,8 @@ class ProxyServer:
         self._listeners: dict[str, Listener] = {}
         self.watches = Watches(config, self.routes, self._listeners)
         self.decider = Decider(self.wire_log, self.watches, self.routes)
-        self.service_tls: ssl.SSLContext = tls_context(config.unsafe_service_ca)  # service rules'
+        # Service rules' upstreams (`rule_exchange`).
+        self.service_tls: ssl.SSLContext = tls_context(config.unsafe_service_ca)
         self.shares = LoopShares()  # each sandbox's steps per turn of the loop (`fair_share`)
         self.hosted_buffers = upstream_buffers()  # read once: the send side's autotuned maximum
 
