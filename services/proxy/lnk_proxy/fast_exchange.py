@@ -1,7 +1,7 @@
 """The callback path for keep-alive plain http: a small request and its small answer served
 from the event loop's readiness callbacks, with no task, future or await per request.
 
-Why: on the coroutine path (`server.ProxyServer._one_request` and on) a request cost a chain
+Why: on the coroutine path (`one_request.one_request` and on) a request cost a chain
 of coroutines and a future per wait; that interpreter work, not the syscalls, was most of a
 small request's CPU (bench/README.md, issue 16). Here a connection's readiness runs a method:
 the sandbox's head read and parsed (`parse_request_head`, the same grammar), the same
@@ -68,7 +68,7 @@ IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELET
 # for; a larger one streams on the coroutine path (its pooled 1 MiB buffers).
 MAX_ANSWER_BYTES = 64 * 1024
 
-# What the server awaits next: None for `_one_request` (the next head is the coroutine
+# What the server awaits next: None for `one_request` (the next head is the coroutine
 # path's), else a coroutine saying whether the connection may carry another request.
 Step = Coroutine[Any, Any, bool] | None
 
@@ -452,7 +452,7 @@ class _Connection:
         if self.upstream is not None:  # the origin said nothing: its wait times out there
             self.upstream.deadline = self.loop.time()
             return self._hand_over()
-        if self.client.buffer:  # `_one_request`'s head timeout, and its refusal
+        if self.client.buffer:  # `one_request`'s head timeout, and its refusal
             refusal = Refusal("head-timeout", "slow")
             self.host.log_refusal(self.listener, "", "", refusal)
             return self._finish(_send_refusal(self.client, refusal, self.fast.io_timeout_s))

@@ -13,7 +13,7 @@ reads the flags by path on every request, as without a watch, until `arm` succee
 (the folder may also not exist yet: the controller makes it with the first flag).
 
 Does NOT: follow a flag that is a symbolic link to its target (the server reads such a flag by
-path on every request instead: `server._flag_state`), nor see the folder's parents replaced
+path on every request instead: `watches._flag_state`), nor see the folder's parents replaced
 (only root can: the watch stays on the folder it found).
 """
 

@@ -86,7 +86,7 @@ class Exchange:
 
 class SentHead(NamedTuple):
     """A plain http request whose head went upstream on the callback path, handed to the
-    coroutine path to relay the answer (`server.ProxyServer._forward`)."""
+    coroutine path to relay the answer (`plain_exchange.forward`)."""
 
     upstream: Conn
     reused: bool  # taken from the sandbox's pool, not dialed for this request

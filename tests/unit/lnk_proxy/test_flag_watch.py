@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_proxy import server as server_module
+from lnk_proxy import watches as watches_module
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.flag_watch import EVERYTHING, FlagWatch
 from lnk_proxy.policy import ProxyGrants
@@ -193,13 +193,13 @@ def test_while_the_watch_is_on_a_request_reads_no_flag(
     base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
-    real = server_module._flag_state
+    real = watches_module._flag_state
 
     def counted(path: str) -> tuple[bool, bool]:
         reads.append(path)
         return real(path)
 
-    monkeypatch.setattr(server_module, "_flag_state", counted)
+    monkeypatch.setattr(watches_module, "_flag_state", counted)
 
     def between(folder: Path) -> None:
         reads.clear()  # the first request read both flags; the rest must read none

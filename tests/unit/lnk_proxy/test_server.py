@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_proxy import server as server_module
+from lnk_proxy import limits
 from lnk_proxy.config import ProxyConfig
 from lnk_proxy.policy import ProxyGrants
 from lnk_proxy.server import ProxyServer
@@ -97,7 +97,7 @@ def test_a_flag_that_cannot_be_read_counts_as_set(base: Path) -> None:
 
 
 def test_a_slow_head_is_cut_off(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_module, "HEAD_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(limits, "HEAD_TIMEOUT_S", 0.2)
     config = config_for(base)
 
     async def run() -> bytes:
