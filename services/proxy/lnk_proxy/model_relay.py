@@ -30,6 +30,7 @@ import contextlib
 import ipaddress
 from collections.abc import Sequence
 
+from lnk_proxy.admin_rules import parse_rules
 from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
 from lnk_proxy.forward import (
@@ -63,8 +64,7 @@ from lnk_proxy.policy import LOCALHOST_FORMS, ProxyGrants
 from lnk_proxy.policy_memo import PolicyMemo
 from lnk_proxy.services import SecretScrubber
 from lnk_shared.addresses import IPAddress
-from lnk_shared.errors import SpecError
-from lnk_shared.spec import MAX_ENTRIES, Origin, SpecBuilder
+from lnk_shared.spec import Origin, SpecBuilder
 from lnk_shared.spec_models import ModelRule, parse_model_table
 
 __all__ = [
@@ -124,17 +124,9 @@ class ModelRequest:
 
 def parse_models(untrusted: object) -> tuple[ModelRule, ...]:
     """The rules of an admin command, each read by the spec model's own rules."""
-    if not isinstance(untrusted, list) or len(untrusted) > MAX_ENTRIES:
-        raise ValueError(f"models must be a list of at most {MAX_ENTRIES} rules")
-    rules = []
-    for index, table in enumerate(untrusted):
-        try:
-            rules.append(parse_model_table(table, Origin("admin", f"models[{index}]")))
-        except SpecError as exc:
-            raise ValueError(str(exc)) from None
-    if len({r.port for r in rules}) != len(rules):
-        raise ValueError("models: two rules on one port")
-    return tuple(rules)
+    return parse_rules(
+        untrusted, "models", parse_model_table, lambda r: r.port, "two rules on one port"
+    )
 
 
 async def read_tunneled_head(client: Conn, port: int, timeout_s: float) -> ProxyRequest | None:

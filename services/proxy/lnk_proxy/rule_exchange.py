@@ -7,7 +7,8 @@ provider's host (`hosted_exchange`: `hosted_relay`, the body judged, the owner's
 to the provider). Each connection ends with its answer.
 
 Judging is the relays' and `decide`'s; this orders the checks, answers each refusal through the
-host's `refuse` and writes the allowed exchange's one line (`log_allowed`), its secret scrubbed.
+host's `refuse` and writes the allowed exchange's one line (`log_allowed`), its secret scrubbed:
+the three end alike, in `_relayed` (the relay's errors, the 502, the line).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Protocol
 
@@ -37,6 +39,17 @@ from lnk_proxy.tunnel_buffers import TunnelBuffers
 from lnk_shared.spec_models import ModelRule
 
 __all__ = ["RuleHost", "hosted_exchange", "model_exchange", "service_exchange"]
+
+# How a relay says it could not complete its exchange (the TLS ones' certificate and handshake
+# failures too): 502 while nothing of the answer has gone, and the wire line says which.
+RELAY_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    EOFError,
+    TimeoutError,
+    BadResponse,
+    RequestRefused,
+)
+TLS_RELAY_ERRORS = (*RELAY_ERRORS, ssl.SSLError)
 
 
 class RuleHost(Protocol):
@@ -88,29 +101,17 @@ async def service_exchange(
     shown = f"http://{rule.host}{forward.logged_path}"  # the placeholder, never the secret
     exchange = Exchange(listener, client, request, verdict, shown, consumed, client.sent)
     client.timeout = IO_TIMEOUT_S
-    error = ""
-    try:
-        await relay(
-            forward,
-            secret,
-            request,
-            client,
-            verdict.address,
-            context=host.service_tls,
-            connect_timeout_s=host.config.connect_timeout_s,
-            io_timeout_s=IO_TIMEOUT_S,
-        )
-    except asyncio.CancelledError:
-        error = "closed: the sandbox was stopped or its listener closed"
-        raise
-    except (OSError, EOFError, TimeoutError, ssl.SSLError, BadResponse, RequestRefused) as exc:
-        error = scrub_text(f"ended: {exc!r}", secret)
-        if client.sent == exchange.sent:
-            with contextlib.suppress(OSError, TimeoutError):
-                await client.send(BAD_GATEWAY)
-    finally:
-        host.log_allowed(exchange, error)
-    return False
+    relaying = relay(
+        forward,
+        secret,
+        request,
+        client,
+        verdict.address,
+        context=host.service_tls,
+        connect_timeout_s=host.config.connect_timeout_s,
+        io_timeout_s=IO_TIMEOUT_S,
+    )
+    return await _relayed(host, exchange, relaying, secret, TLS_RELAY_ERRORS)
 
 
 async def model_exchange(
@@ -169,29 +170,17 @@ async def model_exchange(
         return False
     exchange = Exchange(listener, client, request, verdict, target, consumed, client.sent)
     client.timeout = IO_TIMEOUT_S
-    error = ""
-    try:
-        await relay_model(
-            judged,
-            request,
-            client,
-            verdict.address,
-            secret,
-            connect_timeout_s=host.config.connect_timeout_s,
-            io_timeout_s=IO_TIMEOUT_S,
-            cut_listings=not host.config.unsafe_uncut_model_listings,
-        )
-    except asyncio.CancelledError:
-        error = "closed: the sandbox was stopped or its listener closed"
-        raise
-    except (OSError, EOFError, TimeoutError, BadResponse, RequestRefused) as exc:
-        error = f"ended: {exc!r}" if secret is None else scrub_text(f"ended: {exc!r}", secret)
-        if client.sent == exchange.sent:
-            with contextlib.suppress(OSError, TimeoutError):
-                await client.send(BAD_GATEWAY)
-    finally:
-        host.log_allowed(exchange, error)
-    return False
+    relaying = relay_model(
+        judged,
+        request,
+        client,
+        verdict.address,
+        secret,
+        connect_timeout_s=host.config.connect_timeout_s,
+        io_timeout_s=IO_TIMEOUT_S,
+        cut_listings=not host.config.unsafe_uncut_model_listings,
+    )
+    return await _relayed(host, exchange, relaying, secret, RELAY_ERRORS)
 
 
 async def hosted_exchange(
@@ -275,28 +264,45 @@ async def _hosted_reserved(
     shown = replace(verdict, reason=f"{verdict.reason}; {why}" if why else verdict.reason)
     exchange = Exchange(listener, client, request, shown, target, consumed, client.sent)
     client.timeout = IO_TIMEOUT_S
+    relaying = exchange_hosted(
+        forward,
+        rule.host,
+        secret,
+        placeholder=placeholder,
+        request=request,
+        client=client,
+        address=verdict.address,
+        issued=hosted.issued(rule),
+        context=host.service_tls,
+        connect_timeout_s=host.config.connect_timeout_s,
+        io_timeout_s=IO_TIMEOUT_S,
+        buffers=host.hosted_buffers,
+        port=rule.upstream_port,
+    )
+    return await _relayed(host, exchange, relaying, secret, TLS_RELAY_ERRORS)
+
+
+async def _relayed(
+    host: RuleHost,
+    exchange: Exchange,
+    relaying: Coroutine[None, None, None],
+    secret: bytes | None,
+    errors: tuple[type[BaseException], ...],
+) -> bool:
+    """The allowed exchange's relay run to its end, and its one wire line: `errors` (the ways
+    the relay says it could not complete) answer 502 while nothing of the answer has reached
+    the sandbox, their text scrubbed of `secret` in the line; a cancel (the sandbox stopped,
+    its listener closed) is logged as that and goes on up; anything else goes on up, logged
+    with no error. The connection ends with it (False: never kept)."""
+    client = exchange.client
     error = ""
     try:
-        await exchange_hosted(
-            forward,
-            rule.host,
-            secret,
-            placeholder=placeholder,
-            request=request,
-            client=client,
-            address=verdict.address,
-            issued=hosted.issued(rule),
-            context=host.service_tls,
-            connect_timeout_s=host.config.connect_timeout_s,
-            io_timeout_s=IO_TIMEOUT_S,
-            buffers=host.hosted_buffers,
-            port=rule.upstream_port,
-        )
+        await relaying
     except asyncio.CancelledError:
         error = "closed: the sandbox was stopped or its listener closed"
         raise
-    except (OSError, EOFError, TimeoutError, ssl.SSLError, BadResponse, RequestRefused) as exc:
-        error = scrub_text(f"ended: {exc!r}", secret)
+    except errors as exc:
+        error = f"ended: {exc!r}" if secret is None else scrub_text(f"ended: {exc!r}", secret)
         if client.sent == exchange.sent:
             with contextlib.suppress(OSError, TimeoutError):
                 await client.send(BAD_GATEWAY)

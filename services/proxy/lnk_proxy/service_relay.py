@@ -27,6 +27,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lnk_proxy.admin_rules import parse_rules
 from lnk_proxy.answer_stream import stream_answer
 from lnk_proxy.conn import Conn, dial
 from lnk_proxy.forward import MAX_CHUNK_LINE, parse_chunk_size
@@ -43,10 +44,10 @@ from lnk_proxy.services import (
 )
 from lnk_proxy.upstream_tls import UpstreamTls
 from lnk_shared.addresses import IPAddress
-from lnk_shared.errors import SpecError, UsageError
+from lnk_shared.errors import UsageError
 from lnk_shared.hosts import parse_host_pattern
 from lnk_shared.secret_names import check_secret_name, check_secret_value
-from lnk_shared.spec import MAX_ENTRIES, Origin
+from lnk_shared.spec import MAX_ENTRIES
 from lnk_shared.spec_services import ServiceRule, parse_service_table
 
 __all__ = [
@@ -130,17 +131,9 @@ class ServiceGrant:
 
 def parse_services(untrusted: object) -> tuple[ServiceRule, ...]:
     """The rules of an admin command, each read by the spec model's own rules."""
-    if not isinstance(untrusted, list) or len(untrusted) > MAX_ENTRIES:
-        raise ValueError(f"services must be a list of at most {MAX_ENTRIES} rules")
-    rules = []
-    for index, table in enumerate(untrusted):
-        try:
-            rules.append(parse_service_table(table, Origin("admin", f"services[{index}]")))
-        except SpecError as exc:
-            raise ValueError(str(exc)) from None
-    if len({r.host for r in rules}) != len(rules):
-        raise ValueError("services: two rules for one host")
-    return tuple(rules)
+    return parse_rules(
+        untrusted, "services", parse_service_table, lambda r: r.host, "two rules for one host"
+    )
 
 
 def parse_service_secrets(

@@ -16,8 +16,10 @@ import logging
 import os
 import select
 import stat
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from lnk_proxy import limits, machine
 from lnk_proxy.config import ProxyConfig
@@ -32,6 +34,19 @@ from lnk_shared.errors import StateError
 __all__ = ["Watches"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _KernelWatch(Protocol[T_co]):
+    """A kernel watch's descriptor (`MachineWatch`, `FlagWatch`): what `drain` says changed."""
+
+    def fileno(self) -> int: ...
+
+    def drain(self) -> T_co: ...
+
+    def close(self) -> None: ...
 
 
 class Watches:
@@ -57,33 +72,37 @@ class Watches:
         says a link, address or route changed; watch the flags folder where it can."""
         self._watch = MachineWatch()
         await self.refresh_machine(fatal=True)
-        loop = asyncio.get_running_loop()
-        loop.add_reader(self._watch.fileno(), self._machine_changed)
-        self._events.register(self._watch.fileno(), select.POLLIN)
+        self._follow(self._watch, self._machine_changed)
         try:
             self._flag_watch = FlagWatch(self.config.flags_dir)
         except StateError as exc:
             log.warning("%s", exc)
         else:
             self._flag_watch.arm()
-            loop.add_reader(self._flag_watch.fileno(), self._flags_changed)
-            self._events.register(self._flag_watch.fileno(), select.POLLIN)
+            self._follow(self._flag_watch, self._flags_changed)
 
     async def close(self) -> None:
         if self._watch is not None:
-            asyncio.get_running_loop().remove_reader(self._watch.fileno())
-            self._events.unregister(self._watch.fileno())
-            self._watch.close()
+            self._unfollow(self._watch)
             self._watch = None
         if self._flag_watch is not None:
-            asyncio.get_running_loop().remove_reader(self._flag_watch.fileno())
-            self._events.unregister(self._flag_watch.fileno())
-            self._flag_watch.close()
+            self._unfollow(self._flag_watch)
             self._flag_watch = None
         if self._refresher is not None:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
         self._reader.shutdown(wait=False, cancel_futures=True)
+
+    def _follow(self, watch: _KernelWatch[object], changed: Callable[[], None]) -> None:
+        """`changed` runs when the loop sees `watch` ready, and from `take_events`' poll."""
+        asyncio.get_running_loop().add_reader(watch.fileno(), changed)
+        self._events.register(watch.fileno(), select.POLLIN)
+
+    def _unfollow(self, watch: _KernelWatch[object]) -> None:
+        """Neither the loop nor `take_events` reads `watch` again; it is closed."""
+        asyncio.get_running_loop().remove_reader(watch.fileno())
+        self._events.unregister(watch.fileno())
+        watch.close()
 
     async def refresh_machine(self, *, fatal: bool = False) -> None:
         """Read the view on the proxy's own thread: never queued behind sandboxes' lookups."""
@@ -101,11 +120,8 @@ class Watches:
     def _machine_changed(self) -> None:
         if self._watch is None:
             return
-        try:
-            changed = self._watch.drain()
-        except OSError:
-            log.exception("reading netlink change messages failed; reading the view again")
-            changed = True
+        failed = "reading netlink change messages failed; reading the view again"
+        changed = _drained(self._watch, True, failed)
         if not changed:
             return
         if self.routes is not None:
@@ -119,11 +135,8 @@ class Watches:
         when it cannot say), so their next decision reads them again."""
         if self._flag_watch is None:
             return
-        try:
-            changed = self._flag_watch.drain()
-        except OSError:
-            log.exception("reading the flags watch failed; every flag is read again")
-            changed = EVERYTHING
+        failed = "reading the flags watch failed; every flag is read again"
+        changed = _drained(self._flag_watch, EVERYTHING, failed)
         if changed is EVERYTHING:
             self._flags_changed_everywhere()
             return
@@ -181,6 +194,16 @@ class Watches:
         if watch is not None and watch.armed and not by_path:
             listener.flag_refusal, listener.flags_known = refusal, True
         return refusal
+
+
+def _drained(watch: _KernelWatch[T], lost: T, failed: str) -> T:
+    """What `watch` says changed; `lost` (everything may have) when it cannot be read, logged
+    as `failed`: a read that fails never counts as no change."""
+    try:
+        return watch.drain()
+    except OSError:
+        log.exception("%s", failed)
+        return lost
 
 
 def _flag_set(path: Path | str) -> bool:
