@@ -35,28 +35,50 @@ static int refuse_value(const char **why, const char *what) {
     return -1;
 }
 
+/* The fewest significant digits that read back as x (x finite, >= 0), as Python's repr finds
+ * them (David Gay's shortest mode): into mantissa (n digits, trailing zeros kept) with the
+ * point's place decpt. printf rounds correctly to p digits, but where that rounding reads back
+ * as another double, the p-digit number one unit away may still read back as x: 2**-24 is
+ * 5.960464477539063e-08 in Python, whose correctly rounded 16 digits (...062) are another
+ * double's. Both neighbours cannot read back as x where the nearer one did not. */
+static size_t shortest_digits(double x, char mantissa[DOUBLE_DIGITS + 2], int *decpt) {
+    char buf[48], candidate[48];
+    for (int digits = 1; digits <= DOUBLE_DIGITS; digits++) {
+        snprintf(buf, sizeof buf, "%.*e", digits - 1, x); /* d[.ddd]e[+-]NN */
+        unsigned long long m = 0;
+        const char *p = buf;
+        for (; *p != 'e'; p++)
+            if (*p != '.')
+                m = m * 10 + (unsigned long long)(*p - '0');
+        int exponent = atoi(p + 1) - (digits - 1); /* x is about m * 10**exponent */
+        unsigned long long tried[3] = {m, m + 1, m - 1};
+        for (int i = 0; i < (digits == DOUBLE_DIGITS ? 1 : 3); i++) {
+            if (i == 2 && m <= 1)
+                break;
+            snprintf(candidate, sizeof candidate, "%llue%d", tried[i], exponent);
+            if (strtod(candidate, NULL) != x)
+                continue;
+            int n = snprintf(mantissa, DOUBLE_DIGITS + 2, "%llu", tried[i]);
+            *decpt = exponent + n;
+            return (size_t)n;
+        }
+    }
+    mantissa[0] = '0'; /* not reached: 17 digits always read back */
+    *decpt = 1;
+    return 1;
+}
+
 /* repr(x) for a finite double, as Python's float_repr_style "short" writes it. */
 static void put_double(struct text *t, double x) {
-    char buf[48];
-    for (int digits = 1; digits <= DOUBLE_DIGITS; digits++) {
-        snprintf(buf, sizeof buf, "%.*e", digits - 1, x);
-        if (strtod(buf, NULL) == x)
-            break;
-    }
-    /* buf: [-]d[.ddd]e[+-]NN */
-    const char *p = buf;
-    if (*p == '-') {
+    if (signbit(x)) {
         text_str(t, "-");
-        p++;
+        x = -x;
     }
-    char mantissa[DOUBLE_DIGITS + 1];
-    size_t n = 0;
-    for (; *p != 'e'; p++)
-        if (*p != '.' && n < DOUBLE_DIGITS)
-            mantissa[n++] = *p;
+    char mantissa[DOUBLE_DIGITS + 2];
+    int decpt;
+    size_t n = shortest_digits(x, mantissa, &decpt);
     while (n > 1 && mantissa[n - 1] == '0') /* 0e+00 stays "0" */
         n--;
-    int decpt = atoi(p + 1) + 1;
     if (decpt > REPR_FIXED_LOW && decpt <= REPR_FIXED_HIGH) {
         if (decpt <= 0) {
             text_str(t, "0.");
