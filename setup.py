@@ -13,7 +13,9 @@ The proxy's strict JSON pass (services/proxy/lnk_proxy/native/json_scan.c) is a 
 extension module, lnk_proxy._json_scan, built against the Python that builds the wheel (Debian's
 python3-dev), so the wheel is tagged for that Python and platform (cp311-cp311-<platform>), as is
 the controller's, lnk_controller._placeholder_calls (lnk_controller/ext/placeholder_calls.c: a
-write grant's placeholder syscalls in batches, made with the GIL released).
+write grant's placeholder syscalls in batches, made with the GIL released) and
+lnk_controller._placeholder_pool (ext/placeholder_pool.c: those placeholders renamed in from
+the owner's pool and back).
 """
 
 from __future__ import annotations
@@ -84,9 +86,22 @@ JSON_SCAN = Extension(
 
 
 # A write grant's placeholder syscalls in batches with the GIL released (placeholder_make.py).
+# The openat2 walk, the owner's-credentials mkdir and the sealing both share
+# (ext/placeholder_syscalls.h: `depends`, so a change to it rebuilds both).
+PLACEHOLDER_SYSCALLS = ["services/controller/lnk_controller/ext/placeholder_syscalls.h"]
 PLACEHOLDER_CALLS = Extension(
     "lnk_controller._placeholder_calls",
     sources=["services/controller/lnk_controller/ext/placeholder_calls.c"],
+    depends=PLACEHOLDER_SYSCALLS,
+    extra_compile_args=JSON_SCAN.extra_compile_args,
+)
+
+# The placeholders' pool (placeholder_pool.py): empty folders renamed into a write grant's
+# folder and back, so a launch neither makes nor frees an inode for them.
+PLACEHOLDER_POOL = Extension(
+    "lnk_controller._placeholder_pool",
+    sources=["services/controller/lnk_controller/ext/placeholder_pool.c"],
+    depends=PLACEHOLDER_SYSCALLS,
     extra_compile_args=JSON_SCAN.extra_compile_args,
 )
 
@@ -95,6 +110,7 @@ setup(
     ext_modules=[
         JSON_SCAN,
         PLACEHOLDER_CALLS,
+        PLACEHOLDER_POOL,
     ],  # a platform wheel for this Python (bdist_wheel's own tag)
     cmdclass={
         "build_py": BuildPyWithNative,

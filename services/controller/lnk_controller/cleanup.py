@@ -127,7 +127,8 @@ def _remove_staged(row: SandboxRow, cfg: ControllerConfig, *, killed: bool) -> l
     for it; what could not be done."""
     problems: list[str] = []
     targets = list(reversed(json.loads(row.mounts_json)))
-    problems += _remove_placeholders([t for t in targets if t.startswith(PLACEHOLDER)])
+    placeholders = [t for t in targets if t.startswith(PLACEHOLDER)]
+    problems += _remove_placeholders(placeholders, owner_uid=row.owner_uid)
     mounts = []
     for target in targets:
         try:
@@ -163,12 +164,12 @@ def _remove_staged(row: SandboxRow, cfg: ControllerConfig, *, killed: bool) -> l
     return problems
 
 
-def _remove_placeholders(records: list[str]) -> list[str]:
-    """Remove the placeholders (in one batch: placeholders.remove_placeholders); what could not
-    be removed. Each name is gone when this returns; the wait for the freed blocks' discard
-    (2-4 ms each on a filesystem mounted with `discard`) is left to `late_close`, off the
-    launch's reply."""
-    return remove_placeholders(records)
+def _remove_placeholders(records: list[str], *, owner_uid: int) -> list[str]:
+    """Put the owner's placeholders back in the owner's pool, remove the rest (in one batch:
+    placeholders.remove_placeholders); what could not be removed. Each name is gone when this
+    returns; the wait for the freed blocks' discard (2-4 ms each on a filesystem mounted with
+    `discard`) is left to `late_close`, off the launch's reply."""
+    return remove_placeholders(records, owner_uid=owner_uid)
 
 
 _GRANT_NAME = re.compile(r"g[0-9]+")  # staging.stage_sandbox's names for granted folders

@@ -2,7 +2,7 @@
 `lnk_controller.accounts`): its live sandboxes stopped and cleaned, its agents forgotten at the
 store bridge (conversations, inbox, lease) and in the registry (with their keys), the records of
 its ended sandboxes (the commands they ran) and their wire logs, its remembered specs, its
-secrets.
+secrets, its placeholders' pool.
 
 Each step raises StateError when it cannot be done (a sandbox with something left, a store
 bridge that does not answer): the caller then keeps the old account's proof, so the next call
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from lnk_controller import bridge_link
+from lnk_controller import bridge_link, placeholder_pool
 from lnk_controller.agents import AgentRegistry
 from lnk_controller.cleanup import clean_sandbox
 from lnk_controller.config import ControllerConfig
@@ -42,6 +42,7 @@ def forget_account(
     for row in store.find(owner_uid=uid, live_only=True):
         store.set(row.id, stop_requested=True)
         clean_sandbox(row.id, store, cfg)
+    placeholder_pool.forget(uid)  # its placeholders' pool: never the new account's to be lent
     for agent in agents.find(uid):
         bridge_link.forget_agent(cfg.run_dir, agent.agent_id)
     forgotten_agents = agents.forget_all(uid)

@@ -6,7 +6,12 @@ Each placeholder is made under a folder walked down to from the grant's descript
 owner's once for all of them; root's fallback makes only those the owner was refused in a folder
 of the owner's own (a `.git` it made 0555, which the sandbox could chmod and write).
 
-The syscalls themselves are lnk_controller._placeholder_calls (ext/placeholder_calls.c): one call
+An empty folder's placeholder is renamed in from the owner's pool where it holds one
+(placeholder_pool.py, lent before the switch to the owner's ids, as only root may open the pool;
+the rename itself runs under the owner's, so the kernel checks it as it would the mkdir).
+
+The syscalls themselves are lnk_controller._placeholder_calls (ext/placeholder_calls.c) and, from
+the pool, _placeholder_pool (ext/placeholder_pool.c): one call
 makes a batch, one seals it, with the GIL released, on the calling thread (so under the file ids
 `caller_credentials` gave it). In Python each of a placeholder's ~8 syscalls let the GIL go and
 waited to take it back from the launch's thread running beside: more of a write grant's start
@@ -29,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lnk_controller import _placeholder_calls as calls
+from lnk_controller import _placeholder_pool as pool_calls
+from lnk_controller import placeholder_pool
 from lnk_controller.as_caller import CallerCredentials, caller_credentials
 
 __all__ = [
@@ -79,16 +86,51 @@ def _wire(entry: str, content: bytes | None) -> calls.Entry:
     return parts, os.fsencode(name), content
 
 
-def _make_in_c(dir_fd: int, entries: list[Entry], making: Making) -> tuple[int, list[Entry]]:
-    """Make entries (placeholder_calls.c's `make`, batch by batch) until one fails: (0, []) or
-    (its errno, the entries from it on)."""
+def _make_in_c(
+    dir_fd: int, entries: list[Entry], making: Making, loan: _Lent | None = None
+) -> tuple[int, list[Entry]]:
+    """Make entries (placeholder_calls.c's `make`, batch by batch; with a loan, each empty folder
+    lent one renamed in from the owner's pool instead: placeholder_pool.c's `take`) until one
+    fails: (0, []) or (its errno, the entries from it on)."""
     for at in range(0, len(entries), calls.MAX_BATCH):
         batch = entries[at : at + calls.MAX_BATCH]
-        opened, err = calls.make(dir_fd, tuple(_wire(*entry) for entry in batch))
+        if loan is None:
+            opened, err = calls.make(dir_fd, tuple(_wire(*entry) for entry in batch))
+        else:
+            wire = tuple((*_wire(*e), loan.names.get(e[0])) for e in batch)
+            opened, err, taken = pool_calls.take(dir_fd, loan.fd, wire)
+            for (entry, _), took in zip(batch, taken, strict=False):
+                if took:
+                    loan.names.pop(entry, None)  # the pool's no more: the rest go back
         making.made += [(e, Opened(*o)) for (e, _), o in zip(batch, opened, strict=False)]
         if err:
             return err, entries[at + len(opened) :]
     return 0, []
+
+
+@dataclass
+class _Lent:
+    """The owner's pool open, and the pool name lent to each empty folder still to be made."""
+
+    fd: int
+    names: dict[str, bytes]
+
+
+@contextlib.contextmanager
+def _lent(dir_fd: int, entries: list[Entry], owner_uid: int) -> Iterator[_Lent | None]:
+    """Pool names lent to the empty folders of `entries` (placeholder_pool.lend), and given back
+    when the making ends, those not taken."""
+    folders = [entry for entry, content in entries if content is None]
+    loan = placeholder_pool.lend(owner_uid, os.fstat(dir_fd).st_dev, len(folders))
+    if loan is None:
+        yield None
+        return
+    lent = _Lent(loan.fd, dict(zip(folders, loan.names, strict=False)))
+    try:
+        yield lent
+    finally:
+        placeholder_pool.give_back(owner_uid, list(lent.names.values()))
+        os.close(loan.fd)
 
 
 def make_batch_as_owner(
@@ -100,10 +142,13 @@ def make_batch_as_owner(
     these file ids) with the GIL released; then root's fallback for those the owner was refused.
     """
     making, refused = Making(), []
-    with caller_credentials(caller) if caller is not None else contextlib.nullcontext():
+    with (
+        _lent(dir_fd, entries, owner_uid) as loan,
+        caller_credentials(caller) if caller is not None else contextlib.nullcontext(),
+    ):
         rest = entries
         while rest:
-            err, rest = _make_in_c(dir_fd, rest, making)
+            err, rest = _make_in_c(dir_fd, rest, making, loan)
             if err in (errno.EACCES, errno.EPERM) and caller is not None:
                 refused.append(rest[0])  # PermissionError: root's fallback may make it
                 rest = rest[1:]

@@ -3,8 +3,9 @@ recorded by the very inode, and removed only while still the one made and still 
 
 Why placeholders, why empty folders, why the immutable flag, and what was tried instead:
 staging.py's docstring. Which are made before the sandbox starts and which while it starts held:
-placeholder_plan.py. The syscalls that make and seal them: placeholder_make.py. The clean-up's
-removal leaves the inode's freeing to late_close.py.
+placeholder_plan.py. The syscalls that make and seal them: placeholder_make.py. The clean-up puts
+an empty folder's back into its owner's pool (placeholder_pool.py), and its removal of the rest
+leaves the inode's freeing to late_close.py.
 
 A held start's placeholders are made on a worker thread (`_MAKERS`): the probes and their lookups
 from staging's first step (`begin_staging`, waited for where the wall's binds need their answer),
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lnk_controller import _placeholder_calls as calls
-from lnk_controller import late_close
+from lnk_controller import _placeholder_pool as pool_calls
+from lnk_controller import late_close, placeholder_pool
 from lnk_controller.as_caller import CallerCredentials
 from lnk_controller.placeholder_make import (
     Making,
@@ -371,14 +373,16 @@ def remove_placeholder(record: str) -> None:
         raise StateError(problems[0])
 
 
-def remove_placeholders(records: list[str]) -> list[str]:
+def remove_placeholders(records: list[str], *, owner_uid: int | None = None) -> list[str]:
     """Remove each placeholder if it is still the one made here (same inode) and still holds
-    only what was put there; one that someone filled meanwhile is theirs now and stays. Each is
-    looked for first through the grant's staged mount (still mounted: placeholders go first),
-    which holds the folder wherever it was moved on the host meanwhile, then at its host path (a
-    record without a staged path, or a clean-up run again after the unmount). The syscalls are
-    placeholder_calls.c's `remove`, the whole batch with the GIL released; every record is
-    tried. What could not be removed, one line each."""
+    only what was put there; one that someone filled meanwhile is theirs now and stays. With
+    `owner_uid`, the owner's folder placeholders still at their host path go back into the
+    owner's pool first (placeholder_pool.put_back: checked the same way, no link on the path);
+    the rest are removed. Each is looked for first through the grant's staged mount (still
+    mounted: placeholders go first), which holds the folder wherever it was moved on the host
+    meanwhile, then at its host path (a record without a staged path, or a clean-up run again
+    after the unmount). The syscalls are placeholder_calls.c's `remove`, the whole batch with
+    the GIL released; every record is tried. What could not be removed, one line each."""
     items = []
     for record in records:
         dev, ino, paths = record[len(PLACEHOLDER) :].split(":", 2)
@@ -387,6 +391,19 @@ def remove_placeholders(records: list[str]) -> list[str]:
             (os.fsencode(staged) if staged else None, os.fsencode(path), int(dev), int(ino))
         )
     problems = []
+    if owner_uid is not None and items:
+        pooled = placeholder_pool.put_back(owner_uid, [(p, d, i) for _, p, d, i in items])
+        left = []
+        for item, (status, err) in zip(items, pooled, strict=True):
+            if status == pool_calls.NOT_POOLED:
+                left.append(item)
+            elif status == pool_calls.ERROR:
+                problems.append(
+                    f"placeholder {os.fsdecode(item[1])} was swapped or filled as it went back "
+                    f"to the pool and could not be returned: it is in the pool, kept "
+                    f"({os.strerror(err)})"
+                )
+        items = left
     contents = (b"", *GIT_PLACEHOLDER_CONTENT.values())
     for at in range(0, len(items), calls.MAX_BATCH):
         batch = tuple(items[at : at + calls.MAX_BATCH])

@@ -24,6 +24,7 @@ from lnk_controller import (
     cgroups,
     idmap_mounts,
     landlock,
+    placeholder_pool,
     proxy_link,
     seccomp,
 )
@@ -163,6 +164,7 @@ def run_controller(cfg: ControllerConfig) -> None:
     _check_kernel(cfg)
     _place_cgroups()
     cgroup_favor.apply(enabled=cfg.limits.favordynmods, limits_on=not cfg.limits.unsafe_no_limits)
+    placeholder_pool.configure(cfg.state_dir / "placeholder-pool")  # emptied: never trusted
     cleaned = reconcile(store, cfg)
     if cleaned:
         log.info("reconcile: cleaned %d sandbox(es) a previous run left", cleaned)

@@ -34,6 +34,9 @@
  *     the errno, which: 0 the staged path, 1 the host's). Every item is tried, as the clean-up
  *     removes every placeholder it can.
  *
+ * The walk, the making and the immutable flag are placeholder_syscalls.h's, shared with
+ * placeholder_pool.c (the same placeholders renamed in from the owner's pool and back).
+ *
  * Each call runs on the calling thread, so it has that thread's file ids (setfsuid: the
  * owner's, inside as_caller.caller_credentials). Arguments are checked before the GIL is let go
  * and only immutable objects (tuples, bytes) held by the argument tuple are read after.
@@ -46,146 +49,18 @@
  * (EINVAL: each step is one name); take more than MAX_BATCH entries or MAX_PARTS folders.
  */
 #define _GNU_SOURCE
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#define MAX_BATCH 128   /* more than every protected name (~50) in one grant */
-#define MAX_PARTS 8     /* folders above a placeholder: `.git/info` is two */
-#define MAX_CONTENT 16  /* placeholders.MAX_PLACEHOLDER_BYTES: more was filled by someone */
-#define MAX_CONTENTS 4  /* the contents a placeholder may hold: b"" and `.git/commondir`'s */
-#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-
-enum { NOT_THERE = 0, KEPT = 1, REMOVED = 2, ERROR = 3 };
-
-typedef struct {
-    const char *parts[MAX_PARTS];
-    Py_ssize_t nparts;
-    const char *name;
-    const char *content; /* NULL: an empty folder */
-    Py_ssize_t content_len;
-} entry_t;
-
-typedef struct {
-    int fd, parent_fd;
-    struct stat st;
-} made_t;
-
-/* One step's name: non-empty, not "." or "..", no "/" (then it is one directory entry). */
-static int one_name(const char *s) {
-    return s[0] != '\0' && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 && strchr(s, '/') == NULL;
-}
-
-static int open_at(int dir_fd, const char *name, int flags, mode_t mode) {
-    int fd;
-    do fd = openat(dir_fd, name, flags, mode);
-    while (fd < 0 && errno == EINTR);
-    return fd;
-}
-
-/* Close fd keeping errno (the error being returned is the one before the close). */
-static void close_keeping_errno(int fd) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
-}
-
-static int write_all(int fd, const char *buf, Py_ssize_t len) {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, (size_t)len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return n == 0 ? (errno = EIO, -1) : -1;
-        buf += n;
-        len -= n;
-    }
-    return 0;
-}
+#include "placeholder_syscalls.h"
 
 /* Walk to the entry's folder and make it; 0, or the errno (all it opened closed again). */
 static int make_one(int dir_fd, const entry_t *e, made_t *out) {
-    int parent = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+    int parent = walk_to(dir_fd, e), fd = -1;
     if (parent < 0) return errno;
-    for (Py_ssize_t i = 0; i < e->nparts; i++) {
-        int below = open_at(parent, e->parts[i], DIR_FLAGS, 0);
-        close_keeping_errno(parent);
-        if (below < 0) return errno;
-        parent = below;
+    int err = make_here(parent, e, &fd);
+    if (err != 0) {
+        close(parent);
+        return err;
     }
-    int fd;
-    if (e->content == NULL) {
-        if (mkdirat(parent, e->name, 0555) < 0) goto fail;
-        fd = open_at(parent, e->name, DIR_FLAGS, 0);
-        if (fd < 0) goto fail;
-    } else {
-        fd = open_at(parent, e->name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
-        if (fd < 0) goto fail;
-        if (write_all(fd, e->content, e->content_len) < 0) goto fail_fd;
-    }
-    if (fstat(fd, &out->st) < 0) goto fail_fd;
-    out->fd = fd;
-    out->parent_fd = parent;
-    return 0;
-fail_fd:
-    close_keeping_errno(fd);
-fail:
-    close_keeping_errno(parent);
-    return errno;
-}
-
-/* entries -> e[]; the count, or -1 with an exception set. */
-static Py_ssize_t read_entries(PyObject *entries, entry_t *e) {
-    Py_ssize_t n = PyTuple_GET_SIZE(entries);
-    if (n > MAX_BATCH) {
-        PyErr_Format(PyExc_ValueError, "at most %d placeholders in one batch", MAX_BATCH);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(entries, i), *parts, *content;
-        if (!PyTuple_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "an entry is a tuple (parts, name, content)");
-            return -1;
-        }
-        if (!PyArg_ParseTuple(item, "O!yO", &PyTuple_Type, &parts, &e[i].name, &content))
-            return -1;
-        e[i].nparts = PyTuple_GET_SIZE(parts);
-        if (e[i].nparts > MAX_PARTS) {
-            PyErr_Format(PyExc_ValueError, "at most %d folders above a placeholder", MAX_PARTS);
-            return -1;
-        }
-        for (Py_ssize_t j = 0; j < e[i].nparts; j++) {
-            PyObject *part = PyTuple_GET_ITEM(parts, j);
-            if (!PyBytes_Check(part) ||
-                strlen(PyBytes_AS_STRING(part)) != (size_t)PyBytes_GET_SIZE(part)) {
-                PyErr_SetString(PyExc_ValueError, "a folder name is bytes without NUL");
-                return -1;
-            }
-            e[i].parts[j] = PyBytes_AS_STRING(part);
-        }
-        if (content == Py_None) {
-            e[i].content = NULL;
-            e[i].content_len = 0;
-        } else if (PyBytes_Check(content) && PyBytes_GET_SIZE(content) <= MAX_CONTENT) {
-            e[i].content = PyBytes_AS_STRING(content);
-            e[i].content_len = PyBytes_GET_SIZE(content);
-        } else {
-            PyErr_Format(PyExc_ValueError, "content is None or bytes of at most %d", MAX_CONTENT);
-            return -1;
-        }
-    }
-    return n;
-}
-
-static int names_ok(const entry_t *e) {
-    for (Py_ssize_t j = 0; j < e->nparts; j++)
-        if (!one_name(e->parts[j])) return 0;
-    return one_name(e->name);
+    return keep_made(parent, fd, out);
 }
 
 static PyObject *make(PyObject *module, PyObject *args) {
@@ -197,6 +72,11 @@ static PyObject *make(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iO!", &dir_fd, &PyTuple_Type, &entries)) return NULL;
     Py_ssize_t n = read_entries(entries, e), done = 0;
     if (n < 0) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (e[i].pool != NULL) {
+            PyErr_SetString(PyExc_ValueError, "make takes no pool name (placeholder_pool's take does)");
+            return NULL;
+        }
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     for (; done < n; done++) {
@@ -229,17 +109,6 @@ typedef struct {
     unsigned long long dev, ino;
     unsigned int uid, gid;
 } seal_t;
-
-static int no_flag(int err) { return err == ENOTTY || err == EOPNOTSUPP || err == EINVAL; }
-
-/* Set or clear FS_IMMUTABLE_FL: 1 set as asked, 0 no such flag here, -1 another error. */
-static int set_immutable(int fd, int on) {
-    int flags;
-    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) < 0) return no_flag(errno) ? 0 : -1;
-    int wanted = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
-    if (wanted != flags && ioctl(fd, FS_IOC_SETFLAGS, &wanted) < 0) return no_flag(errno) ? 0 : -1;
-    return 1;
-}
 
 /* Seal one: 0 with *sealed set, or the errno. */
 static int seal_one(const seal_t *s, uid_t owner_uid, gid_t owner_gid, int *sealed) {
