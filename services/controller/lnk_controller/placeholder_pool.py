@@ -124,15 +124,18 @@ def _sweep(root_fd: int, root: Path) -> None:
             log.warning("placeholder pool: %s/%s is not a folder; left as it is", root, owner)
             continue
         try:
-            for name in os.listdir(fd):
-                try:
-                    os.rmdir(name, dir_fd=fd)
-                except OSError as exc:
-                    log.warning(
-                        "placeholder pool: %s/%s/%s left (%s)", root, owner, name, exc.strerror
-                    )
+            _remove_empty(fd, f"{root}/{owner}")
         finally:
             os.close(fd)
+
+
+def _remove_empty(fd: int, shown: str) -> None:
+    """Remove every empty folder in the open folder `fd`; leave and log anything else."""
+    for name in os.listdir(fd):
+        try:
+            os.rmdir(name, dir_fd=fd)
+        except OSError as exc:
+            log.warning("placeholder pool: %s/%s left (%s)", shown, name, exc.strerror)
 
 
 def forget(uid: int) -> None:
@@ -152,11 +155,7 @@ def forget(uid: int) -> None:
     except FileNotFoundError:
         return
     try:
-        for entry in os.listdir(fd):
-            try:
-                os.rmdir(entry, dir_fd=fd)
-            except OSError as exc:
-                log.warning("placeholder pool: %s/%s left (%s)", name, entry, exc.strerror)
+        _remove_empty(fd, name)
     finally:
         os.close(fd)
     with contextlib.suppress(OSError):
