@@ -174,7 +174,8 @@ async def _flood_with_work(
     shares: LoopShares, seconds: float, step_cpu_s: float = 0.0001
 ) -> dict[str, float]:
     """48 tasks of a flooding sandbox, each step `step_cpu_s` of CPU, beside a sandbox whose
-    one task steps every 0.5 ms (a c=1 client): each one's CPU, its steps and the wall time."""
+    one task steps every 0.5 ms (a c=1 client): each one's CPU, its steps, the wall time and
+    the loop thread's whole CPU (`loop_cpu`: what the loop had, however loaded the machine)."""
     flood, measured = shares.share(), shares.share()
     seen = {"flood_cpu": 0.0, "measured_cpu": 0.0, "flood_steps": 0.0, "measured_steps": 0.0}
     stop_at = time.monotonic() + seconds
@@ -190,10 +191,11 @@ async def _flood_with_work(
             seen[f"{name}_cpu"] += time.thread_time() - started
             seen[f"{name}_steps"] += 1
 
-    began = time.monotonic()
+    began, loop_began = time.monotonic(), time.thread_time()
     flooding = [worker(flood, "flood", 0, step_cpu_s) for _ in range(48)]
     await asyncio.gather(*flooding, worker(measured, "measured", 0.0005, 0.00005))
     seen["wall"] = time.monotonic() - began
+    seen["loop_cpu"] = time.thread_time() - loop_began
     seen["flood_holds"], seen["measured_holds"] = flood.holds, measured.holds
     seen["flood_charged"] = flood.charged_s
     return seen
@@ -216,12 +218,15 @@ def test_a_flooding_sandbox_gets_at_most_its_share_of_the_proxys_time_beside_ano
 
 def test_without_the_time_share_the_flood_takes_most_of_the_loop() -> None:
     """The attack's shape without the bound (a share larger than the machine): the flood's
-    steps fill every turn the other sandbox leaves, most of the loop's CPU."""
+    steps fill every turn the other sandbox leaves, most of the loop's CPU. Measured against
+    the CPU the loop's thread had, not the wall clock: on a loaded machine the loop itself gets
+    less than a core (seen here: 0.87 of the loop's CPU unbounded, 0.51-0.54 with the share
+    of the test above, on a quiet machine)."""
     shares = LoopShares(loop_share=1000.0)
     seen = asyncio.run(_flood_with_work(shares, seconds=1.0))
     assert seen["flood_holds"] == 0
     assert seen["flood_cpu"] > 5 * seen["measured_cpu"]
-    assert seen["flood_cpu"] / seen["wall"] > 0.1 * 1.3 + 0.05 / seen["wall"]
+    assert seen["flood_cpu"] > 0.7 * seen["loop_cpu"]
 
 
 async def _alone_with_work(tasks: int, seconds: float) -> Share:
