@@ -100,8 +100,8 @@ def _make_in_c(
             wire = tuple((*_wire(*e), loan.names.get(e[0])) for e in batch)
             opened, err, taken = pool_calls.take(dir_fd, loan.fd, wire)
             for (entry, _), took in zip(batch, taken, strict=False):
-                if took:
-                    loan.names.pop(entry, None)  # the pool's no more: the rest go back
+                if took:  # taken, or found filled in the pool: not lent again
+                    loan.names.pop(entry, None)  # the rest go back
         making.made += [(e, Opened(*o)) for (e, _), o in zip(batch, opened, strict=False)]
         if err:
             return err, entries[at + len(opened) :]

@@ -20,6 +20,13 @@ The pool's contents are known only in memory: at the controller's start the pool
 killed controller's pool is never trusted, and what a clean-up left unpooled is removed from
 its record as before.
 
+An owner who kept a descriptor on a placeholder reaches its folder in the pool (and, by its
+`..`, the owner's pool folder itself: the owner's own, mode 0700) and can fill it or put
+entries beside it: all the owner's, reached with the owner's own rights. A take checks the
+folder it renamed in is empty (one filled goes back, its name no more lent, and a folder is
+made), a put_back renames with RENAME_NOREPLACE, and the start's sweep leaves what is not an
+empty folder, logged; nothing of the pool is ever another user's or root's.
+
 What this does NOT do: pool a placeholder that is a file (those inside `.git`), one reached only
 through its staged mount (the folder moved on the host meanwhile), or one on a filesystem other
 than the state dir's (a `/home` of its own: made and freed as before); free the pool's folders

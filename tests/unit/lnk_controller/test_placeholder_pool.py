@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lnk_controller import _placeholder_pool as calls
-from lnk_controller import placeholder_pool
+from lnk_controller import late_close, placeholder_pool
 from lnk_controller.as_caller import credentials_of
 from lnk_controller.placeholder_make import make_batch_as_owner, seal_all, set_immutable
 from lnk_controller.placeholders import PLACEHOLDER, remove_placeholders
@@ -94,7 +94,7 @@ def _pooled(root: Path, uid: int = NOBODY) -> list[str]:
 
 
 def _pool_inodes(root: Path, uid: int = NOBODY) -> set[int]:
-    return {int(name.split("-")[1]) for name in _pooled(root, uid)}
+    return {int(name.split("-")[1]) for name in _pooled(root, uid) if "-" in name}
 
 
 def _names(n: int) -> list[str]:
@@ -311,7 +311,10 @@ def test_a_grant_on_another_mount_is_made_and_removed_as_before(
         assert remove_placeholders(records, owner_uid=NOBODY) == []
         assert not (path / ".claude").exists() and _pooled(pool) == before
     finally:
-        subprocess.run(["umount", str(bound)], check=True)
+        late_close.wait_closed()  # the removed placeholders' descriptors hold the mount
+        subprocess.run(["umount", str(bound)], check=False)
+        subprocess.run(["umount", "-l", str(bound)], capture_output=True, check=False)
+    assert not os.path.ismount(bound)
     # and what the pool lent and got back is lent again
     assert _inodes(_make(fd, path, [".x", ".y"])) == pooled
 
@@ -351,6 +354,40 @@ def test_an_empty_folder_someone_left_in_a_pool_is_not_taken_unlisted(
     records = _make(fd, path, [".claude"])
     assert not _inodes(records) & {os.stat(pool / str(NOBODY) / "1-1").st_ino}
     remove_placeholders(records, owner_uid=NOBODY)
+
+
+def test_a_folder_its_owner_filled_in_the_pool_is_not_renamed_into_a_grant(
+    pool: Path, grant: tuple[Path, int], tmp_path: Path
+) -> None:
+    """The owner keeps a descriptor on a placeholder while it goes back to the pool, then
+    fills it through the descriptor (and puts a link beside it, reached by its `..`): the
+    next launch's folder is a new, empty one, the filled one stays in the pool, not lent."""
+    path, fd = grant
+    records = _make(fd, path, [".claude", ".idea"])
+    kept = os.open(path / ".claude", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert remove_placeholders(records, owner_uid=NOBODY) == []
+        filled = os.fstat(kept).st_ino
+        pid = os.fork()
+        if pid == 0:  # the owner, with its descriptor
+            try:
+                os.setgid(NOBODY_GID)
+                os.setuid(NOBODY)
+                os.mkdir("planted", dir_fd=kept)
+                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=kept)
+                os.symlink(str(tmp_path), "beside", dir_fd=up)
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        os.close(kept)
+    again = _make(fd, path, [".claude", ".idea"])
+    assert filled not in _inodes(again)
+    assert os.listdir(path / ".claude") == [] and os.listdir(path / ".idea") == []
+    assert _pool_inodes(pool) == {filled}, "the filled folder left in the pool, alone"
+    assert placeholder_pool.lend(NOBODY, os.stat(path).st_dev, 2) is None
+    remove_placeholders(again, owner_uid=NOBODY)
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,11 @@
  *     O_NOFOLLOW), then renameat2(pool_fd, pool_name, parent, name, RENAME_NOREPLACE), opened
  *     O_NOFOLLOW and made 0555; where the pool has no such folder or is on another mount
  *     (ENOENT, EXDEV), the folder is made as make does. Any other error stops the batch, as in
- *     make. made and errno as make's; taken: one bool per made entry, whether it came from the
- *     pool (a pool name of an entry not taken is still in the pool).
+ *     make. The folder renamed in must be empty (its owner may have kept a descriptor on it in
+ *     the pool and filled it): one that is not goes back into the pool and a folder is made.
+ *     made and errno as make's; taken: one int per made entry, TAKEN (from the pool), DROPPED
+ *     (its pool name found filled: not the pool's to lend again, left for the start's sweep
+ *     to log) or MADE (not from the pool: its pool name, if any, is still the pool's).
  *   put_back(pool_fd, pool_uid, items) -> results
  *     items: a tuple of (path, dev, ino, pool_name): a placeholder's host path and inode. For
  *     each: its folder opened with openat2 RESOLVE_NO_SYMLINKS (no link anywhere on the path:
@@ -52,6 +55,7 @@
 #include <sys/syscall.h>
 
 enum { POOLED = 4, NOT_POOLED = 5 };
+enum { MADE = 0, TAKEN = 1, DROPPED = 2 }; /* take's answer for each entry's pool name */
 
 static int rename_at(int from_dir, const char *from, int to_dir, const char *to) {
     int r;
@@ -60,12 +64,29 @@ static int rename_at(int from_dir, const char *from, int to_dir, const char *to)
     return r;
 }
 
+/* Whether the open folder holds nothing but "." and "..": 1, 0, or -1 with errno set. */
+static int is_empty(int fd) {
+    char buf[512];
+    long got;
+    do got = syscall(SYS_getdents64, fd, buf, sizeof buf);
+    while (got < 0 && errno == EINTR);
+    if (got < 0) return -1;
+    for (long at = 0; at < got;) {
+        const char *name = buf + at + 19; /* struct linux_dirent64: d_name after 19 bytes */
+        unsigned short reclen;
+        memcpy(&reclen, buf + at + 16, sizeof reclen);
+        if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0) return 0;
+        at += reclen;
+    }
+    return 1; /* a folder's first read holds more than "." and ".." if it has more */
+}
+
 /* The entry renamed in from the pool, or made where the pool has no such folder here: 0 with
  * *out and *taken set, or the errno (all it opened closed again). */
 static int take_one(int dir_fd, int pool_fd, const entry_t *e, made_t *out, int *taken) {
     int parent = walk_to(dir_fd, e), fd = -1, err;
     if (parent < 0) return errno;
-    *taken = 0;
+    *taken = MADE;
     if (e->pool != NULL && e->content == NULL) {
         if (rename_at(pool_fd, e->pool, parent, e->name) == 0) {
             fd = open_at(parent, e->name, DIR_FLAGS, 0);
@@ -75,11 +96,21 @@ static int take_one(int dir_fd, int pool_fd, const entry_t *e, made_t *out, int 
                 close(parent);
                 return err;
             }
-            (void)fchmod(fd, 0555); /* cosmetic: the immutable flag, set next, is what holds */
-            *taken = 1;
-            return keep_made(parent, fd, out);
-        }
-        if (errno != ENOENT && errno != EXDEV) {
+            if (is_empty(fd) == 1) {
+                (void)fchmod(fd, 0555); /* cosmetic: the immutable flag, set next, holds */
+                *taken = TAKEN;
+                return keep_made(parent, fd, out);
+            }
+            /* Filled in the pool (its owner kept a descriptor on it): back where it was, the
+             * pool's name dropped, and a folder made. */
+            close(fd);
+            fd = -1;
+            if (rename_at(parent, e->name, pool_fd, e->pool) != 0) {
+                close_keeping_errno(parent);
+                return errno;
+            }
+            *taken = DROPPED;
+        } else if (errno != ENOENT && errno != EXDEV) {
             close_keeping_errno(parent);
             return errno;
         }
@@ -118,7 +149,7 @@ static PyObject *take(PyObject *module, PyObject *args) {
                                       (unsigned)m[i].st.st_uid, (unsigned)m[i].st.st_gid);
         if (one == NULL) Py_CLEAR(made);
         else PyList_SET_ITEM(made, i, one);
-        PyList_SET_ITEM(flags, i, PyBool_FromLong(taken[i]));
+        PyList_SET_ITEM(flags, i, PyLong_FromLong(taken[i]));
     }
     if (made == NULL || flags == NULL) { /* no answer to give: nothing stays open */
         Py_XDECREF(made);
@@ -137,23 +168,6 @@ typedef struct {
     unsigned long long dev, ino;
     int status, err;
 } back_t;
-
-/* Whether the open folder holds nothing but "." and "..": 1, 0, or -1 with errno set. */
-static int is_empty(int fd) {
-    char buf[512];
-    long got;
-    do got = syscall(SYS_getdents64, fd, buf, sizeof buf);
-    while (got < 0 && errno == EINTR);
-    if (got < 0) return -1;
-    for (long at = 0; at < got;) {
-        const char *name = buf + at + 19; /* struct linux_dirent64: d_name after 19 bytes */
-        unsigned short reclen;
-        memcpy(&reclen, buf + at + 16, sizeof reclen);
-        if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0) return 0;
-        at += reclen;
-    }
-    return 1; /* a folder's first read holds more than "." and ".." if it has more */
-}
 
 static int same(const struct stat *st, const back_t *b) {
     return (unsigned long long)st->st_dev == b->dev && (unsigned long long)st->st_ino == b->ino;
