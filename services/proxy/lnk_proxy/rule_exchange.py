@@ -160,9 +160,7 @@ async def model_exchange(
         return False
     secret = listener.services.secret(rule.secret) if rule.secret else None
     if rule.secret and secret is None:
-        reason = f"the secret {rule.secret} is not set: `lnk secret set {rule.secret}`"
-        refusal = Refusal("model-secret-gone", reason)
-        await host.refuse(listener, client, request.method, target, refusal)
+        await host.refuse(listener, client, request.method, target, _secret_gone(rule.secret))
         return False
     verdict = await host.decider.decide_model(listener, request, rule)
     if not isinstance(verdict, Allowed):
@@ -181,6 +179,11 @@ async def model_exchange(
         cut_listings=not host.config.unsafe_uncut_model_listings,
     )
     return await _relayed(host, exchange, relaying, secret, RELAY_ERRORS)
+
+
+def _secret_gone(name: str | None) -> Refusal:
+    """A model rule's refusal once its secret is gone (`lnk secret rm` after the launch)."""
+    return Refusal("model-secret-gone", f"the secret {name} is not set: `lnk secret set {name}`")
 
 
 async def hosted_exchange(
@@ -250,10 +253,7 @@ async def _hosted_reserved(
         return False
     secret = listener.services.secret(rule.secret) if rule.secret else None
     if secret is None:
-        reason = f"the secret {rule.secret} is not set: `lnk secret set {rule.secret}`"
-        await host.refuse(
-            listener, client, request.method, target, Refusal("model-secret-gone", reason)
-        )
+        await host.refuse(listener, client, request.method, target, _secret_gone(rule.secret))
         return False
     upstream = replace(request, host=rule.host)
     verdict = await host.decider.decide(listener, upstream, hosted.memo, rule.upstream_port)
