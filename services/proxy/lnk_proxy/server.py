@@ -152,10 +152,6 @@ class ProxyServer:
         if self.routes is not None:
             self.routes.close()
 
-    async def refresh_machine(self, *, fatal: bool = False) -> None:
-        """Read the view on the proxy's own thread: never queued behind sandboxes' lookups."""
-        await self.watches.refresh_machine(fatal=fatal)
-
     def is_open(self, sandbox: str) -> bool:
         return sandbox in self._listeners
 
